@@ -1,0 +1,113 @@
+#pragma once
+// Decoding and encoding of method frame payloads, driven by each method's field list.
+
+#include <optional>
+
+#include "proxy/amqp/bytes.hpp"
+#include "proxy/amqp/frame.hpp"
+#include "proxy/amqp/methods.hpp"
+#include "proxy/amqp/properties.hpp"
+#include "proxy/amqp/table.hpp"
+
+namespace nackguard::amqp {
+
+enum class MethodError { none, truncated, wrong_method, bad_table, trailing_bytes };
+std::string_view to_string(MethodError error);
+
+// The (class, method) key at the start of a method payload, or nullopt if it is too short.
+std::optional<std::uint32_t> peek_method_key(ByteView payload);
+
+namespace detail {
+
+class FieldDecoder {
+ public:
+  FieldDecoder(ByteReader& in, const TableLimits& limits) : in_(in), limits_(limits) {}
+  void u8(std::uint8_t& v) { v = in_.u8(); }
+  void u16(std::uint16_t& v) { v = in_.u16(); }
+  void u32(std::uint32_t& v) { v = in_.u32(); }
+  void u64(std::uint64_t& v) { v = in_.u64(); }
+  void shortstr(std::string& v) { v = in_.shortstr(); }
+  void longstr(std::string& v) { v = in_.longstr(); }
+  void table(FieldTable& v) {
+    if (table_error_ == TableError::none && in_.ok()) table_error_ = decode_table(in_, v, limits_);
+  }
+  template <typename... B>
+  void bits(B&... flags) {
+    std::uint8_t octet = in_.u8();
+    int bit = 0;
+    ((flags = ((octet >> bit++) & 1) != 0), ...);
+  }
+  TableError table_error() const { return table_error_; }
+
+ private:
+  ByteReader& in_;
+  const TableLimits& limits_;
+  TableError table_error_ = TableError::none;
+};
+
+class FieldEncoder {
+ public:
+  explicit FieldEncoder(ByteWriter& out) : out_(out) {}
+  void u8(std::uint8_t v) { out_.u8(v); }
+  void u16(std::uint16_t v) { out_.u16(v); }
+  void u32(std::uint32_t v) { out_.u32(v); }
+  void u64(std::uint64_t v) { out_.u64(v); }
+  void shortstr(const std::string& v) { out_.shortstr(v); }
+  void longstr(const std::string& v) { out_.longstr(v); }
+  void table(const FieldTable& v) {
+    if (!encode_table(out_, v)) out_.fail();
+  }
+  template <typename... B>
+  void bits(const B&... flags) {
+    std::uint8_t octet = 0;
+    int bit = 0;
+    ((octet |= static_cast<std::uint8_t>((flags ? 1 : 0) << bit++)), ...);
+    out_.u8(octet);
+  }
+
+ private:
+  ByteWriter& out_;
+};
+
+}  // namespace detail
+
+// Decodes a whole method payload (class and method ids included) into `out`.
+template <typename M>
+MethodError decode_method(ByteView payload, M& out, const TableLimits& limits = {}) {
+  ByteReader in(payload);
+  std::uint16_t class_id = in.u16();
+  std::uint16_t method_id = in.u16();
+  if (!in.ok()) return MethodError::truncated;
+  if (method_key(class_id, method_id) != M::kKey) return MethodError::wrong_method;
+  detail::FieldDecoder decoder(in, limits);
+  M::fields(out, decoder);
+  if (decoder.table_error() == TableError::truncated) return MethodError::truncated;
+  if (decoder.table_error() != TableError::none) return MethodError::bad_table;
+  if (!in.ok()) return MethodError::truncated;
+  if (!in.at_end()) return MethodError::trailing_bytes;
+  return MethodError::none;
+}
+
+// Encodes a method payload; false if a string or table does not fit its length prefix.
+template <typename M>
+bool encode_method(Bytes& out, const M& method) {
+  ByteWriter w(out);
+  w.u16(static_cast<std::uint16_t>(M::kKey >> 16));
+  w.u16(static_cast<std::uint16_t>(M::kKey & 0xFFFF));
+  detail::FieldEncoder encoder(w);
+  M::fields(method, encoder);
+  return w.ok();
+}
+
+// Appends a whole method frame on `channel`.
+template <typename M>
+bool append_method_frame(Bytes& out, std::uint16_t channel, const M& method) {
+  Bytes payload;
+  if (!encode_method(payload, method)) return false;
+  append_frame(out, FrameType::method, channel, payload);
+  return true;
+}
+
+bool append_content_header_frame(Bytes& out, std::uint16_t channel, const ContentHeader& header);
+
+}  // namespace nackguard::amqp

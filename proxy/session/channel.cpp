@@ -1,0 +1,76 @@
+#include "proxy/session/channel.hpp"
+
+namespace nackguard::session {
+
+std::string_view to_string(ReturnCause cause) {
+  switch (cause) {
+    case ReturnCause::nack: return "nack";
+    case ReturnCause::reject: return "reject";
+    case ReturnCause::recover: return "recover";
+    case ReturnCause::channel_closed: return "channel_closed";
+    case ReturnCause::connection_closed: return "connection_closed";
+  }
+  return "unknown";
+}
+
+void ChannelState::add_unacked(Delivery delivery) {
+  std::uint64_t tag = delivery.client_tag;
+  unacked_.insert_or_assign(tag, std::move(delivery));
+}
+
+void ChannelState::add_withheld(Delivery delivery) {
+  ever_withheld_ = true;
+  delivery.withheld = true;
+  std::uint64_t tag = delivery.broker_tag;
+  withheld_.insert_or_assign(tag, std::move(delivery));
+}
+
+const Delivery* ChannelState::find_unacked(std::uint64_t client_tag) const {
+  auto it = unacked_.find(client_tag);
+  return it == unacked_.end() ? nullptr : &it->second;
+}
+
+Delivery* ChannelState::find_withheld(std::uint64_t broker_tag) {
+  auto it = withheld_.find(broker_tag);
+  return it == withheld_.end() ? nullptr : &it->second;
+}
+
+std::vector<Delivery> ChannelState::take_settled(std::uint64_t client_tag, bool multiple) {
+  std::vector<Delivery> taken;
+  if (!multiple) {
+    auto it = unacked_.find(client_tag);
+    if (it != unacked_.end()) {
+      taken.push_back(std::move(it->second));
+      unacked_.erase(it);
+    }
+    return taken;
+  }
+  auto end = client_tag == 0 ? unacked_.end() : unacked_.upper_bound(client_tag);
+  for (auto it = unacked_.begin(); it != end; ++it) taken.push_back(std::move(it->second));
+  unacked_.erase(unacked_.begin(), end);
+  return taken;
+}
+
+std::optional<Delivery> ChannelState::take_withheld(std::uint64_t broker_tag) {
+  auto it = withheld_.find(broker_tag);
+  if (it == withheld_.end()) return std::nullopt;
+  Delivery d = std::move(it->second);
+  withheld_.erase(it);
+  return d;
+}
+
+bool ChannelState::withheld_at_or_below(std::uint64_t broker_tag) const {
+  return !withheld_.empty() && withheld_.begin()->first <= broker_tag;
+}
+
+std::vector<Delivery> ChannelState::take_all() {
+  std::vector<Delivery> taken;
+  taken.reserve(unacked_.size() + withheld_.size());
+  for (auto& [tag, d] : unacked_) taken.push_back(std::move(d));
+  for (auto& [tag, d] : withheld_) taken.push_back(std::move(d));
+  unacked_.clear();
+  withheld_.clear();
+  return taken;
+}
+
+}  // namespace nackguard::session

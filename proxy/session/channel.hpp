@@ -1,0 +1,97 @@
+#pragma once
+// Per-channel state: content sequences in each direction, consumers, pending gets, and the
+// unacked deliveries with the mapping between the broker's and the client's delivery tags.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "proxy/amqp/bytes.hpp"
+#include "proxy/session/delivery.hpp"
+
+namespace nackguard::session {
+
+// Where a channel is in a content sequence (method, header, body frames) in one direction.
+struct ContentState {
+  enum class Phase { idle, awaiting_header, awaiting_body };
+  Phase phase = Phase::idle;
+  std::uint64_t remaining = 0;
+
+  bool in_progress() const { return phase != Phase::idle; }
+};
+
+struct Consumer {
+  std::string queue;
+  bool no_ack = false;
+};
+
+struct PendingConsume {
+  std::string queue;
+  std::string consumer_tag;
+  bool no_ack = false;
+};
+
+struct PendingGet {
+  std::string queue;
+  bool no_ack = false;
+};
+
+class ChannelState {
+ public:
+  // Content sequence of the client's publishes (client to broker), and of what the proxy
+  // emits to the client (deliveries, returns, get-oks).
+  ContentState from_client;
+  ContentState to_client;
+  // Broker-to-client content as received, which differs from to_client while a delivery's
+  // method is held until its header arrives, or while a withheld delivery's body is swallowed.
+  ContentState from_broker;
+
+  std::unordered_map<std::string, Consumer> consumers;
+  std::deque<PendingConsume> pending_consumes;
+  std::deque<PendingGet> pending_gets;
+  std::string last_declared_queue;  // what an empty queue name in consume or get means
+  bool closing = false;             // a channel.close was sent by either side
+
+  // The delivery whose method arrived and whose header or body is still arriving.
+  std::optional<Delivery> incoming;
+  amqp::Bytes incoming_method_frame;  // held until the header arrives
+
+  // Assigns the next client tag to a delivery the client will see.
+  std::uint64_t next_client_tag() { return ++last_client_tag_; }
+  void note_broker_tag(std::uint64_t tag) {
+    if (tag > last_broker_tag_) last_broker_tag_ = tag;
+  }
+  // While nothing was ever withheld on the channel, the two tag sequences are identical and
+  // frames carrying tags are forwarded as their original bytes.
+  bool tags_identical() const { return !ever_withheld_; }
+
+  void add_unacked(Delivery delivery);
+  void add_withheld(Delivery delivery);
+  const Delivery* find_unacked(std::uint64_t client_tag) const;
+  Delivery* find_withheld(std::uint64_t broker_tag);
+  // Removes and returns the deliveries a client ack/nack/reject names: one tag, or with
+  // `multiple` every tag up to it (0 meaning all).
+  std::vector<Delivery> take_settled(std::uint64_t client_tag, bool multiple);
+  std::optional<Delivery> take_withheld(std::uint64_t broker_tag);
+  // Whether a withheld delivery has a broker tag at or below `broker_tag`: a multiple ack
+  // up to that tag would then settle it too.
+  bool withheld_at_or_below(std::uint64_t broker_tag) const;
+  // Every unacked and withheld delivery, removed: the channel ended or recovered.
+  std::vector<Delivery> take_all();
+
+  std::size_t unacked_count() const { return unacked_.size(); }
+  std::size_t withheld_count() const { return withheld_.size(); }
+
+ private:
+  std::map<std::uint64_t, Delivery> unacked_;   // by client tag
+  std::map<std::uint64_t, Delivery> withheld_;  // by broker tag
+  std::uint64_t last_client_tag_ = 0;
+  std::uint64_t last_broker_tag_ = 0;
+  bool ever_withheld_ = false;
+};
+
+}  // namespace nackguard::session

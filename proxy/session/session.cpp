@@ -1,0 +1,408 @@
+#include "proxy/session/session.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "proxy/amqp/method_codec.hpp"
+
+namespace nackguard::session {
+
+using amqp::ByteView;
+using amqp::Frame;
+using amqp::FrameType;
+namespace mid = amqp::mid;
+namespace reply = amqp::reply;
+
+std::string_view to_string(Side side) { return side == Side::client ? "client" : "broker"; }
+
+Session::Session(SessionOptions options, SessionObserver* observer)
+    : options_(options), observer_(observer ? observer : &null_observer_) {
+  // Before tune-ok the spec allows only frame-min-size; RabbitMQ's own handshake frames are
+  // small, but clients with large property tables exist, so allow up to 128 KiB until then.
+  std::uint32_t initial = std::clamp<std::uint32_t>(options_.max_frame_bytes, amqp::kFrameMinSize,
+                                                    131072);
+  for (auto& side : io_) side.decoder.set_frame_max(initial);
+}
+
+const ChannelState* Session::channel(std::uint16_t number) const {
+  auto it = channels_.find(number);
+  return it == channels_.end() ? nullptr : &it->second;
+}
+
+void Session::feed(Side from, ByteView data) {
+  SideIo& in = io(from);
+  if (in.input_closed || data.empty()) return;
+  if (in.pending_in.empty()) {
+    std::size_t used = process(from, data);
+    if (!in.input_closed) in.pending_in.assign(data.begin() + used, data.end());
+  } else {
+    in.pending_in.insert(in.pending_in.end(), data.begin(), data.end());
+    std::size_t used = process(from, in.pending_in);
+    in.pending_in.erase(in.pending_in.begin(), in.pending_in.begin() + used);
+  }
+  if (in.input_closed) amqp::Bytes().swap(in.pending_in);
+}
+
+std::size_t Session::process(Side from, ByteView data) {
+  SideIo& in = io(from);
+  std::size_t used = 0;
+  if (from == Side::client && phase_ == Phase::protocol_header) {
+    switch (amqp::check_protocol_header(data)) {
+      case amqp::HeaderCheck::need_more:
+        return 0;
+      case amqp::HeaderCheck::bad:
+        // What a broker does with a version it does not speak: name its own, then close.
+        emit(Side::client, ByteView(amqp::kProtocolHeader));
+        in.input_closed = true;
+        close_both_after_flush();
+        return data.size();
+      case amqp::HeaderCheck::ok:
+        emit(Side::broker, data.first(amqp::kProtocolHeaderSize));
+        used = amqp::kProtocolHeaderSize;
+        phase_ = Phase::handshake;
+        break;
+    }
+  }
+  while (!in.input_closed) {
+    amqp::FrameResult result = in.decoder.decode(data.subspan(used));
+    if (result.status == amqp::FrameResult::Status::need_more) break;
+    if (result.status == amqp::FrameResult::Status::error) {
+      protocol_error(from, reply::frame_error,
+                     "FRAME_ERROR - " + std::string(amqp::to_string(result.error)));
+      break;
+    }
+    const Frame& frame = result.frame;
+    stats_.frames[static_cast<int>(from)] += 1;
+    stats_.bytes[static_cast<int>(from)] += frame.raw.size();
+    used += frame.raw.size();
+    if (from == Side::client) {
+      handle_client_frame(frame);
+    } else {
+      handle_broker_frame(frame);
+    }
+  }
+  return used;
+}
+
+void Session::emit(Side to, ByteView bytes) {
+  SideIo& out = io(to);
+  if (out.close_after_flush) return;
+  out.out.insert(out.out.end(), bytes.begin(), bytes.end());
+}
+
+void Session::inject(Side to, amqp::Bytes frames) {
+  io(to).injections.push_back(std::move(frames));
+  flush_injections(to);
+}
+
+void Session::flush_injections(Side to) {
+  SideIo& out = io(to);
+  if (out.injections.empty() || content_in_progress(to)) return;
+  for (const auto& frames : out.injections) emit(to, frames);
+  out.injections.clear();
+}
+
+bool Session::content_in_progress(Side to) const {
+  for (const auto& [number, ch] : channels_) {
+    const ContentState& state = to == Side::broker ? ch.from_client : ch.to_client;
+    if (state.in_progress()) return true;
+  }
+  return false;
+}
+
+ChannelState& Session::channel_state(std::uint16_t number) { return channels_[number]; }
+
+void Session::returned(const Delivery& delivery, ReturnCause cause) {
+  observer_->on_returned(delivery, cause);
+}
+
+void Session::end_channel(std::uint16_t number, ReturnCause cause) {
+  auto it = channels_.find(number);
+  if (it == channels_.end()) return;
+  for (const Delivery& d : it->second.take_all()) {
+    if (!d.no_ack) returned(d, cause);
+  }
+  channels_.erase(it);
+}
+
+void Session::end_all_channels(ReturnCause cause) {
+  std::vector<std::uint16_t> numbers;
+  numbers.reserve(channels_.size());
+  for (const auto& [number, ch] : channels_) numbers.push_back(number);
+  std::sort(numbers.begin(), numbers.end());
+  for (std::uint16_t number : numbers) end_channel(number, cause);
+}
+
+void Session::close_both_after_flush() {
+  for (auto& side : io_) {
+    side.close_after_flush = true;
+    side.input_closed = true;
+    side.injections.clear();
+  }
+  phase_ = Phase::closed;
+}
+
+void Session::protocol_error(Side offender, std::uint16_t code, std::string text) {
+  if (phase_ == Phase::closed && finished()) return;
+  bool was_open = phase_ == Phase::open;
+  amqp::ConnectionClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  if (close.reply_text.size() > 255) close.reply_text.resize(255);
+  amqp::Bytes frame;
+  amqp::append_method_frame(frame, 0, close);
+  emit(offender, frame);
+  if (offender == Side::broker && was_open) {
+    amqp::ConnectionClose to_client;
+    to_client.reply_code = reply::connection_forced;
+    to_client.reply_text = "CONNECTION_FORCED - nackguard: the broker sent invalid data";
+    amqp::Bytes forced;
+    amqp::append_method_frame(forced, 0, to_client);
+    emit(Side::client, forced);
+  }
+  end_all_channels(ReturnCause::connection_closed);
+  close_both_after_flush();
+}
+
+void Session::on_eof(Side side) {
+  io(side).input_closed = true;
+  if (phase_ == Phase::closed) {
+    io(side).close_after_flush = true;
+    return;
+  }
+  if (side == Side::broker && phase_ == Phase::open) {
+    amqp::ConnectionClose close;
+    close.reply_code = reply::connection_forced;
+    close.reply_text = "CONNECTION_FORCED - nackguard: the broker connection was lost";
+    amqp::Bytes frame;
+    amqp::append_method_frame(frame, 0, close);
+    emit(Side::client, frame);
+  }
+  end_all_channels(ReturnCause::connection_closed);
+  close_both_after_flush();
+}
+
+bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
+                              bool requeue) {
+  auto it = channels_.find(channel);
+  if (it == channels_.end() || phase_ != Phase::open) return false;
+  std::optional<Delivery> d = it->second.take_withheld(broker_tag);
+  if (!d) return false;
+  amqp::Bytes frame;
+  switch (kind) {
+    case SettleKind::ack:
+      amqp::append_method_frame(frame, channel, amqp::BasicAck{broker_tag, false});
+      break;
+    case SettleKind::nack:
+      amqp::append_method_frame(frame, channel, amqp::BasicNack{broker_tag, false, requeue});
+      break;
+    case SettleKind::reject:
+      amqp::append_method_frame(frame, channel, amqp::BasicReject{broker_tag, requeue});
+      break;
+  }
+  inject(Side::broker, std::move(frame));
+  return true;
+}
+
+// ---- frames from the client ----
+
+void Session::handle_client_frame(const Frame& frame) {
+  if (frame.frame_type() == FrameType::heartbeat) {
+    emit(Side::broker, frame.raw);
+    return;
+  }
+  if (frame.channel == 0) {
+    if (frame.frame_type() != FrameType::method) {
+      protocol_error(Side::client, reply::unexpected_frame,
+                     "UNEXPECTED_FRAME - content frame on channel 0");
+      return;
+    }
+    std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
+    if (!key) {
+      protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - method frame too short");
+      return;
+    }
+    handle_client_connection_method(frame, *key);
+    return;
+  }
+  if (reserved_channel_ && frame.channel == *reserved_channel_) {
+    protocol_error(Side::client, reply::channel_error,
+                   "CHANNEL_ERROR - channel " + std::to_string(frame.channel) +
+                       " is above the negotiated channel_max");
+    return;
+  }
+  ChannelState& ch = channel_state(frame.channel);
+  if (frame.frame_type() != FrameType::method) {
+    if (track_client_content(ch, frame)) {
+      emit(Side::broker, frame.raw);
+      flush_injections(Side::broker);
+    }
+    return;
+  }
+  if (ch.from_client.in_progress()) {
+    protocol_error(Side::client, reply::unexpected_frame,
+                   "UNEXPECTED_FRAME - expected a content frame on channel " +
+                       std::to_string(frame.channel));
+    return;
+  }
+  std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
+  if (!key) {
+    protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - method frame too short");
+    return;
+  }
+  handle_client_channel_method(ch, frame, *key);
+}
+
+bool Session::track_client_content(ChannelState& ch, const Frame& frame) {
+  ContentState& state = ch.from_client;
+  if (frame.frame_type() == FrameType::header) {
+    std::optional<std::uint64_t> size = amqp::peek_body_size(frame.payload);
+    if (state.phase != ContentState::Phase::awaiting_header || !size) {
+      protocol_error(Side::client, reply::unexpected_frame,
+                     "UNEXPECTED_FRAME - content header without a publish on channel " +
+                         std::to_string(frame.channel));
+      return false;
+    }
+    state.remaining = *size;
+    state.phase = *size == 0 ? ContentState::Phase::idle : ContentState::Phase::awaiting_body;
+    return true;
+  }
+  if (state.phase != ContentState::Phase::awaiting_body || frame.payload.size() > state.remaining) {
+    protocol_error(Side::client, reply::unexpected_frame,
+                   "UNEXPECTED_FRAME - content body beyond the announced size on channel " +
+                       std::to_string(frame.channel));
+    return false;
+  }
+  state.remaining -= frame.payload.size();
+  if (state.remaining == 0) state.phase = ContentState::Phase::idle;
+  return true;
+}
+
+void Session::handle_client_connection_method(const Frame& frame, std::uint32_t key) {
+  switch (key) {
+    case mid::connection_tune_ok: {
+      amqp::ConnectionTuneOk tune;
+      if (amqp::decode_method(frame.payload, tune) != amqp::MethodError::none) {
+        protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed tune-ok");
+        return;
+      }
+      amqp::ConnectionTuneOk to_broker = tune;
+      if (reserve_channel_) {
+        std::uint16_t client_max = tune.channel_max == 0
+                                       ? offered_channel_max_
+                                       : std::min(tune.channel_max, offered_channel_max_);
+        reserved_channel_ = static_cast<std::uint16_t>(client_max + 1);
+        to_broker.channel_max = *reserved_channel_;
+      }
+      std::uint32_t frame_max = tune.frame_max == 0 ? offered_frame_max_
+                                                    : std::min(tune.frame_max, offered_frame_max_);
+      if (offered_frame_max_ != 0) to_broker.frame_max = frame_max;
+      std::uint32_t decode_max = std::max(to_broker.frame_max, amqp::kFrameMinSize);
+      if (to_broker.frame_max == 0) decode_max = options_.max_frame_bytes;
+      for (auto& side : io_) side.decoder.set_frame_max(decode_max);
+      heartbeat_ = tune.heartbeat;
+      amqp::Bytes out;
+      amqp::append_method_frame(out, 0, to_broker);
+      emit(Side::broker, out);
+      return;
+    }
+    case mid::connection_open: {
+      amqp::ConnectionOpen open;
+      if (amqp::decode_method(frame.payload, open) != amqp::MethodError::none) {
+        protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed connection.open");
+        return;
+      }
+      vhost_ = open.virtual_host;
+      break;
+    }
+    case mid::connection_close_ok:
+      emit(Side::broker, frame.raw);
+      end_all_channels(ReturnCause::connection_closed);
+      close_both_after_flush();
+      return;
+    default:
+      break;
+  }
+  emit(Side::broker, frame.raw);
+}
+
+// ---- frames from the broker ----
+
+void Session::handle_broker_frame(const Frame& frame) {
+  if (frame.frame_type() == FrameType::heartbeat) {
+    emit(Side::client, frame.raw);
+    return;
+  }
+  if (reserved_channel_ && frame.channel == *reserved_channel_) {
+    observer_->on_proxy_channel_frame(frame);
+    return;
+  }
+  if (frame.channel == 0) {
+    std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
+    if (frame.frame_type() != FrameType::method || !key) {
+      protocol_error(Side::broker, reply::frame_error,
+                     "FRAME_ERROR - nackguard expected a method frame on channel 0");
+      return;
+    }
+    handle_broker_connection_method(frame, *key);
+    return;
+  }
+  ChannelState& ch = channel_state(frame.channel);
+  if (frame.frame_type() != FrameType::method) {
+    handle_broker_content(ch, frame);
+    return;
+  }
+  if (ch.from_broker.in_progress()) {
+    protocol_error(Side::broker, reply::unexpected_frame,
+                   "UNEXPECTED_FRAME - nackguard expected a content frame on channel " +
+                       std::to_string(frame.channel));
+    return;
+  }
+  std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
+  if (!key) {
+    protocol_error(Side::broker, reply::frame_error, "FRAME_ERROR - method frame too short");
+    return;
+  }
+  handle_broker_channel_method(ch, frame, *key);
+}
+
+void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t key) {
+  switch (key) {
+    case mid::connection_tune: {
+      amqp::ConnectionTune tune;
+      if (amqp::decode_method(frame.payload, tune) != amqp::MethodError::none) {
+        protocol_error(Side::broker, reply::frame_error, "FRAME_ERROR - malformed tune");
+        return;
+      }
+      amqp::ConnectionTune offered = tune;
+      std::uint32_t broker_channel_max = tune.channel_max == 0 ? 65535 : tune.channel_max;
+      // With a single channel there is none to spare; the proxy then reserves nothing.
+      reserve_channel_ = broker_channel_max >= 2;
+      if (reserve_channel_) offered.channel_max = static_cast<std::uint16_t>(broker_channel_max - 1);
+      offered_channel_max_ = offered.channel_max;
+      std::uint32_t broker_frame_max =
+          tune.frame_max == 0 ? std::numeric_limits<std::uint32_t>::max() : tune.frame_max;
+      offered.frame_max = std::min(broker_frame_max, options_.max_frame_bytes);
+      offered_frame_max_ = offered.frame_max;
+      amqp::Bytes out;
+      amqp::append_method_frame(out, 0, offered);
+      emit(Side::client, out);
+      return;
+    }
+    case mid::connection_open_ok:
+      phase_ = Phase::open;
+      emit(Side::client, frame.raw);
+      observer_->on_open(vhost_);
+      return;
+    case mid::connection_close_ok:
+      emit(Side::client, frame.raw);
+      end_all_channels(ReturnCause::connection_closed);
+      close_both_after_flush();
+      return;
+    default:
+      emit(Side::client, frame.raw);
+      return;
+  }
+}
+
+}  // namespace nackguard::session

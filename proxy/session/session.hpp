@@ -1,0 +1,129 @@
+#pragma once
+// The sans-io connection core. Bytes from either side go in; out come the bytes to write to
+// each side and whether to close it. Every frame is forwarded as its original bytes except:
+//   - connection.tune / tune-ok: channel_max lowered by one for the client, the top channel
+//     reserved for the proxy; frame_max capped by SessionOptions::max_frame_bytes;
+//   - delivery tags, once the proxy has withheld a delivery on a channel: renumbered so the
+//     client sees no gap, and its acks, nacks and rejects mapped back;
+//   - a basic.deliver or get-ok method frame is held until its content header arrives, so the
+//     observer can decide with the properties in hand.
+// Malformed input ends in connection.close (501 or 505) to the side that sent it.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "proxy/amqp/frame.hpp"
+#include "proxy/session/channel.hpp"
+#include "proxy/session/observer.hpp"
+
+namespace nackguard::session {
+
+enum class Side : std::uint8_t { client = 0, broker = 1 };
+constexpr Side other(Side side) { return side == Side::client ? Side::broker : Side::client; }
+std::string_view to_string(Side side);
+
+struct SessionOptions {
+  // The largest frame_max the two sides may negotiate; the broker's offer is lowered to it.
+  std::uint32_t max_frame_bytes = 1048576;
+};
+
+struct SessionStats {
+  std::array<std::uint64_t, 2> frames{};  // indexed by the side that sent them
+  std::array<std::uint64_t, 2> bytes{};
+};
+
+class Session {
+ public:
+  explicit Session(SessionOptions options = {}, SessionObserver* observer = nullptr);
+
+  // Bytes received from `from`. Complete frames are handled; a partial one is kept.
+  void feed(Side from, amqp::ByteView data);
+  // `side` is gone: its TCP connection closed or failed, or its heartbeats stopped.
+  void on_eof(Side side);
+
+  // Bytes to write to `side`, in order. The caller moves them out and writes them.
+  amqp::Bytes& output(Side side) { return io(side).out; }
+  // Once everything for `side` is written, its socket is to be closed.
+  bool close_after_flush(Side side) const { return io(side).close_after_flush; }
+  // Input from `side` is no longer read (the session is closing it).
+  bool input_closed(Side side) const { return io(side).input_closed; }
+  bool finished() const { return close_after_flush(Side::client) && close_after_flush(Side::broker); }
+
+  // Queues whole frames for `to`, written at the next frame boundary that is not inside a
+  // content sequence of any channel in that direction.
+  void inject(Side to, amqp::Bytes frames);
+  // Acks, nacks or rejects a delivery the proxy withheld from the client. False if unknown.
+  bool settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
+                       bool requeue);
+
+  bool is_open() const { return phase_ == Phase::open; }
+  bool handshake_done() const { return phase_ != Phase::protocol_header && phase_ != Phase::handshake; }
+  std::uint16_t heartbeat_seconds() const { return heartbeat_; }
+  std::uint32_t frame_max() const { return io(Side::client).decoder.frame_max(); }
+  // The channel the proxy keeps for itself, once tune-ok has been seen.
+  std::optional<std::uint16_t> reserved_channel() const { return reserved_channel_; }
+  const std::string& vhost() const { return vhost_; }
+  const ChannelState* channel(std::uint16_t number) const;
+  const SessionStats& stats() const { return stats_; }
+
+ private:
+  enum class Phase { protocol_header, handshake, open, closed };
+
+  struct SideIo {
+    amqp::Bytes pending_in;  // a partial frame carried over to the next feed
+    amqp::Bytes out;
+    std::vector<amqp::Bytes> injections;
+    amqp::FrameDecoder decoder;
+    bool input_closed = false;
+    bool close_after_flush = false;
+  };
+
+  SideIo& io(Side side) { return io_[static_cast<int>(side)]; }
+  const SideIo& io(Side side) const { return io_[static_cast<int>(side)]; }
+
+  std::size_t process(Side from, amqp::ByteView data);
+  void handle_client_frame(const amqp::Frame& frame);
+  void handle_broker_frame(const amqp::Frame& frame);
+  void handle_client_connection_method(const amqp::Frame& frame, std::uint32_t key);
+  void handle_broker_connection_method(const amqp::Frame& frame, std::uint32_t key);
+  void handle_client_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
+  void handle_broker_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
+  void handle_broker_content(ChannelState& ch, const amqp::Frame& frame);
+  void begin_delivery(ChannelState& ch, const amqp::Frame& frame, Delivery delivery);
+  void settle_from_client(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
+                          std::uint64_t tag, bool multiple, bool requeue);
+  bool track_client_content(ChannelState& ch, const amqp::Frame& frame);
+
+  ChannelState& channel_state(std::uint16_t number);
+  void end_channel(std::uint16_t number, ReturnCause cause);
+  void end_all_channels(ReturnCause cause);
+  void returned(const Delivery& delivery, ReturnCause cause);
+
+  void emit(Side to, amqp::ByteView bytes);
+  void flush_injections(Side to);
+  bool content_in_progress(Side to) const;
+  // Malformed or unexpected input from `offender`: close it with `code`, and the other side.
+  void protocol_error(Side offender, std::uint16_t code, std::string text);
+  void close_both_after_flush();
+
+  SessionOptions options_;
+  SessionObserver* observer_;
+  SessionObserver null_observer_;
+  std::array<SideIo, 2> io_;
+  Phase phase_ = Phase::protocol_header;
+  std::unordered_map<std::uint16_t, ChannelState> channels_;
+  std::optional<std::uint16_t> reserved_channel_;
+  std::uint16_t offered_channel_max_ = 0;  // to the client; 0 until the broker's tune
+  std::uint32_t offered_frame_max_ = 0;
+  bool reserve_channel_ = false;
+  std::uint16_t heartbeat_ = 0;
+  std::string vhost_;
+  SessionStats stats_;
+};
+
+}  // namespace nackguard::session
