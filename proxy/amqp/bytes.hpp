@@ -98,10 +98,12 @@ class ByteWriter {
     out_.push_back(static_cast<std::uint8_t>(v));
   }
   void u32(std::uint32_t v) {
-    for (int shift = 24; shift >= 0; shift -= 8) out_.push_back(static_cast<std::uint8_t>(v >> shift));
+    for (int shift = 24; shift >= 0; shift -= 8)
+      out_.push_back(static_cast<std::uint8_t>(v >> shift));
   }
   void u64(std::uint64_t v) {
-    for (int shift = 56; shift >= 0; shift -= 8) out_.push_back(static_cast<std::uint8_t>(v >> shift));
+    for (int shift = 56; shift >= 0; shift -= 8)
+      out_.push_back(static_cast<std::uint8_t>(v >> shift));
   }
   void bytes(ByteView v) { out_.insert(out_.end(), v.begin(), v.end()); }
   void shortstr(std::string_view s) {

@@ -14,7 +14,7 @@ inline constexpr std::size_t kFrameOverhead = kFrameHeaderSize + 1;
 inline constexpr std::uint32_t kFrameMinSize = 4096;
 inline constexpr std::size_t kProtocolHeaderSize = 8;
 inline constexpr std::uint8_t kProtocolHeader[kProtocolHeaderSize] = {'A', 'M', 'Q', 'P',
-                                                                        0,   0,   9,   1};
+                                                                      0,   0,   9,   1};
 
 // Reply codes used by the proxy.
 namespace reply {

@@ -12,11 +12,16 @@ HeaderCheck check_protocol_header(ByteView in) {
 
 std::string_view to_string(FrameError error) {
   switch (error) {
-    case FrameError::none: return "ok";
-    case FrameError::too_large: return "frame larger than the negotiated frame_max";
-    case FrameError::bad_end_octet: return "frame end octet is not 0xCE";
-    case FrameError::unknown_type: return "unknown frame type";
-    case FrameError::bad_heartbeat: return "heartbeat frame with a payload or a channel";
+    case FrameError::none:
+      return "ok";
+    case FrameError::too_large:
+      return "frame larger than the negotiated frame_max";
+    case FrameError::bad_end_octet:
+      return "frame end octet is not 0xCE";
+    case FrameError::unknown_type:
+      return "unknown frame type";
+    case FrameError::bad_heartbeat:
+      return "heartbeat frame with a payload or a channel";
   }
   return "unknown";
 }
@@ -59,6 +64,8 @@ void append_frame(Bytes& out, FrameType type, std::uint16_t channel, ByteView pa
   w.u8(kFrameEnd);
 }
 
-void append_heartbeat(Bytes& out) { append_frame(out, FrameType::heartbeat, 0, {}); }
+void append_heartbeat(Bytes& out) {
+  append_frame(out, FrameType::heartbeat, 0, {});
+}
 
 }  // namespace nackguard::amqp

@@ -4,11 +4,16 @@ namespace nackguard::amqp {
 
 std::string_view to_string(MethodError error) {
   switch (error) {
-    case MethodError::none: return "ok";
-    case MethodError::truncated: return "method frame truncated";
-    case MethodError::wrong_method: return "unexpected method";
-    case MethodError::bad_table: return "method has a malformed field table";
-    case MethodError::trailing_bytes: return "method frame has trailing bytes";
+    case MethodError::none:
+      return "ok";
+    case MethodError::truncated:
+      return "method frame truncated";
+    case MethodError::wrong_method:
+      return "unexpected method";
+    case MethodError::bad_table:
+      return "method has a malformed field table";
+    case MethodError::trailing_bytes:
+      return "method frame has trailing bytes";
   }
   return "unknown";
 }

@@ -246,9 +246,7 @@ struct BasicNack {
   static constexpr std::uint32_t kKey = mid::basic_nack;
   std::uint64_t delivery_tag = 0;
   bool multiple = false, requeue = true;
-  static void fields(auto& m, auto& io) {
-    io.u64(m.delivery_tag), io.bits(m.multiple, m.requeue);
-  }
+  static void fields(auto& m, auto& io) { io.u64(m.delivery_tag), io.bits(m.multiple, m.requeue); }
 };
 struct BasicReject {
   static constexpr std::uint32_t kKey = mid::basic_reject;

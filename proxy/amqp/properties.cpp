@@ -33,11 +33,16 @@ void write_shortstr(ByteWriter& out, const std::optional<std::string>& value) {
 
 std::string_view to_string(HeaderError error) {
   switch (error) {
-    case HeaderError::none: return "ok";
-    case HeaderError::truncated: return "content header truncated";
-    case HeaderError::bad_flags: return "content header has unknown property flags";
-    case HeaderError::bad_table: return "content header has a malformed headers table";
-    case HeaderError::trailing_bytes: return "content header has trailing bytes";
+    case HeaderError::none:
+      return "ok";
+    case HeaderError::truncated:
+      return "content header truncated";
+    case HeaderError::bad_flags:
+      return "content header has unknown property flags";
+    case HeaderError::bad_table:
+      return "content header has a malformed headers table";
+    case HeaderError::trailing_bytes:
+      return "content header has trailing bytes";
   }
   return "unknown";
 }
@@ -51,8 +56,7 @@ std::optional<std::uint64_t> peek_body_size(ByteView payload) {
   return size;
 }
 
-HeaderError decode_content_header(ByteView payload, ContentHeader& out,
-                                  const TableLimits& limits) {
+HeaderError decode_content_header(ByteView payload, ContentHeader& out, const TableLimits& limits) {
   ByteReader in(payload);
   out.class_id = in.u16();
   out.weight = in.u16();

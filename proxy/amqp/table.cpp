@@ -5,8 +5,12 @@
 
 namespace nackguard::amqp {
 
-bool FieldArray::operator==(const FieldArray& other) const { return items == other.items; }
-bool FieldTable::operator==(const FieldTable& other) const { return entries == other.entries; }
+bool FieldArray::operator==(const FieldArray& other) const {
+  return items == other.items;
+}
+bool FieldTable::operator==(const FieldTable& other) const {
+  return entries == other.entries;
+}
 
 const FieldValue* FieldTable::find(std::string_view name) const {
   for (const auto& [key, value] : entries) {
@@ -47,11 +51,16 @@ std::optional<std::int64_t> FieldValue::as_int() const {
 
 std::string_view to_string(TableError error) {
   switch (error) {
-    case TableError::none: return "ok";
-    case TableError::truncated: return "field table truncated or length out of bounds";
-    case TableError::unknown_type: return "unknown field type letter";
-    case TableError::too_deep: return "field tables nested too deep";
-    case TableError::too_many_values: return "too many values in field table";
+    case TableError::none:
+      return "ok";
+    case TableError::truncated:
+      return "field table truncated or length out of bounds";
+    case TableError::unknown_type:
+      return "unknown field type letter";
+    case TableError::too_deep:
+      return "field tables nested too deep";
+    case TableError::too_many_values:
+      return "too many values in field table";
   }
   return "unknown";
 }
@@ -72,17 +81,39 @@ TableError decode_value(ByteReader& in, FieldValue& out, DecodeState& state, std
   if (++state.values > state.limits.max_values) return TableError::too_many_values;
   out.type = static_cast<char>(in.u8());
   switch (out.type) {
-    case 't': out.value = in.u8() != 0; break;
-    case 'b': out.value = static_cast<std::int8_t>(in.u8()); break;
-    case 'B': out.value = in.u8(); break;
-    case 's': out.value = static_cast<std::int16_t>(in.u16()); break;
-    case 'u': out.value = in.u16(); break;
-    case 'I': out.value = static_cast<std::int32_t>(in.u32()); break;
-    case 'i': out.value = in.u32(); break;
-    case 'l': out.value = static_cast<std::int64_t>(in.u64()); break;
-    case 'T': out.value = in.u64(); break;
-    case 'f': out.value = std::bit_cast<float>(in.u32()); break;
-    case 'd': out.value = std::bit_cast<double>(in.u64()); break;
+    case 't':
+      out.value = in.u8() != 0;
+      break;
+    case 'b':
+      out.value = static_cast<std::int8_t>(in.u8());
+      break;
+    case 'B':
+      out.value = in.u8();
+      break;
+    case 's':
+      out.value = static_cast<std::int16_t>(in.u16());
+      break;
+    case 'u':
+      out.value = in.u16();
+      break;
+    case 'I':
+      out.value = static_cast<std::int32_t>(in.u32());
+      break;
+    case 'i':
+      out.value = in.u32();
+      break;
+    case 'l':
+      out.value = static_cast<std::int64_t>(in.u64());
+      break;
+    case 'T':
+      out.value = in.u64();
+      break;
+    case 'f':
+      out.value = std::bit_cast<float>(in.u32());
+      break;
+    case 'd':
+      out.value = std::bit_cast<double>(in.u64());
+      break;
     case 'D': {
       Decimal d;
       d.scale = in.u8();
@@ -91,8 +122,12 @@ TableError decode_value(ByteReader& in, FieldValue& out, DecodeState& state, std
       break;
     }
     case 'S':
-    case 'x': out.value = in.longstr(); break;
-    case 'V': out.value = std::monostate{}; break;
+    case 'x':
+      out.value = in.longstr();
+      break;
+    case 'V':
+      out.value = std::monostate{};
+      break;
     case 'A': {
       if (depth + 1 > state.limits.max_depth) return TableError::too_deep;
       FieldArray array;

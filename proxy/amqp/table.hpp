@@ -40,10 +40,10 @@ struct FieldValue {
   // Letter-to-alternative: V monostate; t bool; b int8; B uint8; s int16; u uint16; I int32;
   // i uint32; l int64; T uint64 (timestamp); f float; d double; D Decimal; S and x string;
   // A FieldArray; F FieldTable.
-  using Storage = std::variant<std::monostate, bool, std::int8_t, std::uint8_t, std::int16_t,
-                               std::uint16_t, std::int32_t, std::uint32_t, std::int64_t,
-                               std::uint64_t, float, double, Decimal, std::string, FieldArray,
-                               FieldTable>;
+  using Storage =
+      std::variant<std::monostate, bool, std::int8_t, std::uint8_t, std::int16_t, std::uint16_t,
+                   std::int32_t, std::uint32_t, std::int64_t, std::uint64_t, float, double, Decimal,
+                   std::string, FieldArray, FieldTable>;
   char type = 'V';
   Storage value;
 

@@ -4,11 +4,16 @@ namespace nackguard::session {
 
 std::string_view to_string(ReturnCause cause) {
   switch (cause) {
-    case ReturnCause::nack: return "nack";
-    case ReturnCause::reject: return "reject";
-    case ReturnCause::recover: return "recover";
-    case ReturnCause::channel_closed: return "channel_closed";
-    case ReturnCause::connection_closed: return "connection_closed";
+    case ReturnCause::nack:
+      return "nack";
+    case ReturnCause::reject:
+      return "reject";
+    case ReturnCause::recover:
+      return "recover";
+    case ReturnCause::channel_closed:
+      return "channel_closed";
+    case ReturnCause::connection_closed:
+      return "connection_closed";
   }
   return "unknown";
 }

@@ -20,8 +20,8 @@ struct Delivery {
   bool redelivered = false;
   bool no_ack = false;
   bool from_get = false;
-  bool withheld = false;           // the proxy kept it from the client and owns its settlement
-  amqp::Bytes header_payload;      // the raw content header: properties are decoded on demand
+  bool withheld = false;       // the proxy kept it from the client and owns its settlement
+  amqp::Bytes header_payload;  // the raw content header: properties are decoded on demand
   std::uint64_t body_size = 0;
 
   // Decodes the content header; false if it is malformed.

@@ -13,14 +13,16 @@ using amqp::FrameType;
 namespace mid = amqp::mid;
 namespace reply = amqp::reply;
 
-std::string_view to_string(Side side) { return side == Side::client ? "client" : "broker"; }
+std::string_view to_string(Side side) {
+  return side == Side::client ? "client" : "broker";
+}
 
 Session::Session(SessionOptions options, SessionObserver* observer)
     : options_(options), observer_(observer ? observer : &null_observer_) {
   // Before tune-ok the spec allows only frame-min-size; RabbitMQ's own handshake frames are
   // small, but clients with large property tables exist, so allow up to 128 KiB until then.
-  std::uint32_t initial = std::clamp<std::uint32_t>(options_.max_frame_bytes, amqp::kFrameMinSize,
-                                                    131072);
+  std::uint32_t initial =
+      std::clamp<std::uint32_t>(options_.max_frame_bytes, amqp::kFrameMinSize, 131072);
   for (auto& side : io_) side.decoder.set_frame_max(initial);
 }
 
@@ -110,7 +112,9 @@ bool Session::content_in_progress(Side to) const {
   return false;
 }
 
-ChannelState& Session::channel_state(std::uint16_t number) { return channels_[number]; }
+ChannelState& Session::channel_state(std::uint16_t number) {
+  return channels_[number];
+}
 
 void Session::returned(const Delivery& delivery, ReturnCause cause) {
   observer_->on_returned(delivery, cause);
@@ -240,9 +244,9 @@ void Session::handle_client_frame(const Frame& frame) {
     return;
   }
   if (ch.from_client.in_progress()) {
-    protocol_error(Side::client, reply::unexpected_frame,
-                   "UNEXPECTED_FRAME - expected a content frame on channel " +
-                       std::to_string(frame.channel));
+    protocol_error(
+        Side::client, reply::unexpected_frame,
+        "UNEXPECTED_FRAME - expected a content frame on channel " + std::to_string(frame.channel));
     return;
   }
   std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
@@ -294,8 +298,8 @@ void Session::handle_client_connection_method(const Frame& frame, std::uint32_t 
         reserved_channel_ = static_cast<std::uint16_t>(client_max + 1);
         to_broker.channel_max = *reserved_channel_;
       }
-      std::uint32_t frame_max = tune.frame_max == 0 ? offered_frame_max_
-                                                    : std::min(tune.frame_max, offered_frame_max_);
+      std::uint32_t frame_max =
+          tune.frame_max == 0 ? offered_frame_max_ : std::min(tune.frame_max, offered_frame_max_);
       if (offered_frame_max_ != 0) to_broker.frame_max = frame_max;
       std::uint32_t decode_max = std::max(to_broker.frame_max, amqp::kFrameMinSize);
       if (to_broker.frame_max == 0) decode_max = options_.max_frame_bytes;
@@ -378,7 +382,8 @@ void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t 
       std::uint32_t broker_channel_max = tune.channel_max == 0 ? 65535 : tune.channel_max;
       // With a single channel there is none to spare; the proxy then reserves nothing.
       reserve_channel_ = broker_channel_max >= 2;
-      if (reserve_channel_) offered.channel_max = static_cast<std::uint16_t>(broker_channel_max - 1);
+      if (reserve_channel_)
+        offered.channel_max = static_cast<std::uint16_t>(broker_channel_max - 1);
       offered_channel_max_ = offered.channel_max;
       std::uint32_t broker_frame_max =
           tune.frame_max == 0 ? std::numeric_limits<std::uint32_t>::max() : tune.frame_max;

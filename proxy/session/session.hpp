@@ -24,7 +24,9 @@
 namespace nackguard::session {
 
 enum class Side : std::uint8_t { client = 0, broker = 1 };
-constexpr Side other(Side side) { return side == Side::client ? Side::broker : Side::client; }
+constexpr Side other(Side side) {
+  return side == Side::client ? Side::broker : Side::client;
+}
 std::string_view to_string(Side side);
 
 struct SessionOptions {
@@ -52,7 +54,9 @@ class Session {
   bool close_after_flush(Side side) const { return io(side).close_after_flush; }
   // Input from `side` is no longer read (the session is closing it).
   bool input_closed(Side side) const { return io(side).input_closed; }
-  bool finished() const { return close_after_flush(Side::client) && close_after_flush(Side::broker); }
+  bool finished() const {
+    return close_after_flush(Side::client) && close_after_flush(Side::broker);
+  }
 
   // Queues whole frames for `to`, written at the next frame boundary that is not inside a
   // content sequence of any channel in that direction.
@@ -62,7 +66,9 @@ class Session {
                        bool requeue);
 
   bool is_open() const { return phase_ == Phase::open; }
-  bool handshake_done() const { return phase_ != Phase::protocol_header && phase_ != Phase::handshake; }
+  bool handshake_done() const {
+    return phase_ != Phase::protocol_header && phase_ != Phase::handshake;
+  }
   std::uint16_t heartbeat_seconds() const { return heartbeat_; }
   std::uint32_t frame_max() const { return io(Side::client).decoder.frame_max(); }
   // The channel the proxy keeps for itself, once tune-ok has been seen.

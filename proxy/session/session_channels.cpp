@@ -46,7 +46,8 @@ void append_settle(amqp::Bytes& out, std::uint16_t channel, SettleKind kind, std
 void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
                                            std::uint32_t key) {
   auto malformed = [&](const char* what) {
-    protocol_error(Side::client, reply::frame_error, std::string("FRAME_ERROR - malformed ") + what);
+    protocol_error(Side::client, reply::frame_error,
+                   std::string("FRAME_ERROR - malformed ") + what);
   };
   switch (key) {
     case mid::basic_publish:
@@ -54,25 +55,29 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       break;
     case mid::basic_ack: {
       amqp::BasicAck m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("basic.ack");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("basic.ack");
       settle_from_client(ch, frame, SettleKind::ack, m.delivery_tag, m.multiple, false);
       return;
     }
     case mid::basic_nack: {
       amqp::BasicNack m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("basic.nack");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("basic.nack");
       settle_from_client(ch, frame, SettleKind::nack, m.delivery_tag, m.multiple, m.requeue);
       return;
     }
     case mid::basic_reject: {
       amqp::BasicReject m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("basic.reject");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("basic.reject");
       settle_from_client(ch, frame, SettleKind::reject, m.delivery_tag, false, m.requeue);
       return;
     }
     case mid::basic_consume: {
       amqp::BasicConsume m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("basic.consume");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("basic.consume");
       std::string queue = m.queue.empty() ? ch.last_declared_queue : m.queue;
       if (m.no_wait) {
         ch.consumers[m.consumer_tag] = Consumer{queue, m.no_ack};
@@ -83,15 +88,18 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::basic_cancel: {
       amqp::BasicCancel m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("basic.cancel");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("basic.cancel");
       // The consumer's deliveries in flight still arrive until cancel-ok; forget it then.
       if (m.no_wait) ch.consumers.erase(m.consumer_tag);
       break;
     }
     case mid::basic_get: {
       amqp::BasicGet m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("basic.get");
-      ch.pending_gets.push_back(PendingGet{m.queue.empty() ? ch.last_declared_queue : m.queue, m.no_ack});
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("basic.get");
+      ch.pending_gets.push_back(
+          PendingGet{m.queue.empty() ? ch.last_declared_queue : m.queue, m.no_ack});
       break;
     }
     case mid::basic_recover:
@@ -101,7 +109,8 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       // recover-async has the same single bit; decode it under recover's key.
       amqp::Bytes copy(payload.begin(), payload.end());
       if (key == mid::basic_recover_async && copy.size() >= 4) copy[3] = 110;
-      if (amqp::decode_method(copy, m) != amqp::MethodError::none) return malformed("basic.recover");
+      if (amqp::decode_method(copy, m) != amqp::MethodError::none)
+        return malformed("basic.recover");
       if (m.requeue) {
         for (const Delivery& d : ch.take_all()) returned(d, ReturnCause::recover);
       }
@@ -109,7 +118,8 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::queue_declare: {
       amqp::QueueDeclare m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("queue.declare");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("queue.declare");
       if (m.no_wait) ch.last_declared_queue = m.queue;
       break;
     }
@@ -153,7 +163,8 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     append_settle(out, frame.channel, kind, settled.back().broker_tag, true, requeue);
   } else {
     // A multiple settlement would take the proxy's withheld deliveries with it: expand.
-    for (const Delivery& d : settled) append_settle(out, frame.channel, kind, d.broker_tag, false, requeue);
+    for (const Delivery& d : settled)
+      append_settle(out, frame.channel, kind, d.broker_tag, false, requeue);
   }
   emit(Side::broker, out);
 }
@@ -161,12 +172,14 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
 void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
                                            std::uint32_t key) {
   auto malformed = [&](const char* what) {
-    protocol_error(Side::broker, reply::frame_error, std::string("FRAME_ERROR - malformed ") + what);
+    protocol_error(Side::broker, reply::frame_error,
+                   std::string("FRAME_ERROR - malformed ") + what);
   };
   switch (key) {
     case mid::basic_deliver: {
       amqp::BasicDeliver m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("basic.deliver");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("basic.deliver");
       Delivery d;
       auto consumer = ch.consumers.find(m.consumer_tag);
       if (consumer != ch.consumers.end()) {
@@ -183,7 +196,8 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::basic_get_ok: {
       amqp::BasicGetOk m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("basic.get-ok");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("basic.get-ok");
       Delivery d;
       if (!ch.pending_gets.empty()) {
         d.queue = ch.pending_gets.front().queue;
@@ -207,7 +221,8 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       break;
     case mid::basic_consume_ok: {
       amqp::BasicConsumeOk m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("basic.consume-ok");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("basic.consume-ok");
       Consumer consumer;
       if (!ch.pending_consumes.empty()) {
         consumer.queue = ch.pending_consumes.front().queue;
@@ -228,7 +243,8 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::queue_declare_ok: {
       amqp::QueueDeclareOk m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed("queue.declare-ok");
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
+        return malformed("queue.declare-ok");
       ch.last_declared_queue = m.queue;
       break;
     }
@@ -289,10 +305,11 @@ void Session::handle_broker_content(ChannelState& ch, const Frame& frame) {
       d.client_tag = ch.next_client_tag();
       if (d.client_tag != d.broker_tag) {
         std::size_t at = amqp::kFrameHeaderSize +
-                         delivery_tag_offset(amqp::peek_method_key(ByteView(ch.incoming_method_frame)
-                                                                       .subspan(amqp::kFrameHeaderSize))
-                                                 .value_or(0),
-                                             d.consumer_tag);
+                         delivery_tag_offset(
+                             amqp::peek_method_key(
+                                 ByteView(ch.incoming_method_frame).subspan(amqp::kFrameHeaderSize))
+                                 .value_or(0),
+                             d.consumer_tag);
         patch_u64(ch.incoming_method_frame, at, d.client_tag);
       }
       emit(Side::client, ch.incoming_method_frame);

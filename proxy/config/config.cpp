@@ -1,0 +1,248 @@
+#include "proxy/config/config.hpp"
+
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <thread>
+
+#include "proxy/config/yaml_section.hpp"
+#include "proxy/config/yaml_values.hpp"
+
+namespace nackguard::config {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::Field;
+using detail::Section;
+using detail::Source;
+using std::chrono::milliseconds;
+
+constexpr unsigned kMaxThreads = 256;
+// AMQP 0-9-1 forbids a frame_max below 4096; 16 MiB is far above any real message frame.
+constexpr std::uint64_t kMinFrameBytes = 4096;
+constexpr std::uint64_t kMaxFrameBytes = 16 * 1024 * 1024;
+// Below 64 KiB a connection stalls on every burst; above 256 MiB a few slow peers exhaust
+// memory.
+constexpr std::uint64_t kMinBufferBytes = 64 * 1024;
+constexpr std::uint64_t kMaxBufferBytes = 256 * 1024 * 1024;
+
+constexpr std::array<std::string_view, 8> kTopKeys{"listen",  "upstream", "threads", "policies_dir",
+                                                   "metrics", "log",      "limits",  "timeouts"};
+constexpr std::array<std::string_view, 2> kListenKeys{"address", "port"};
+constexpr std::array<std::string_view, 3> kUpstreamKeys{"host", "port", "connect_timeout"};
+constexpr std::array<std::string_view, 2> kMetricsKeys{"address", "port"};
+constexpr std::array<std::string_view, 2> kLogKeys{"level", "format"};
+constexpr std::array<std::string_view, 2> kLimitsKeys{"max_frame_bytes", "buffer_bytes"};
+constexpr std::array<std::string_view, 1> kTimeoutsKeys{"handshake"};
+
+constexpr std::array<std::string_view, 7> kLogLevels{"trace", "debug",    "info", "warn",
+                                                     "error", "critical", "off"};
+constexpr std::array<std::string_view, 2> kLogFormats{"text", "json"};
+
+// A timer set further out than a day is a mistake, and values near the limit of milliseconds
+// would overflow when a timer adds them to the clock.
+constexpr milliseconds kLongestTimeout = std::chrono::hours(24);
+
+YAML::Node parse_single_document(const Source& source, std::string_view yaml_text) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(yaml_text));
+  } catch (const YAML::DeepRecursion& error) {
+    // yaml-cpp stops runaway nesting (an attack, or brackets never closed) with "bad file".
+    source.fail(error.mark, "",
+                "invalid YAML: nested deeper than " + std::to_string(error.depth()) +
+                    " levels; nest less deeply, or close the brackets left open");
+  } catch (const YAML::Exception& error) {
+    source.fail(error.mark, "",
+                "invalid YAML: " + error.msg +
+                    "; fix the syntax at that spot (indent with spaces, not tabs; close every "
+                    "bracket and quote)");
+  }
+  if (documents.empty()) return YAML::Node();  // empty, or only comments: all defaults
+  if (documents.size() > 1) {
+    source.fail(documents[1].Mark(), "",
+                "the file holds more than one YAML document (\"---\" starts another); keep all "
+                "settings in the first one");
+  }
+  return documents.front();
+}
+
+void read_endpoint(const Section& section, std::string_view host_key, Endpoint& endpoint) {
+  if (const Field* host = section.find(host_key)) {
+    endpoint.host = detail::read_word(*host, "a host name or IP address");
+  }
+  if (const Field* port = section.find("port")) endpoint.port = detail::read_port(*port);
+}
+
+fs::path absolute_or_as_given(const fs::path& file) {
+  std::error_code ignored;
+  const fs::path absolute = fs::absolute(file, ignored);
+  return absolute.empty() ? file : absolute.lexically_normal();
+}
+
+// Resolved against the path of the file as named, without following symbolic links: a mounted
+// config (e.g. a Kubernetes ConfigMap, whose files are links into a hidden directory) should
+// find "../policies" where its visible path says.
+fs::path resolve_policies_dir(const fs::path& config_file, const fs::path& value) {
+  if (value.is_absolute()) return value.lexically_normal();
+  return (config_file.parent_path() / value).lexically_normal();
+}
+
+// Why the path is what it is, so that a person can see whether the value or its base is wrong.
+std::string explain_origin(const Field* field, const fs::path& as_written,
+                           const fs::path& config_file) {
+  std::string origin = field ? "set to \"" : "the default \"";
+  origin += as_written.string() + "\"";
+  if (as_written.is_relative()) origin += ", relative to " + config_file.parent_path().string();
+  return origin;
+}
+
+void check_policies_dir(const Source& source, const Field* field, const Config& config,
+                        const fs::path& as_written) {
+  const std::string resolved = config.policies_dir.string();
+  std::error_code error;
+  const fs::file_status status = fs::status(config.policies_dir, error);
+  std::string problem;
+  if (status.type() == fs::file_type::not_found) {
+    problem = "the directory " + resolved + " does not exist";
+  } else if (error) {
+    problem = "cannot check the directory " + resolved + ": " + error.message();
+  } else if (status.type() != fs::file_type::directory) {
+    problem = resolved + " is not a directory";
+  } else {
+    return;
+  }
+  const YAML::Mark mark = field ? field->value_mark() : YAML::Mark::null_mark();
+  source.fail(mark, "policies_dir",
+              problem + " (" + explain_origin(field, as_written, config.file) +
+                  "); create it, or set policies_dir to the directory that holds the policy "
+                  "files");
+}
+
+void read_policies_dir(const Source& source, const Section& top, Config& config) {
+  const Field* field = top.find("policies_dir");
+  fs::path value = config.policies_dir;
+  if (field != nullptr) {
+    const std::string text = field->scalar("a directory path");
+    if (text.empty()) field->fail("expected a directory path, got an empty string");
+    value = text;
+  }
+  config.policies_dir = resolve_policies_dir(config.file, value);
+  check_policies_dir(source, field, config, value);
+}
+
+void read_upstream(const Section& top, Config& config) {
+  const Section upstream = top.child("upstream", kUpstreamKeys);
+  read_endpoint(upstream, "host", config.upstream);
+  if (const Field* timeout = upstream.find("connect_timeout")) {
+    config.upstream_connect_timeout =
+        detail::read_duration(*timeout, milliseconds(1), kLongestTimeout);
+  }
+}
+
+void read_log(const Section& top, Config& config) {
+  const Section log = top.child("log", kLogKeys);
+  if (const Field* level = log.find("level")) {
+    config.log_level = detail::read_choice(*level, kLogLevels);
+  }
+  if (const Field* format = log.find("format")) {
+    config.log_format = detail::read_choice(*format, kLogFormats);
+  }
+}
+
+void read_limits(const Section& top, Config& config) {
+  const Section limits = top.child("limits", kLimitsKeys);
+  if (const Field* frame = limits.find("max_frame_bytes")) {
+    config.max_frame_bytes = static_cast<std::uint32_t>(
+        detail::read_integer(*frame, kMinFrameBytes, kMaxFrameBytes, "a number of bytes"));
+  }
+  if (const Field* buffer = limits.find("buffer_bytes")) {
+    config.buffer_bytes = static_cast<std::size_t>(
+        detail::read_integer(*buffer, kMinBufferBytes, kMaxBufferBytes, "a number of bytes"));
+  }
+}
+
+void read_timeouts(const Section& top, Config& config) {
+  const Section timeouts = top.child("timeouts", kTimeoutsKeys);
+  if (const Field* handshake = timeouts.find("handshake")) {
+    config.handshake_timeout = detail::read_duration(*handshake, milliseconds(1), kLongestTimeout);
+  }
+}
+
+Config build_config(const Source& source, const YAML::Node& document,
+                    const fs::path& file_for_messages) {
+  Config config;
+  config.file = absolute_or_as_given(file_for_messages);
+  const Section top = Section::top_level(source, document, kTopKeys);
+
+  read_endpoint(top.child("listen", kListenKeys), "address", config.listen);
+  read_upstream(top, config);
+  if (const Field* threads = top.find("threads")) {
+    config.threads = static_cast<unsigned>(detail::read_integer(*threads, 1, kMaxThreads));
+  }
+  read_endpoint(top.child("metrics", kMetricsKeys), "address", config.metrics);
+  read_log(top, config);
+  read_limits(top, config);
+  read_timeouts(top, config);
+  // Last, so that a typo elsewhere is reported before a missing directory.
+  read_policies_dir(source, top, config);
+  return config;
+}
+
+std::string read_whole_file(const fs::path& file) {
+  const std::string name = file.string();
+  std::error_code error;
+  const fs::file_status status = fs::status(file, error);
+  if (status.type() == fs::file_type::not_found) {
+    throw ConfigError(name + ": cannot read the config file: it does not exist (looked for " +
+                      absolute_or_as_given(file).string() +
+                      "); check the path, which is relative to the current directory");
+  }
+  if (status.type() == fs::file_type::directory) {
+    throw ConfigError(name +
+                      ": cannot read the config file: it is a directory; give the path "
+                      "of the YAML file itself");
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    throw ConfigError(name + ": cannot read the config file: " + std::strerror(errno) +
+                      "; check that it exists and that this user may read it");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    throw ConfigError(name + ": cannot read the config file: " + std::strerror(errno) +
+                      "; check the file and the disk it is on");
+  }
+  return std::move(text).str();
+}
+
+}  // namespace
+
+unsigned default_thread_count() {
+  return std::clamp(std::thread::hardware_concurrency(), 1u, kMaxThreads);
+}
+
+Config parse_config(std::string_view yaml_text, const fs::path& file_for_messages) {
+  const Source source(file_for_messages.string());
+  try {
+    return build_config(source, parse_single_document(source, yaml_text), file_for_messages);
+  } catch (const YAML::Exception& error) {
+    // Reading a node the checks above already typed should not throw; if yaml-cpp disagrees,
+    // the person still gets a located message, not "yaml-cpp: bad conversion".
+    source.fail(error.mark, "", "cannot read this YAML: " + error.msg);
+  }
+}
+
+Config load_config(const fs::path& file) {
+  return parse_config(read_whole_file(file), file);
+}
+
+}  // namespace nackguard::config

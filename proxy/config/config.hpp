@@ -1,0 +1,67 @@
+#pragma once
+
+// nackguard's own settings (conf/nackguard.yaml): where to listen, which broker to front, and
+// the limits that protect the proxy. Loading validates everything up front, so that a typo
+// stops the start with a message naming file:line:column and key, instead of the proxy
+// running on a silent default.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "proxy/config/duration.hpp"
+
+namespace nackguard::config {
+
+struct Endpoint {
+  std::string host;  // a host name or an IP address; for listen and metrics, the bind address
+  std::uint16_t port;
+};
+
+// std::thread::hardware_concurrency(), at least 1 and at most 256.
+unsigned default_thread_count();
+
+struct Config {
+  std::filesystem::path file;  // the file it was loaded from, absolute
+  Endpoint listen{"127.0.0.1", 5673};
+  Endpoint upstream{"127.0.0.1", 5672};
+  std::chrono::milliseconds upstream_connect_timeout{5000};
+  unsigned threads = default_thread_count();  // 1..256
+  // Absolute after loading: a relative value is taken relative to the config file's directory,
+  // so the proxy finds its policies whatever directory it is started from.
+  std::filesystem::path policies_dir = "../policies";
+  Endpoint metrics{"127.0.0.1", 9464};
+  std::string log_level = "info";   // trace|debug|info|warn|error|critical|off
+  std::string log_format = "text";  // text|json
+  // 4096..16777216. The broker's frame_max offer is lowered to it, so that neither side can
+  // send a frame larger than the proxy is willing to hold.
+  std::uint32_t max_frame_bytes = 1048576;
+  // 65536..268435456, per connection and direction: output buffered beyond it stops reading
+  // from the other side (back-pressure).
+  std::size_t buffer_bytes = 1048576;
+  std::chrono::milliseconds handshake_timeout{10000};
+};
+
+// What is wrong, where (file:line:column, key) and what to do, ready to show to a person.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Reads and validates the file; an empty file means all defaults. Throws ConfigError.
+Config load_config(const std::filesystem::path& file);
+
+// As load_config, for text already in memory. `file_for_messages` names the file in messages
+// and is where a relative policies_dir is resolved from; the policies directory must exist.
+// Throws ConfigError.
+Config parse_config(std::string_view yaml_text, const std::filesystem::path& file_for_messages);
+
+// The effective configuration, one "key: value" line per setting with dotted keys as in the
+// file, for --check-config.
+std::string describe(const Config& config);
+
+}  // namespace nackguard::config

@@ -1,0 +1,197 @@
+#include "proxy/net/relay.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+namespace nackguard::net {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using namespace asio::experimental::awaitable_operators;
+using session::other;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+// After sending its last bytes to a side, how long to wait for the peer to hang up before
+// closing: closing with unread input would reset the connection and could lose our close.
+constexpr auto kLinger = std::chrono::seconds(1);
+constexpr auto kWatchdogTick = std::chrono::milliseconds(500);
+}  // namespace
+
+Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
+    : options_(std::move(options)),
+      id_(id),
+      client_(client.get_executor()),
+      broker_(client.get_executor()),
+      session_(options_.session),
+      started_(Clock::now()) {
+  client_.socket = std::move(client);
+}
+
+asio::awaitable<void> Relay::run() {
+  auto keep_alive = shared_from_this();
+  boost::system::error_code ec;
+  client_.socket.set_option(tcp::no_delay(true), ec);
+  tcp::endpoint peer = client_.socket.remote_endpoint(ec);
+  spdlog::debug("conn {}: accepted from {}:{}", id_, peer.address().to_string(), peer.port());
+  if (!co_await connect_upstream()) {
+    close_socket(Side::client);
+    co_return;
+  }
+  broker_.socket.set_option(tcp::no_delay(true), ec);
+  client_.last_read = broker_.last_read = Clock::now();
+  co_await (reader(Side::client) && reader(Side::broker) && writer(Side::client) &&
+            writer(Side::broker) && watchdog());
+  const auto& stats = session_.stats();
+  spdlog::debug("conn {}: closed; client sent {} frames, broker sent {} frames", id_,
+                stats.frames[0], stats.frames[1]);
+}
+
+asio::awaitable<bool> Relay::connect_upstream() {
+  auto executor = co_await asio::this_coro::executor;
+  tcp::resolver resolver(executor);
+  auto [resolve_ec, endpoints] = co_await resolver.async_resolve(
+      options_.upstream_host, std::to_string(options_.upstream_port), kUseTuple);
+  if (resolve_ec) {
+    spdlog::warn("conn {}: cannot resolve upstream host {}: {}; check upstream.host", id_,
+                 options_.upstream_host, resolve_ec.message());
+    co_return false;
+  }
+  asio::steady_timer deadline(executor, options_.connect_timeout);
+  auto result = co_await (asio::async_connect(broker_.socket, endpoints, kUseTuple) ||
+                          deadline.async_wait(kUseTuple));
+  std::string target = options_.upstream_host + ":" + std::to_string(options_.upstream_port);
+  if (result.index() == 1) {
+    spdlog::warn("conn {}: connecting to upstream {} timed out after {} ms; is the broker up?", id_,
+                 target, options_.connect_timeout.count());
+    co_return false;
+  }
+  auto [connect_ec, endpoint] = std::get<0>(result);
+  if (connect_ec) {
+    spdlog::warn("conn {}: cannot connect to upstream {}: {}; is the broker up?", id_, target,
+                 connect_ec.message());
+    co_return false;
+  }
+  co_return true;
+}
+
+std::size_t Relay::queued_towards(Side side) {
+  return session_.output(side).size() + end(side).writing;
+}
+
+void Relay::wake_writers() {
+  client_.wake_writer.cancel();
+  broker_.wake_writer.cancel();
+}
+
+void Relay::close_socket(Side side) {
+  Endpoint& e = end(side);
+  if (e.closed) return;
+  e.closed = true;
+  boost::system::error_code ignored;
+  e.socket.shutdown(tcp::socket::shutdown_both, ignored);
+  e.socket.close(ignored);
+  e.wake_reader.cancel();
+  e.wake_writer.cancel();
+  end(other(side)).wake_reader.cancel();
+}
+
+asio::awaitable<void> Relay::reader(Side side) {
+  Endpoint& self = end(side);
+  Endpoint& peer = end(other(side));
+  std::array<std::uint8_t, kReadChunk> buffer;
+  while (!self.closed) {
+    // Back-pressure: while the other side has not taken what we already gave it, stop reading.
+    while (!session_.input_closed(side) && !peer.closed &&
+           queued_towards(other(side)) > options_.buffer_bytes) {
+      peer.wake_reader.expires_at(Clock::time_point::max());
+      co_await peer.wake_reader.async_wait(kUseTuple);
+    }
+    auto [ec, n] = co_await self.socket.async_read_some(asio::buffer(buffer), kUseTuple);
+    if (ec) {
+      if (!session_.input_closed(side)) {
+        spdlog::debug("conn {}: {} side closed: {}", id_, session::to_string(side), ec.message());
+        session_.on_eof(side);
+      }
+      wake_writers();
+      co_return;
+    }
+    self.last_read = Clock::now();
+    session_.feed(side, amqp::ByteView(buffer.data(), n));
+    wake_writers();
+  }
+}
+
+asio::awaitable<void> Relay::writer(Side side) {
+  Endpoint& self = end(side);
+  amqp::Bytes writing;
+  while (!self.closed) {
+    amqp::Bytes& pending = session_.output(side);
+    if (!pending.empty()) {
+      writing.swap(pending);
+      self.writing = writing.size();
+      auto [ec, n] = co_await asio::async_write(self.socket, asio::buffer(writing), kUseTuple);
+      self.writing = 0;
+      writing.clear();
+      self.wake_reader.cancel();
+      if (ec) {
+        spdlog::debug("conn {}: writing to the {} side failed: {}", id_, session::to_string(side),
+                      ec.message());
+        session_.on_eof(side);
+        wake_writers();
+        close_socket(side);
+      }
+      continue;
+    }
+    if (session_.close_after_flush(side)) {
+      boost::system::error_code ignored;
+      self.socket.shutdown(tcp::socket::shutdown_send, ignored);
+      self.wake_writer.expires_after(kLinger);
+      co_await self.wake_writer.async_wait(kUseTuple);
+      close_socket(side);
+      co_return;
+    }
+    self.wake_writer.expires_at(Clock::time_point::max());
+    co_await self.wake_writer.async_wait(kUseTuple);
+  }
+}
+
+asio::awaitable<void> Relay::watchdog() {
+  asio::steady_timer tick(co_await asio::this_coro::executor);
+  while (!client_.closed || !broker_.closed) {
+    tick.expires_after(kWatchdogTick);
+    co_await tick.async_wait(kUseTuple);
+    if (session_.finished()) continue;
+    auto now = Clock::now();
+    if (!session_.is_open() && now - started_ > options_.handshake_timeout) {
+      spdlog::info("conn {}: closed: the AMQP handshake did not complete within {} ms", id_,
+                   options_.handshake_timeout.count());
+      session_.on_eof(Side::client);
+      wake_writers();
+      continue;
+    }
+    std::uint16_t heartbeat = session_.heartbeat_seconds();
+    if (heartbeat == 0 || !session_.is_open()) continue;
+    // The spec's rule: a peer silent for two heartbeat intervals is dead.
+    auto silence_limit = std::chrono::seconds(2 * heartbeat);
+    for (Side side : {Side::client, Side::broker}) {
+      if (now - end(side).last_read > silence_limit) {
+        spdlog::info("conn {}: the {} side sent nothing for {} s (heartbeat {} s); closing", id_,
+                     session::to_string(side), 2 * heartbeat, heartbeat);
+        session_.on_eof(side);
+        wake_writers();
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace nackguard::net

@@ -1,0 +1,67 @@
+#pragma once
+// One client connection and its upstream broker connection, on one strand. The relay only
+// moves bytes: it reads from a socket into the session, and writes what the session asks for.
+
+#include <array>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "proxy/session/session.hpp"
+
+namespace nackguard::net {
+
+struct RelayOptions {
+  std::string upstream_host;
+  std::uint16_t upstream_port = 5672;
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds handshake_timeout{10000};
+  // Output buffered towards one side beyond this stops reading from the other side.
+  std::size_t buffer_bytes = 1 << 20;
+  session::SessionOptions session;
+};
+
+class Relay : public std::enable_shared_from_this<Relay> {
+ public:
+  Relay(boost::asio::ip::tcp::socket client, RelayOptions options, std::uint64_t id);
+
+  // Connects upstream, then pumps both ways until both sides are closed.
+  boost::asio::awaitable<void> run();
+  boost::asio::any_io_executor executor() { return client_.socket.get_executor(); }
+
+ private:
+  using Side = session::Side;
+  static constexpr std::size_t kReadChunk = 64 * 1024;
+
+  struct Endpoint {
+    explicit Endpoint(boost::asio::any_io_executor executor)
+        : socket(executor), wake_writer(executor), wake_reader(executor) {}
+    boost::asio::ip::tcp::socket socket;
+    boost::asio::steady_timer wake_writer;  // cancelled when there is output for this side
+    boost::asio::steady_timer wake_reader;  // cancelled when this side's writer drained output
+    std::chrono::steady_clock::time_point last_read;
+    std::size_t writing = 0;  // bytes handed to async_write and not yet completed
+    bool closed = false;
+  };
+
+  Endpoint& end(Side side) { return side == Side::client ? client_ : broker_; }
+  boost::asio::awaitable<bool> connect_upstream();
+  boost::asio::awaitable<void> reader(Side side);
+  boost::asio::awaitable<void> writer(Side side);
+  boost::asio::awaitable<void> watchdog();
+  void wake_writers();
+  void close_socket(Side side);
+  std::size_t queued_towards(Side side);
+
+  RelayOptions options_;
+  std::uint64_t id_;
+  Endpoint client_;
+  Endpoint broker_;
+  session::Session session_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace nackguard::net

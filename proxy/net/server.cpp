@@ -1,0 +1,69 @@
+#include "proxy/net/server.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace nackguard::net {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+Server::Server(asio::io_context& io, const std::string& address, std::uint16_t port,
+               RelayOptions options)
+    : io_(io), acceptor_(asio::make_strand(io)), options_(std::move(options)) {
+  std::string where = address + ":" + std::to_string(port);
+  boost::system::error_code ec;
+  auto ip = asio::ip::make_address(address, ec);
+  if (ec) throw std::runtime_error("listen.address \"" + address + "\" is not an IP address");
+  tcp::endpoint endpoint(ip, port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw std::runtime_error("cannot listen on " + where + ": " + ec.message() +
+                             "; choose a free listen.port or stop what holds it");
+  }
+}
+
+void Server::start() {
+  asio::co_spawn(acceptor_.get_executor(), accept_loop(), asio::detached);
+}
+
+void Server::stop() {
+  asio::post(acceptor_.get_executor(), [this] {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+  });
+}
+
+asio::awaitable<void> Server::accept_loop() {
+  while (acceptor_.is_open()) {
+    auto [ec, socket] = co_await acceptor_.async_accept(asio::make_strand(io_),
+                                                        asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted) co_return;
+    if (ec) {
+      // Out of file descriptors, for example: log, and keep serving the others.
+      spdlog::warn("accept failed: {}", ec.message());
+      continue;
+    }
+    std::uint64_t id = next_id_++;
+    auto relay = std::make_shared<Relay>(std::move(socket), options_, id);
+    auto executor = relay->executor();
+    asio::co_spawn(executor, relay->run(), [id](std::exception_ptr error) {
+      if (!error) return;
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        spdlog::error("conn {}: ended by an internal error: {}", id, e.what());
+      }
+    });
+  }
+}
+
+}  // namespace nackguard::net

@@ -1,0 +1,31 @@
+#pragma once
+// Accepts client connections and starts one Relay per connection, each on its own strand.
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "proxy/net/relay.hpp"
+
+namespace nackguard::net {
+
+class Server {
+ public:
+  // Binds and listens; throws std::runtime_error naming the address if that fails.
+  Server(boost::asio::io_context& io, const std::string& address, std::uint16_t port,
+         RelayOptions options);
+
+  void start();
+  void stop();
+  boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
+
+ private:
+  boost::asio::awaitable<void> accept_loop();
+
+  boost::asio::io_context& io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  RelayOptions options_;
+  std::atomic<std::uint64_t> next_id_{1};
+};
+
+}  // namespace nackguard::net

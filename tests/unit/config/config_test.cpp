@@ -1,0 +1,183 @@
+#include "proxy/config/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include "config/config_test_support.hpp"
+
+namespace nackguard::config {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using testing::TempTree;
+
+const fs::path kSourceDir = NACKGUARD_SOURCE_DIR;
+
+TEST(LoadConfig, ShippedFileGivesTheDocumentedValues) {
+  const Config config = load_config(kSourceDir / "conf" / "nackguard.yaml");
+
+  EXPECT_EQ(config.file, (kSourceDir / "conf" / "nackguard.yaml").lexically_normal());
+  EXPECT_EQ(config.listen.host, "127.0.0.1");
+  EXPECT_EQ(config.listen.port, 5673);
+  EXPECT_EQ(config.upstream.host, "127.0.0.1");
+  EXPECT_EQ(config.upstream.port, 5672);
+  EXPECT_EQ(config.upstream_connect_timeout, milliseconds(5000));
+  EXPECT_EQ(config.threads, 2u);
+  EXPECT_EQ(config.policies_dir, (kSourceDir / "policies").lexically_normal());
+  EXPECT_EQ(config.metrics.host, "127.0.0.1");
+  EXPECT_EQ(config.metrics.port, 9464);
+  EXPECT_EQ(config.log_level, "info");
+  EXPECT_EQ(config.log_format, "text");
+  EXPECT_EQ(config.max_frame_bytes, 1048576u);
+  EXPECT_EQ(config.buffer_bytes, 1048576u);
+  EXPECT_EQ(config.handshake_timeout, milliseconds(10000));
+}
+
+TEST(LoadConfig, ShippedFileSetsTheSameValuesAsTheDefaults) {
+  // The shipped file documents the defaults; they must not drift apart. Only threads differs,
+  // because its default depends on the machine.
+  TempTree tree;
+  Config defaults = load_config(tree.write(""));
+  Config shipped = load_config(kSourceDir / "conf" / "nackguard.yaml");
+  defaults.threads = shipped.threads;
+  defaults.file = shipped.file;
+  defaults.policies_dir = shipped.policies_dir;
+  EXPECT_EQ(describe(defaults), describe(shipped));
+}
+
+TEST(LoadConfig, EmptyFileMeansAllDefaults) {
+  TempTree tree;
+  const fs::path file = tree.write("");
+  const Config config = load_config(file);
+
+  EXPECT_EQ(config.file, file);
+  EXPECT_EQ(config.listen.host, "127.0.0.1");
+  EXPECT_EQ(config.listen.port, 5673);
+  EXPECT_EQ(config.upstream.host, "127.0.0.1");
+  EXPECT_EQ(config.upstream.port, 5672);
+  EXPECT_EQ(config.upstream_connect_timeout, milliseconds(5000));
+  EXPECT_EQ(config.threads, default_thread_count());
+  EXPECT_EQ(config.policies_dir, tree.root() / "policies");
+  EXPECT_EQ(config.metrics.host, "127.0.0.1");
+  EXPECT_EQ(config.metrics.port, 9464);
+  EXPECT_EQ(config.log_level, "info");
+  EXPECT_EQ(config.log_format, "text");
+  EXPECT_EQ(config.max_frame_bytes, 1048576u);
+  EXPECT_EQ(config.buffer_bytes, 1048576u);
+  EXPECT_EQ(config.handshake_timeout, milliseconds(10000));
+}
+
+TEST(LoadConfig, CommentsOnlyOrEmptySectionsMeanDefaults) {
+  TempTree tree;
+  EXPECT_EQ(load_config(tree.write("# nothing set\n")).listen.port, 5673);
+  EXPECT_EQ(load_config(tree.write("---\n")).listen.port, 5673);
+  const Config config = load_config(tree.write("listen:\nlimits: {}\ntimeouts:\n"));
+  EXPECT_EQ(config.listen.port, 5673);
+  EXPECT_EQ(config.handshake_timeout, milliseconds(10000));
+}
+
+TEST(LoadConfig, MinimalFileKeepsDefaultsForTheRest) {
+  TempTree tree;
+  const Config config = load_config(tree.write("listen: {port: 6000}\n"));
+  EXPECT_EQ(config.listen.host, "127.0.0.1");
+  EXPECT_EQ(config.listen.port, 6000);
+  EXPECT_EQ(config.upstream.port, 5672);
+  EXPECT_EQ(config.log_level, "info");
+}
+
+TEST(LoadConfig, ReadsEveryKey) {
+  TempTree tree;
+  fs::create_directories(tree.root() / "rules");
+  const Config config = load_config(tree.write(R"(
+listen:   {address: 0.0.0.0, port: 1}
+upstream: {host: rabbit.internal, port: 65535, connect_timeout: 750ms}
+threads: 256
+policies_dir: ../rules
+metrics:  {address: "::", port: 9000}
+log:      {level: critical, format: json}
+limits:   {max_frame_bytes: 4096, buffer_bytes: 268435456}
+timeouts: {handshake: 2m}
+)"));
+  EXPECT_EQ(config.listen.host, "0.0.0.0");
+  EXPECT_EQ(config.listen.port, 1);
+  EXPECT_EQ(config.upstream.host, "rabbit.internal");
+  EXPECT_EQ(config.upstream.port, 65535);
+  EXPECT_EQ(config.upstream_connect_timeout, milliseconds(750));
+  EXPECT_EQ(config.threads, 256u);
+  EXPECT_EQ(config.policies_dir, tree.root() / "rules");
+  EXPECT_EQ(config.metrics.host, "::");
+  EXPECT_EQ(config.metrics.port, 9000);
+  EXPECT_EQ(config.log_level, "critical");
+  EXPECT_EQ(config.log_format, "json");
+  EXPECT_EQ(config.max_frame_bytes, 4096u);
+  EXPECT_EQ(config.buffer_bytes, 268435456u);
+  EXPECT_EQ(config.handshake_timeout, milliseconds(120'000));
+}
+
+TEST(LoadConfig, AbsolutePoliciesDirIsKeptAsIs) {
+  TempTree tree;
+  const fs::path elsewhere = tree.root() / "elsewhere";
+  fs::create_directories(elsewhere);
+  const Config config = load_config(tree.write("policies_dir: " + elsewhere.string() + "\n"));
+  EXPECT_EQ(config.policies_dir, elsewhere);
+}
+
+TEST(LoadConfig, RelativeFileNameIsMadeAbsolute) {
+  TempTree tree;
+  tree.write("threads: 3\n");
+  const fs::path previous = fs::current_path();
+  fs::current_path(tree.root());
+  const Config config = load_config("conf/nackguard.yaml");
+  fs::current_path(previous);
+  EXPECT_EQ(config.file, tree.root() / "conf" / "nackguard.yaml");
+  EXPECT_EQ(config.policies_dir, tree.root() / "policies");
+  EXPECT_EQ(config.threads, 3u);
+}
+
+TEST(ParseConfig, ResolvesPoliciesDirFromTheNamedFile) {
+  TempTree tree;
+  const Config config = parse_config("threads: 1\n", tree.root() / "conf" / "any.yaml");
+  EXPECT_EQ(config.file, tree.root() / "conf" / "any.yaml");
+  EXPECT_EQ(config.policies_dir, tree.root() / "policies");
+  EXPECT_EQ(config.threads, 1u);
+}
+
+TEST(ParseConfig, AcceptsQuotedScalars) {
+  TempTree tree;
+  const Config config = parse_config("listen: {port: \"5700\"}\nlog: {level: 'debug'}\n",
+                                     tree.root() / "conf/x.yaml");
+  EXPECT_EQ(config.listen.port, 5700);
+  EXPECT_EQ(config.log_level, "debug");
+}
+
+TEST(Describe, ListsEveryKeyOncePerLine) {
+  TempTree tree;
+  const fs::path file = tree.write("threads: 4\nupstream: {connect_timeout: 1500ms}\n");
+  const std::string expected = "file: " + file.string() +
+                               "\n"
+                               "listen.address: 127.0.0.1\n"
+                               "listen.port: 5673\n"
+                               "upstream.host: 127.0.0.1\n"
+                               "upstream.port: 5672\n"
+                               "upstream.connect_timeout: 1500ms\n"
+                               "threads: 4\n"
+                               "policies_dir: " +
+                               (tree.root() / "policies").string() +
+                               "\n"
+                               "metrics.address: 127.0.0.1\n"
+                               "metrics.port: 9464\n"
+                               "log.level: info\n"
+                               "log.format: text\n"
+                               "limits.max_frame_bytes: 1048576\n"
+                               "limits.buffer_bytes: 1048576\n"
+                               "timeouts.handshake: 10s\n";
+  EXPECT_EQ(describe(load_config(file)), expected);
+}
+
+TEST(DefaultThreadCount, IsWithinTheAllowedRange) {
+  EXPECT_GE(default_thread_count(), 1u);
+  EXPECT_LE(default_thread_count(), 256u);
+}
+
+}  // namespace
+}  // namespace nackguard::config
