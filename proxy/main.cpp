@@ -11,13 +11,23 @@
 
 #include "nackguard/version.hpp"
 #include "proxy/config/config.hpp"
+#include "proxy/config/policy_loader.hpp"
 #include "proxy/logging.hpp"
+#include "proxy/net/log_listener.hpp"
 #include "proxy/net/server.hpp"
 
 namespace po = boost::program_options;
 using namespace nackguard;
 
 namespace {
+
+session::GuardSettings guard_settings(const config::Config& cfg) {
+  session::GuardSettings settings;
+  settings.tracker_max_entries = cfg.tracker_max_entries;
+  settings.tracker_idle_ttl = cfg.tracker_idle_ttl;
+  settings.retained_body_bytes = cfg.retained_body_bytes;
+  return settings;
+}
 
 net::RelayOptions relay_options(const config::Config& cfg) {
   net::RelayOptions options;
@@ -30,10 +40,17 @@ net::RelayOptions relay_options(const config::Config& cfg) {
   return options;
 }
 
-int serve(const config::Config& cfg) {
+int serve(const config::Config& cfg, retry::PolicySet policies) {
   setup_logging(cfg.log_level, cfg.log_format);
+  net::LogListener log_listener;
+  session::GuardContext guard(guard_settings(cfg),
+                              std::make_shared<const retry::PolicySet>(std::move(policies)),
+                              &log_listener);
+  net::RelayOptions options = relay_options(cfg);
+  options.guard_context = &guard;
+  options.session.body_budget = &guard.budget();
   boost::asio::io_context io(static_cast<int>(cfg.threads));
-  net::Server server(io, cfg.listen.host, cfg.listen.port, relay_options(cfg));
+  net::Server server(io, cfg.listen.host, cfg.listen.port, options);
   server.start();
   spdlog::info("nackguard {} listening on {}:{}, forwarding to {}:{} ({} threads)", kVersion,
                cfg.listen.host, cfg.listen.port, cfg.upstream.host, cfg.upstream.port, cfg.threads);
@@ -80,18 +97,22 @@ int main(int argc, char** argv) {
   }
 
   config::Config cfg;
+  retry::PolicySet policies;
   try {
     cfg = config::load_config(args["config"].as<std::string>());
+    policies = config::load_policies(cfg.policies_dir);
   } catch (const config::ConfigError& e) {
     std::cerr << "nackguard: " << e.what() << "\n";
     return 1;
   }
   if (args.count("check-config")) {
-    std::cout << "config OK: " << cfg.file.string() << "\n" << config::describe(cfg);
+    std::cout << "config OK: " << cfg.file.string() << "\n"
+              << config::describe(cfg) << "\n"
+              << config::describe_policies(policies);
     return 0;
   }
   try {
-    return serve(cfg);
+    return serve(cfg, std::move(policies));
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());
     std::cerr << "nackguard: " << e.what() << "\n";

@@ -57,6 +57,7 @@ std::optional<std::uint64_t> peek_body_size(ByteView payload) {
 }
 
 HeaderError decode_content_header(ByteView payload, ContentHeader& out, const TableLimits& limits) {
+  out = ContentHeader{};  // a reused header would otherwise keep properties this one lacks
   ByteReader in(payload);
   out.class_id = in.u16();
   out.weight = in.u16();

@@ -42,8 +42,8 @@ struct ContentHeader {
 enum class HeaderError { none, truncated, bad_flags, bad_table, trailing_bytes };
 std::string_view to_string(HeaderError error);
 
-// Decodes a content header frame's payload. Only class 60 (basic) has properties; a header of
-// another class is rejected as bad_flags unless its flags are zero.
+// Decodes a content header frame's payload, replacing what `out` held. Only class 60 (basic) has
+// properties; a header of another class is rejected as bad_flags unless its flags are zero.
 HeaderError decode_content_header(ByteView payload, ContentHeader& out,
                                   const TableLimits& limits = {});
 // Reads only the body size, without decoding the properties: the passthrough path needs it

@@ -278,11 +278,13 @@ bool encode_value(ByteWriter& out, const FieldValue& field) {
 }  // namespace
 
 TableError decode_table(ByteReader& in, FieldTable& out, const TableLimits& limits) {
+  out.entries.clear();  // a reused table would otherwise keep its old entries
   DecodeState state{limits};
   return decode_table_body(in, out, state, 1);
 }
 
 TableError decode_array(ByteReader& in, FieldArray& out, const TableLimits& limits) {
+  out.items.clear();
   DecodeState state{limits};
   return decode_array_body(in, out, state, 1);
 }

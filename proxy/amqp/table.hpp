@@ -1,6 +1,7 @@
 #pragma once
 // Field tables and arrays with RabbitMQ's type letters (t b B s u I i l f d D S A T F V x).
-// The type letter of every value is kept, so a table decoded and encoded again is the same bytes.
+// The type letter of every value is kept, so a table decoded and encoded again is the same bytes,
+// except a 't' octet other than 0 or 1: it reads as true (as RabbitMQ reads it) and writes as 1.
 
 #include <cstdint>
 #include <optional>
@@ -82,7 +83,8 @@ struct TableLimits {
 enum class TableError { none, truncated, unknown_type, too_deep, too_many_values };
 std::string_view to_string(TableError error);
 
-// Decodes a table whose 32-bit length prefix is at the reader's position.
+// Decodes a table whose 32-bit length prefix is at the reader's position, replacing what `out`
+// held.
 TableError decode_table(ByteReader& in, FieldTable& out, const TableLimits& limits = {});
 TableError decode_array(ByteReader& in, FieldArray& out, const TableLimits& limits = {});
 // Encodes with the length prefix. Fails (returns false) on a name over 255 bytes or an

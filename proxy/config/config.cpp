@@ -32,15 +32,23 @@ constexpr std::uint64_t kMaxFrameBytes = 16 * 1024 * 1024;
 // memory.
 constexpr std::uint64_t kMinBufferBytes = 64 * 1024;
 constexpr std::uint64_t kMaxBufferBytes = 256 * 1024 * 1024;
+// 64 GiB: beyond any machine this runs on, yet small enough to catch a value typed in bits or
+// with extra zeros.
+constexpr std::uint64_t kMaxRetainedBodyBytes = 64ULL * 1024 * 1024 * 1024;
+// Each tracker entry takes a fixed, small amount of memory; 10^8 of them is already several GiB.
+constexpr std::uint64_t kMaxTrackerEntries = 100'000'000;
 
-constexpr std::array<std::string_view, 8> kTopKeys{"listen",  "upstream", "threads", "policies_dir",
-                                                   "metrics", "log",      "limits",  "timeouts"};
+constexpr std::array<std::string_view, 9> kTopKeys{"listen",       "upstream", "threads",
+                                                   "policies_dir", "metrics",  "log",
+                                                   "limits",       "timeouts", "tracker"};
 constexpr std::array<std::string_view, 2> kListenKeys{"address", "port"};
 constexpr std::array<std::string_view, 3> kUpstreamKeys{"host", "port", "connect_timeout"};
 constexpr std::array<std::string_view, 2> kMetricsKeys{"address", "port"};
 constexpr std::array<std::string_view, 2> kLogKeys{"level", "format"};
-constexpr std::array<std::string_view, 2> kLimitsKeys{"max_frame_bytes", "buffer_bytes"};
+constexpr std::array<std::string_view, 3> kLimitsKeys{"max_frame_bytes", "buffer_bytes",
+                                                      "retained_body_bytes"};
 constexpr std::array<std::string_view, 1> kTimeoutsKeys{"handshake"};
+constexpr std::array<std::string_view, 2> kTrackerKeys{"max_entries", "idle_ttl"};
 
 constexpr std::array<std::string_view, 7> kLogLevels{"trace", "debug",    "info", "warn",
                                                      "error", "critical", "off"};
@@ -49,6 +57,10 @@ constexpr std::array<std::string_view, 2> kLogFormats{"text", "json"};
 // A timer set further out than a day is a mistake, and values near the limit of milliseconds
 // would overflow when a timer adds them to the clock.
 constexpr milliseconds kLongestTimeout = std::chrono::hours(24);
+// A message returned less often than every idle_ttl loses its count, so the lower bound only
+// stops nonsense; a year is the most a count is worth keeping.
+constexpr milliseconds kShortestIdleTtl = std::chrono::seconds(1);
+constexpr milliseconds kLongestIdleTtl = std::chrono::hours(24 * 365);
 
 YAML::Node parse_single_document(const Source& source, std::string_view yaml_text) {
   std::vector<YAML::Node> documents;
@@ -167,12 +179,27 @@ void read_limits(const Section& top, Config& config) {
     config.buffer_bytes = static_cast<std::size_t>(
         detail::read_integer(*buffer, kMinBufferBytes, kMaxBufferBytes, "a number of bytes"));
   }
+  if (const Field* retained = limits.find("retained_body_bytes")) {
+    config.retained_body_bytes =
+        detail::read_integer(*retained, 0, kMaxRetainedBodyBytes, "a number of bytes");
+  }
 }
 
 void read_timeouts(const Section& top, Config& config) {
   const Section timeouts = top.child("timeouts", kTimeoutsKeys);
   if (const Field* handshake = timeouts.find("handshake")) {
     config.handshake_timeout = detail::read_duration(*handshake, milliseconds(1), kLongestTimeout);
+  }
+}
+
+void read_tracker(const Section& top, Config& config) {
+  const Section tracker = top.child("tracker", kTrackerKeys);
+  if (const Field* entries = tracker.find("max_entries")) {
+    config.tracker_max_entries =
+        static_cast<std::size_t>(detail::read_integer(*entries, 1, kMaxTrackerEntries));
+  }
+  if (const Field* ttl = tracker.find("idle_ttl")) {
+    config.tracker_idle_ttl = detail::read_duration(*ttl, kShortestIdleTtl, kLongestIdleTtl);
   }
 }
 
@@ -191,37 +218,10 @@ Config build_config(const Source& source, const YAML::Node& document,
   read_log(top, config);
   read_limits(top, config);
   read_timeouts(top, config);
+  read_tracker(top, config);
   // Last, so that a typo elsewhere is reported before a missing directory.
   read_policies_dir(source, top, config);
   return config;
-}
-
-std::string read_whole_file(const fs::path& file) {
-  const std::string name = file.string();
-  std::error_code error;
-  const fs::file_status status = fs::status(file, error);
-  if (status.type() == fs::file_type::not_found) {
-    throw ConfigError(name + ": cannot read the config file: it does not exist (looked for " +
-                      absolute_or_as_given(file).string() +
-                      "); check the path, which is relative to the current directory");
-  }
-  if (status.type() == fs::file_type::directory) {
-    throw ConfigError(name +
-                      ": cannot read the config file: it is a directory; give the path "
-                      "of the YAML file itself");
-  }
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    throw ConfigError(name + ": cannot read the config file: " + std::strerror(errno) +
-                      "; check that it exists and that this user may read it");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    throw ConfigError(name + ": cannot read the config file: " + std::strerror(errno) +
-                      "; check the file and the disk it is on");
-  }
-  return std::move(text).str();
 }
 
 }  // namespace
@@ -242,7 +242,40 @@ Config parse_config(std::string_view yaml_text, const fs::path& file_for_message
 }
 
 Config load_config(const fs::path& file) {
-  return parse_config(read_whole_file(file), file);
+  return parse_config(detail::read_text_file(file, "config file"), file);
 }
+
+namespace detail {
+
+std::string read_text_file(const fs::path& file, std::string_view what) {
+  std::string cannot_read = ": cannot read the ";
+  cannot_read.append(what).append(": ");
+  const std::string name = file.string();
+  std::error_code error;
+  const fs::file_status status = fs::status(file, error);
+  if (status.type() == fs::file_type::not_found) {
+    throw ConfigError(name + cannot_read + "it does not exist (looked for " +
+                      absolute_or_as_given(file).string() +
+                      "); check the path, which is relative to the current directory");
+  }
+  if (status.type() == fs::file_type::directory) {
+    throw ConfigError(name + cannot_read +
+                      "it is a directory; give the path of the YAML file itself");
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    throw ConfigError(name + cannot_read + std::strerror(errno) +
+                      "; check that it exists and that this user may read it");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    throw ConfigError(name + cannot_read + std::strerror(errno) +
+                      "; check the file and the disk it is on");
+  }
+  return std::move(text).str();
+}
+
+}  // namespace detail
 
 }  // namespace nackguard::config

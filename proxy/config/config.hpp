@@ -44,6 +44,15 @@ struct Config {
   // from the other side (back-pressure).
   std::size_t buffer_bytes = 1048576;
   std::chrono::milliseconds handshake_timeout{10000};
+  // The redelivery tracker: how many messages' return counts it remembers (1..100000000), and
+  // how long it keeps one that is not returned again (1s..8760h). Past max_entries the least
+  // recently returned message is forgotten first.
+  std::size_t tracker_max_entries = 100000;
+  std::chrono::milliseconds tracker_idle_ttl{std::chrono::hours(24)};
+  // 0..68719476736, across all connections: bodies of unacked deliveries kept so that the
+  // proxy can republish them (delay, dead_letter via publish). 0 never keeps one, so every
+  // republish falls back.
+  std::uint64_t retained_body_bytes = 268435456;
 };
 
 // What is wrong, where (file:line:column, key) and what to do, ready to show to a person.
@@ -63,5 +72,13 @@ Config parse_config(std::string_view yaml_text, const std::filesystem::path& fil
 // The effective configuration, one "key: value" line per setting with dotted keys as in the
 // file, for --check-config.
 std::string describe(const Config& config);
+
+namespace detail {
+
+// The whole of `file`, for the config and policy loaders; `what` names it in messages ("config
+// file", "policy file"). Throws ConfigError saying why it cannot be read.
+std::string read_text_file(const std::filesystem::path& file, std::string_view what);
+
+}  // namespace detail
 
 }  // namespace nackguard::config

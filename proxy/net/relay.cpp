@@ -31,9 +31,12 @@ Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
       id_(id),
       client_(client.get_executor()),
       broker_(client.get_executor()),
-      session_(options_.session),
+      guard_(options_.guard_context ? std::make_unique<session::Guard>(*options_.guard_context, id)
+                                    : nullptr),
+      session_(options_.session, guard_.get()),
       started_(Clock::now()) {
   client_.socket = std::move(client);
+  if (guard_) guard_->attach(session_);
 }
 
 asio::awaitable<void> Relay::run() {
@@ -50,6 +53,7 @@ asio::awaitable<void> Relay::run() {
   client_.last_read = broker_.last_read = Clock::now();
   co_await (reader(Side::client) && reader(Side::broker) && writer(Side::client) &&
             writer(Side::broker) && watchdog());
+  if (guard_) guard_->on_connection_end();
   const auto& stats = session_.stats();
   spdlog::debug("conn {}: closed; client sent {} frames, broker sent {} frames", id_,
                 stats.frames[0], stats.frames[1]);
@@ -170,6 +174,10 @@ asio::awaitable<void> Relay::watchdog() {
     tick.expires_after(kWatchdogTick);
     co_await tick.async_wait(kUseTuple);
     if (session_.finished()) continue;
+    if (guard_) {
+      guard_->on_tick();
+      wake_writers();
+    }
     auto now = Clock::now();
     if (!session_.is_open() && now - started_ > options_.handshake_timeout) {
       spdlog::info("conn {}: closed: the AMQP handshake did not complete within {} ms", id_,

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "proxy/session/guard.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::net {
@@ -22,6 +23,8 @@ struct RelayOptions {
   // Output buffered towards one side beyond this stops reading from the other side.
   std::size_t buffer_bytes = 1 << 20;
   session::SessionOptions session;
+  // Shared by every connection's guard; nullptr: forward everything, bound nothing.
+  session::GuardContext* guard_context = nullptr;
 };
 
 class Relay : public std::enable_shared_from_this<Relay> {
@@ -60,6 +63,7 @@ class Relay : public std::enable_shared_from_this<Relay> {
   std::uint64_t id_;
   Endpoint client_;
   Endpoint broker_;
+  std::unique_ptr<session::Guard> guard_;
   session::Session session_;
   std::chrono::steady_clock::time_point started_;
 };

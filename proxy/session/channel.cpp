@@ -1,5 +1,7 @@
 #include "proxy/session/channel.hpp"
 
+#include <xxhash.h>
+
 namespace nackguard::session {
 
 std::string_view to_string(ReturnCause cause) {
@@ -18,13 +20,23 @@ std::string_view to_string(ReturnCause cause) {
   return "unknown";
 }
 
+BodyHasher::BodyHasher() : state_(XXH3_createState()) { reset(); }
+BodyHasher::~BodyHasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void BodyHasher::reset() { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
+void BodyHasher::update(amqp::ByteView bytes) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());
+}
+std::uint64_t BodyHasher::digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+}
+
 void ChannelState::add_unacked(Delivery delivery) {
   std::uint64_t tag = delivery.client_tag;
   unacked_.insert_or_assign(tag, std::move(delivery));
 }
 
 void ChannelState::add_withheld(Delivery delivery) {
-  ever_withheld_ = true;
+  ever_owned_ = true;
   delivery.withheld = true;
   std::uint64_t tag = delivery.broker_tag;
   withheld_.insert_or_assign(tag, std::move(delivery));
@@ -64,8 +76,20 @@ std::optional<Delivery> ChannelState::take_withheld(std::uint64_t broker_tag) {
   return d;
 }
 
-bool ChannelState::withheld_at_or_below(std::uint64_t broker_tag) const {
-  return !withheld_.empty() && withheld_.begin()->first <= broker_tag;
+bool ChannelState::owned_at_or_below(std::uint64_t broker_tag) const {
+  if (!withheld_.empty() && withheld_.begin()->first <= broker_tag) return true;
+  for (const HeldDelivery& h : held) {
+    if (h.delivery.broker_tag <= broker_tag) return true;
+  }
+  return false;
+}
+
+std::vector<Delivery> ChannelState::take_unacked() {
+  std::vector<Delivery> taken;
+  taken.reserve(unacked_.size());
+  for (auto& [tag, d] : unacked_) taken.push_back(std::move(d));
+  unacked_.clear();
+  return taken;
 }
 
 std::vector<Delivery> ChannelState::take_all() {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -14,6 +15,21 @@
 #include "proxy/session/delivery.hpp"
 
 namespace nackguard::session {
+
+// Streaming XXH3-64 over a delivery's body frames.
+class BodyHasher {
+ public:
+  BodyHasher();
+  ~BodyHasher();
+  BodyHasher(const BodyHasher&) = delete;
+  BodyHasher& operator=(const BodyHasher&) = delete;
+  void reset();
+  void update(amqp::ByteView bytes);
+  std::uint64_t digest() const;
+
+ private:
+  void* state_;
+};
 
 // Where a channel is in a content sequence (method, header, body frames) in one direction.
 struct ContentState {
@@ -59,15 +75,32 @@ class ChannelState {
   // The delivery whose method arrived and whose header or body is still arriving.
   std::optional<Delivery> incoming;
   amqp::Bytes incoming_method_frame;  // held until the header arrives
+  // How the incoming delivery's frames are routed once its header is in.
+  enum class Route { forward, withhold, buffer };
+  Route incoming_route = Route::forward;
+  amqp::Bytes incoming_frames;  // for Route::buffer: method, header and body frames so far
+  std::shared_ptr<RetainedBody> incoming_buffer_reservation;
+  std::unique_ptr<BodyHasher> hasher;  // reused across deliveries
+
+  // A delivery the client holds alone (exclusive): later ones wait in `held` until it is
+  // settled. 0 when the gate is open.
+  std::uint64_t exclusive_client_tag = 0;
+  struct HeldDelivery {
+    Delivery delivery;
+    amqp::Bytes frames;  // method (unpatched), header and body frames, as received
+    std::shared_ptr<RetainedBody> reservation;
+  };
+  std::deque<HeldDelivery> held;
 
   // Assigns the next client tag to a delivery the client will see.
   std::uint64_t next_client_tag() { return ++last_client_tag_; }
   void note_broker_tag(std::uint64_t tag) {
     if (tag > last_broker_tag_) last_broker_tag_ = tag;
   }
-  // While nothing was ever withheld on the channel, the two tag sequences are identical and
-  // frames carrying tags are forwarded as their original bytes.
-  bool tags_identical() const { return !ever_withheld_; }
+  // While the proxy never withheld or held a delivery on the channel, the two tag sequences
+  // are identical and frames carrying tags are forwarded as their original bytes.
+  bool tags_identical() const { return !ever_owned_; }
+  void note_owned() { ever_owned_ = true; }
 
   void add_unacked(Delivery delivery);
   void add_withheld(Delivery delivery);
@@ -77,11 +110,13 @@ class ChannelState {
   // `multiple` every tag up to it (0 meaning all).
   std::vector<Delivery> take_settled(std::uint64_t client_tag, bool multiple);
   std::optional<Delivery> take_withheld(std::uint64_t broker_tag);
-  // Whether a withheld delivery has a broker tag at or below `broker_tag`: a multiple ack
-  // up to that tag would then settle it too.
-  bool withheld_at_or_below(std::uint64_t broker_tag) const;
+  // Whether a withheld or held delivery has a broker tag at or below `broker_tag`: a multiple
+  // ack up to that tag would then settle it too.
+  bool owned_at_or_below(std::uint64_t broker_tag) const;
   // Every unacked and withheld delivery, removed: the channel ended or recovered.
   std::vector<Delivery> take_all();
+  // Every unacked delivery (not the withheld ones), removed: basic.recover.
+  std::vector<Delivery> take_unacked();
 
   std::size_t unacked_count() const { return unacked_.size(); }
   std::size_t withheld_count() const { return withheld_.size(); }
@@ -91,7 +126,7 @@ class ChannelState {
   std::map<std::uint64_t, Delivery> withheld_;  // by broker tag
   std::uint64_t last_client_tag_ = 0;
   std::uint64_t last_broker_tag_ = 0;
-  bool ever_withheld_ = false;
+  bool ever_owned_ = false;
 };
 
 }  // namespace nackguard::session

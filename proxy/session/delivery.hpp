@@ -2,10 +2,12 @@
 // What the session knows of one delivery between basic.deliver (or get-ok) and its settlement.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "proxy/amqp/bytes.hpp"
 #include "proxy/amqp/properties.hpp"
+#include "proxy/session/body_budget.hpp"
 
 namespace nackguard::session {
 
@@ -20,9 +22,15 @@ struct Delivery {
   bool redelivered = false;
   bool no_ack = false;
   bool from_get = false;
-  bool withheld = false;       // the proxy kept it from the client and owns its settlement
+  bool withheld = false;  // the proxy kept it from the client and owns its settlement
+  bool held = false;      // waiting in the proxy behind an exclusive delivery
+  bool exclusive = false;  // while the client holds it, later deliveries on the channel wait
   amqp::Bytes header_payload;  // the raw content header: properties are decoded on demand
   std::uint64_t body_size = 0;
+  std::uint64_t body_hash = 0;  // XXH3-64 of the body, valid once body_complete
+  bool body_complete = false;
+  std::shared_ptr<RetainedBody> body;  // the body, when the observer asked to retain it
+  std::uint64_t cookie = 0;            // the observer's own per-delivery value
 
   // Decodes the content header; false if it is malformed.
   bool decode_header(amqp::ContentHeader& out) const {
@@ -36,7 +44,17 @@ std::string_view to_string(ReturnCause cause);
 
 enum class SettleKind { ack, nack, reject };
 
-// The observer's choice for a delivery, taken when its content header has arrived.
-enum class Verdict { forward, withhold };
+// The observer's choice for a delivery, taken when its content header has arrived or, for
+// need_body, once the whole body has.
+struct DeliveryPlan {
+  enum class Action { forward, withhold, need_body };
+  Action action = Action::forward;
+  bool retain_body = false;  // keep the body with the delivery (it may be republished)
+  bool exclusive = false;    // hand it out alone: hold later deliveries until it is settled
+  std::uint64_t cookie = 0;  // stored in Delivery::cookie
+};
+
+// The observer's choice when the client gives a delivery back.
+enum class ReturnAction { forward, take_over };
 
 }  // namespace nackguard::session

@@ -13,25 +13,35 @@ class SessionObserver {
 
   // The connection reached connection.open-ok; `vhost` is the client's virtual host.
   virtual void on_open(const std::string& vhost) { (void)vhost; }
-  // A delivery's content header arrived. Returning withhold keeps it (and its body) from the
-  // client; the proxy then owns it and must settle it with Session::settle_withheld.
-  virtual Verdict on_delivery(const Delivery& delivery) {
+  // A delivery's content header arrived (or, after need_body, its whole body). A withheld
+  // delivery never reaches the client; the proxy owns it and settles it with
+  // Session::settle_withheld. A held delivery is offered again when it is released.
+  virtual DeliveryPlan on_delivery(const Delivery& delivery) {
     (void)delivery;
-    return Verdict::forward;
+    return {};
   }
-  // A body frame of a withheld delivery.
-  virtual void on_withheld_body(const Delivery& delivery, amqp::ByteView body) {
-    (void)delivery, (void)body;
+  // A withheld delivery's body is complete (its retained body, if asked for, is in place).
+  virtual void on_withheld(const Delivery& delivery) { (void)delivery; }
+  // The client acked, or nacked or rejected without requeue: the delivery is settled.
+  virtual void on_settled(const Delivery& delivery, SettleKind kind) {
+    (void)delivery, (void)kind;
   }
-  // The client acked, nacked or rejected a delivery (one call per tag, multiple expanded).
-  virtual void on_settled(const Delivery& delivery, SettleKind kind, bool requeue) {
-    (void)delivery, (void)kind, (void)requeue;
+  // The client nacked or rejected with requeue=true (one call per delivery, multiple
+  // expanded). take_over keeps the frame from the broker: the delivery becomes withheld and
+  // on_taken_over follows.
+  virtual ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) {
+    (void)delivery, (void)cause;
+    return ReturnAction::forward;
   }
-  // The broker will deliver this message again: a requeue, a recover, or a channel or
-  // connection that ended while it was unacked. Called once per delivery.
+  virtual void on_taken_over(const Delivery& delivery) { (void)delivery; }
+  // The broker will deliver this message again without a frame from the client to rewrite: a
+  // recover, or a channel or connection that ended while it was unacked (or withheld, or held).
+  // Called once per delivery.
   virtual void on_returned(const Delivery& delivery, ReturnCause cause) {
     (void)delivery, (void)cause;
   }
+  // Ends a batch of on_returned calls for one channel (its end, or a recover).
+  virtual void on_returns_done() {}
   // A frame from the broker on the channel the proxy reserved for itself.
   virtual void on_proxy_channel_frame(const amqp::Frame& frame) { (void)frame; }
 };

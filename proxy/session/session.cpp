@@ -120,12 +120,24 @@ void Session::returned(const Delivery& delivery, ReturnCause cause) {
   observer_->on_returned(delivery, cause);
 }
 
+void Session::return_all(ChannelState& ch, ReturnCause cause) {
+  for (const Delivery& d : ch.take_all()) {
+    if (!d.no_ack) returned(d, cause);
+  }
+  if (!ch.held.empty()) --channels_with_held_;
+  std::deque<ChannelState::HeldDelivery> held = std::move(ch.held);
+  ch.held.clear();
+  ch.exclusive_client_tag = 0;
+  for (ChannelState::HeldDelivery& h : held) {
+    if (!h.delivery.no_ack) returned(h.delivery, cause);
+  }
+  observer_->on_returns_done();
+}
+
 void Session::end_channel(std::uint16_t number, ReturnCause cause) {
   auto it = channels_.find(number);
   if (it == channels_.end()) return;
-  for (const Delivery& d : it->second.take_all()) {
-    if (!d.no_ack) returned(d, cause);
-  }
+  return_all(it->second, cause);
   channels_.erase(it);
 }
 

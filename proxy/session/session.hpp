@@ -32,6 +32,8 @@ std::string_view to_string(Side side);
 struct SessionOptions {
   // The largest frame_max the two sides may negotiate; the broker's offer is lowered to it.
   std::uint32_t max_frame_bytes = 1048576;
+  // Retained bodies and held deliveries count against this; nullptr means no limit.
+  BodyBudget* body_budget = nullptr;
 };
 
 struct SessionStats {
@@ -101,11 +103,24 @@ class Session {
   void handle_broker_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   void handle_broker_content(ChannelState& ch, const amqp::Frame& frame);
   void begin_delivery(ChannelState& ch, const amqp::Frame& frame, Delivery delivery);
+  void route_delivery_header(ChannelState& ch, const amqp::Frame& frame);
+  void route_delivery_body(ChannelState& ch, const amqp::Frame& frame);
+  void complete_delivery(ChannelState& ch);
+  // Emits a delivery to the client under the next client tag: its method frame (the tag
+  // patched when the two sequences differ) and, when given, the rest of its frames.
+  void emit_delivery(ChannelState& ch, Delivery& delivery, amqp::Bytes& method_frame);
+  // A delivery whose frames were all buffered: carry out `plan` on it.
+  void dispatch_buffered(ChannelState& ch, Delivery delivery, amqp::Bytes frames,
+                         DeliveryPlan plan);
+  void release_held(ChannelState& ch);
+  void release_all_held();
   void settle_from_client(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
                           std::uint64_t tag, bool multiple, bool requeue);
   bool track_client_content(ChannelState& ch, const amqp::Frame& frame);
 
   ChannelState& channel_state(std::uint16_t number);
+  // Every delivery the channel knows is given back to the broker: report each once.
+  void return_all(ChannelState& ch, ReturnCause cause);
   void end_channel(std::uint16_t number, ReturnCause cause);
   void end_all_channels(ReturnCause cause);
   void returned(const Delivery& delivery, ReturnCause cause);
@@ -129,6 +144,7 @@ class Session {
   bool reserve_channel_ = false;
   std::uint16_t heartbeat_ = 0;
   std::string vhost_;
+  std::size_t channels_with_held_ = 0;  // channels whose held queue may be released
   SessionStats stats_;
 };
 

@@ -1,5 +1,7 @@
 // Channel-level frames: consumers, deliveries, settlements and the delivery tag mapping.
 
+#include <limits>
+
 #include "proxy/amqp/method_codec.hpp"
 #include "proxy/session/session.hpp"
 
@@ -105,14 +107,14 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     case mid::basic_recover:
     case mid::basic_recover_async: {
       amqp::BasicRecover m;
-      ByteView payload = frame.payload;
-      // recover-async has the same single bit; decode it under recover's key.
-      amqp::Bytes copy(payload.begin(), payload.end());
-      if (key == mid::basic_recover_async && copy.size() >= 4) copy[3] = 110;
-      if (amqp::decode_method(copy, m) != amqp::MethodError::none)
-        return malformed("basic.recover");
-      if (m.requeue) {
-        for (const Delivery& d : ch.take_all()) returned(d, ReturnCause::recover);
+      amqp::BasicRecoverAsync async;
+      bool ok = key == mid::basic_recover
+                    ? amqp::decode_method(frame.payload, m) == amqp::MethodError::none
+                    : amqp::decode_method(frame.payload, async) == amqp::MethodError::none;
+      if (!ok) return malformed("basic.recover");
+      // The broker requeues everything unacked on the channel, the proxy's own included.
+      if (key == mid::basic_recover ? m.requeue : async.requeue) {
+        return_all(ch, ReturnCause::recover);
       }
       break;
     }
@@ -141,32 +143,57 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
 void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKind kind,
                                  std::uint64_t tag, bool multiple, bool requeue) {
   std::vector<Delivery> settled = ch.take_settled(tag, multiple);
+  std::vector<const Delivery*> forwarded;
+  std::vector<std::uint64_t> taken;
+  bool gate_opened = false;
   for (const Delivery& d : settled) {
-    observer_->on_settled(d, kind, requeue);
-    if (kind != SettleKind::ack && requeue) {
-      returned(d, kind == SettleKind::nack ? ReturnCause::nack : ReturnCause::reject);
+    if (ch.exclusive_client_tag != 0 && d.client_tag == ch.exclusive_client_tag) {
+      ch.exclusive_client_tag = 0;
+      gate_opened = true;
+    }
+    if (kind == SettleKind::ack || !requeue) {
+      observer_->on_settled(d, kind);
+      forwarded.push_back(&d);
+      continue;
+    }
+    ReturnCause cause = kind == SettleKind::nack ? ReturnCause::nack : ReturnCause::reject;
+    if (observer_->on_client_return(d, cause) == ReturnAction::take_over) {
+      ch.add_withheld(d);
+      taken.push_back(d.broker_tag);
+    } else {
+      forwarded.push_back(&d);
     }
   }
+  for (std::uint64_t broker_tag : taken) {
+    if (const Delivery* d = ch.find_withheld(broker_tag)) observer_->on_taken_over(*d);
+  }
+
   if (ch.tags_identical()) {
     emit(Side::broker, frame.raw);
-    return;
-  }
-  amqp::Bytes out;
-  if (settled.empty()) {
-    // Nothing of the client's is outstanding: "all" settles nothing; an unknown tag must still
-    // fail at the broker, and must not name a delivery the proxy withheld.
-    if (multiple && tag == 0) return;
-    append_settle(out, frame.channel, kind, kUnknownTagBit | tag, multiple, requeue);
-  } else if (!multiple) {
-    append_settle(out, frame.channel, kind, settled.front().broker_tag, false, requeue);
-  } else if (!ch.withheld_at_or_below(settled.back().broker_tag)) {
-    append_settle(out, frame.channel, kind, settled.back().broker_tag, true, requeue);
   } else {
-    // A multiple settlement would take the proxy's withheld deliveries with it: expand.
-    for (const Delivery& d : settled)
-      append_settle(out, frame.channel, kind, d.broker_tag, false, requeue);
+    amqp::Bytes out;
+    if (settled.empty()) {
+      // Nothing of the client's is outstanding: "all" settles nothing; an unknown tag must
+      // still fail at the broker, and must not name a delivery the proxy owns.
+      if (!(multiple && tag == 0)) {
+        append_settle(out, frame.channel, kind, kUnknownTagBit | tag, multiple, requeue);
+      }
+    } else if (!forwarded.empty()) {
+      std::uint64_t highest = forwarded.back()->broker_tag;
+      if (!multiple) {
+        append_settle(out, frame.channel, kind, highest, false, requeue);
+      } else if (forwarded.size() == settled.size() && !ch.owned_at_or_below(highest)) {
+        append_settle(out, frame.channel, kind, highest, true, requeue);
+      } else {
+        // A multiple settlement would take deliveries the proxy owns with it: expand.
+        for (const Delivery* d : forwarded) {
+          append_settle(out, frame.channel, kind, d->broker_tag, false, requeue);
+        }
+      }
+    }
+    if (!out.empty()) emit(Side::broker, out);
   }
-  emit(Side::broker, out);
+  if (gate_opened) release_held(ch);
 }
 
 void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
@@ -267,6 +294,7 @@ void Session::begin_delivery(ChannelState& ch, const Frame& frame, Delivery deli
   ch.note_broker_tag(delivery.broker_tag);
   ch.incoming = std::move(delivery);
   ch.incoming_method_frame.assign(frame.raw.begin(), frame.raw.end());
+  ch.incoming_route = ChannelState::Route::forward;
   ch.from_broker.phase = ContentState::Phase::awaiting_header;
 }
 
@@ -292,41 +320,198 @@ void Session::handle_broker_content(ChannelState& ch, const Frame& frame) {
     if (state.remaining == 0) state.phase = ContentState::Phase::idle;
   }
 
-  bool forward = true;
-  if (ch.incoming && is_header) {
-    Delivery& d = *ch.incoming;
-    d.header_payload.assign(frame.payload.begin(), frame.payload.end());
-    d.body_size = *size;
-    if (observer_->on_delivery(d) == Verdict::withhold) {
-      d.withheld = true;
-      ch.add_withheld(d);
-      forward = false;
+  if (ch.incoming) {
+    if (is_header) {
+      route_delivery_header(ch, frame);
     } else {
-      d.client_tag = ch.next_client_tag();
-      if (d.client_tag != d.broker_tag) {
-        std::size_t at = amqp::kFrameHeaderSize +
-                         delivery_tag_offset(
-                             amqp::peek_method_key(
-                                 ByteView(ch.incoming_method_frame).subspan(amqp::kFrameHeaderSize))
-                                 .value_or(0),
-                             d.consumer_tag);
-        patch_u64(ch.incoming_method_frame, at, d.client_tag);
-      }
-      emit(Side::client, ch.incoming_method_frame);
-      if (!d.no_ack) ch.add_unacked(d);
+      route_delivery_body(ch, frame);
     }
-    amqp::Bytes().swap(ch.incoming_method_frame);
-  } else if (ch.incoming && ch.incoming->withheld) {
-    observer_->on_withheld_body(*ch.incoming, frame.payload);
-    forward = false;
-  }
-  if (forward) {
+    if (!state.in_progress()) complete_delivery(ch);
+  } else {
+    // basic.return content: passed through.
     emit(Side::client, frame.raw);
     ch.to_client = state;
   }
   if (!state.in_progress()) {
-    ch.incoming.reset();
+    if (channels_with_held_ > 0) release_all_held();
     flush_injections(Side::client);
+  }
+}
+
+void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
+  Delivery& d = *ch.incoming;
+  d.header_payload.assign(frame.payload.begin(), frame.payload.end());
+  d.body_size = amqp::peek_body_size(frame.payload).value_or(0);
+  if (!ch.hasher) ch.hasher = std::make_unique<BodyHasher>();
+  ch.hasher->reset();
+
+  bool gated = !d.from_get && (ch.exclusive_client_tag != 0 || !ch.held.empty());
+  DeliveryPlan plan;
+  if (gated) {
+    d.held = true;
+    plan.action = DeliveryPlan::Action::need_body;
+  } else {
+    plan = observer_->on_delivery(d);
+    d.cookie = plan.cookie;
+  }
+  if (plan.action == DeliveryPlan::Action::need_body) {
+    std::uint64_t frames_size = ch.incoming_method_frame.size() + frame.raw.size() + d.body_size +
+                                amqp::kFrameOverhead * (d.body_size / 4096 + 1);
+    ch.incoming_buffer_reservation = RetainedBody::make(options_.body_budget, frames_size);
+    if (ch.incoming_buffer_reservation) {
+      ch.incoming_route = ChannelState::Route::buffer;
+      ch.incoming_frames = std::move(ch.incoming_method_frame);
+      ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
+      return;
+    }
+    // Over the memory budget: hand it out now rather than hold it.
+    d.held = false;
+    if (gated) {
+      plan = observer_->on_delivery(d);
+      d.cookie = plan.cookie;
+    }
+    if (plan.action == DeliveryPlan::Action::need_body) plan = DeliveryPlan{};
+  }
+  if (plan.retain_body) d.body = RetainedBody::make(options_.body_budget, d.body_size);
+  if (plan.action == DeliveryPlan::Action::withhold) {
+    ch.incoming_route = ChannelState::Route::withhold;
+    ch.note_owned();
+    amqp::Bytes().swap(ch.incoming_method_frame);
+    return;
+  }
+  ch.incoming_route = ChannelState::Route::forward;
+  d.exclusive = plan.exclusive && !d.no_ack;
+  emit_delivery(ch, d, ch.incoming_method_frame);
+  amqp::Bytes().swap(ch.incoming_method_frame);
+  emit(Side::client, frame.raw);
+  ch.to_client = ch.from_broker;
+}
+
+void Session::route_delivery_body(ChannelState& ch, const Frame& frame) {
+  Delivery& d = *ch.incoming;
+  ch.hasher->update(frame.payload);
+  switch (ch.incoming_route) {
+    case ChannelState::Route::forward:
+      emit(Side::client, frame.raw);
+      ch.to_client = ch.from_broker;
+      break;
+    case ChannelState::Route::withhold:
+      break;
+    case ChannelState::Route::buffer:
+      ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
+      return;
+  }
+  if (d.body) d.body->bytes.insert(d.body->bytes.end(), frame.payload.begin(), frame.payload.end());
+}
+
+void Session::complete_delivery(ChannelState& ch) {
+  Delivery d = std::move(*ch.incoming);
+  ch.incoming.reset();
+  d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
+  d.body_complete = true;
+  switch (ch.incoming_route) {
+    case ChannelState::Route::forward:
+      if (!d.no_ack) ch.add_unacked(std::move(d));
+      break;
+    case ChannelState::Route::withhold: {
+      std::uint64_t tag = d.broker_tag;
+      ch.add_withheld(std::move(d));
+      if (const Delivery* owned = ch.find_withheld(tag)) observer_->on_withheld(*owned);
+      break;
+    }
+    case ChannelState::Route::buffer: {
+      amqp::Bytes frames = std::move(ch.incoming_frames);
+      ch.incoming_frames.clear();
+      auto reservation = std::move(ch.incoming_buffer_reservation);
+      if (d.held) {
+        if (ch.held.empty()) ++channels_with_held_;
+        ch.note_owned();
+        ch.held.push_back({std::move(d), std::move(frames), std::move(reservation)});
+        return;
+      }
+      DeliveryPlan plan = observer_->on_delivery(d);
+      d.cookie = plan.cookie;
+      dispatch_buffered(ch, std::move(d), std::move(frames), plan);
+      break;
+    }
+  }
+}
+
+void Session::emit_delivery(ChannelState& ch, Delivery& d, amqp::Bytes& method_frame) {
+  d.client_tag = ch.next_client_tag();
+  if (d.client_tag != d.broker_tag) {
+    ch.note_owned();
+    ByteView payload = ByteView(method_frame).subspan(amqp::kFrameHeaderSize);
+    std::size_t at = amqp::kFrameHeaderSize +
+                     delivery_tag_offset(amqp::peek_method_key(payload).value_or(0), d.consumer_tag);
+    patch_u64(method_frame, at, d.client_tag);
+  }
+  if (d.exclusive) ch.exclusive_client_tag = d.client_tag;
+  emit(Side::client, method_frame);
+}
+
+namespace {
+// The method frame at the front of buffered frames, and the body bytes after the header.
+struct BufferedParts {
+  std::size_t method_size = 0;
+  amqp::Bytes body;
+};
+BufferedParts split_buffered(const amqp::Bytes& frames, bool want_body) {
+  BufferedParts parts;
+  amqp::FrameDecoder decoder(std::numeric_limits<std::uint32_t>::max());
+  std::size_t at = 0;
+  int index = 0;
+  while (at < frames.size()) {
+    amqp::FrameResult r = decoder.decode(ByteView(frames).subspan(at));
+    if (r.status != amqp::FrameResult::Status::frame) break;
+    if (index == 0) parts.method_size = r.frame.raw.size();
+    if (index >= 2 && want_body) {
+      parts.body.insert(parts.body.end(), r.frame.payload.begin(), r.frame.payload.end());
+    }
+    at += r.frame.raw.size();
+    ++index;
+  }
+  return parts;
+}
+}  // namespace
+
+void Session::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes frames,
+                                DeliveryPlan plan) {
+  if (plan.action == DeliveryPlan::Action::need_body) plan.action = DeliveryPlan::Action::forward;
+  d.held = false;
+  BufferedParts parts = split_buffered(frames, plan.retain_body);
+  if (plan.retain_body) {
+    d.body = RetainedBody::make(options_.body_budget, parts.body.size());
+    if (d.body) d.body->bytes = std::move(parts.body);
+  }
+  if (plan.action == DeliveryPlan::Action::withhold) {
+    std::uint64_t tag = d.broker_tag;
+    ch.add_withheld(std::move(d));
+    if (const Delivery* owned = ch.find_withheld(tag)) observer_->on_withheld(*owned);
+    return;
+  }
+  d.exclusive = plan.exclusive && !d.no_ack;
+  amqp::Bytes method(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(parts.method_size));
+  emit_delivery(ch, d, method);
+  emit(Side::client, ByteView(frames).subspan(parts.method_size));
+  if (!d.no_ack) ch.add_unacked(std::move(d));
+}
+
+void Session::release_held(ChannelState& ch) {
+  if (content_in_progress(Side::client)) return;  // retried at the next frame boundary
+  while (!ch.held.empty() && ch.exclusive_client_tag == 0) {
+    ChannelState::HeldDelivery h = std::move(ch.held.front());
+    ch.held.pop_front();
+    if (ch.held.empty()) --channels_with_held_;
+    DeliveryPlan plan = observer_->on_delivery(h.delivery);
+    h.delivery.cookie = plan.cookie;
+    dispatch_buffered(ch, std::move(h.delivery), std::move(h.frames), plan);
+  }
+}
+
+void Session::release_all_held() {
+  for (auto& [number, ch] : channels_) {
+    if (!ch.held.empty() && ch.exclusive_client_tag == 0) release_held(ch);
   }
 }
 

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package needed to build, run and test nackguard.
+# Idempotent: apt is only called when a package is missing.
+set -euo pipefail
+
+packages=(
+  # Toolchain and build system (CMakeLists.txt needs CMake >= 3.25, C++20).
+  cmake g++ make pkg-config git ca-certificates
+  # Libraries the proxy links against: Boost.Asio/program_options, OpenSSL
+  # (TLS listener and upstream), yaml-cpp (config), spdlog (logging), xxHash
+  # (message fingerprints).
+  libboost1.81-all-dev libssl-dev libyaml-cpp-dev libspdlog-dev libxxhash-dev
+  # Unit tests and micro-benchmarks.
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # libFuzzer builds (-DNACKGUARD_FUZZ=ON): clang plus its fuzzer runtime.
+  clang libclang-rt-14-dev
+  # Integration tests: a private RabbitMQ node (tests/rabbitmq-node.sh) and
+  # Debian's python3 with pika as the test client.
+  rabbitmq-server python3 python3-pika
+  # Used by the scripts: runuser/setsid (util-linux), ps/pgrep (procps),
+  # openssl to make test certificates.
+  util-linux procps openssl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ $status == installed ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || {
+    echo "install-deps: not root and no sudo; install as root: ${missing[*]}" >&2
+    exit 1
+  }
+  sudo=(sudo)
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y --no-install-recommends "${missing[@]}"

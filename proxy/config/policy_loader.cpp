@@ -1,0 +1,432 @@
+#include "proxy/config/policy_loader.hpp"
+
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <optional>
+#include <system_error>
+#include <vector>
+
+#include "proxy/config/duration.hpp"
+#include "proxy/config/suggest.hpp"
+#include "proxy/config/yaml_section.hpp"
+#include "proxy/config/yaml_values.hpp"
+
+namespace nackguard::config {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::Field;
+using detail::quote;
+using detail::Section;
+using detail::Source;
+using retry::Backoff;
+using retry::DeadLetter;
+using retry::IdentitySource;
+using retry::Policy;
+using std::chrono::milliseconds;
+
+constexpr std::array<std::string_view, 7> kPolicyKeys{
+    "queue", "max_redeliveries", "identity", "requeue", "backoff", "rate", "dead_letter"};
+constexpr std::array<std::string_view, 4> kBackoffKeys{"initial", "multiplier", "max", "jitter"};
+constexpr std::array<std::string_view, 4> kRateKeys{"window", "per_message", "outage_ratio",
+                                                    "min_deliveries"};
+constexpr std::array<std::string_view, 3> kDeadLetterKeys{"via", "exchange", "routing_key"};
+
+constexpr std::array<std::string_view, 2> kRequeueModes{"immediate", "delayed"};
+constexpr std::array<std::string_view, 2> kVias{"publish", "reject"};
+constexpr std::array<std::string_view, 2> kJitterWords{"none", "full"};
+constexpr std::array<std::string_view, 3> kIdentityWords{"message_id", "correlation_id", "body"};
+constexpr std::string_view kHeaderPrefix = "header:";
+constexpr std::string_view kQueuePlaceholder = "{queue}";
+
+constexpr std::uint64_t kMaxRedeliveries = 1'000'000;
+constexpr std::uint64_t kMaxCount = 1'000'000;
+// Queue, exchange, routing key and header names are AMQP short strings.
+constexpr std::size_t kMaxNameBytes = 255;
+constexpr double kMaxMultiplier = 100;
+// A delay is a message waiting in a delay queue; past a day it is a lost message, not a retry.
+constexpr milliseconds kLongestDelay = std::chrono::hours(24);
+constexpr milliseconds kShortestWindow = std::chrono::seconds(1);
+constexpr milliseconds kLongestWindow = std::chrono::hours(24);
+
+// What load_policies needs beyond the policy: where its queue was named, for duplicates.
+struct ParsedPolicy {
+  Policy policy;
+  std::string queue_location;
+};
+
+// A plain decimal such as 2, 1.5 or 0.2: no exponent, no inf or nan.
+std::optional<double> parse_decimal(std::string_view text) {
+  double value = 0;
+  const char* const end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value, std::chars_format::fixed);
+  if (error != std::errc() || stop != end || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+// A fraction in (0, 1]; `example` ends the message, e.g. "such as 0.5".
+double read_fraction(const Field& field, std::string_view example) {
+  std::string expected = "a fraction above 0 and at most 1, ";
+  expected.append(example);
+  const std::string text = field.scalar(expected);
+  const std::optional<double> value = parse_decimal(text);
+  if (value && *value > 0 && *value <= 1) return *value;
+  std::string message = "expected " + expected + ", got " + quote(text);
+  if (!text.empty() && text.back() == '%') {
+    message += "; write a percentage as a fraction (50% is 0.5)";
+  }
+  field.fail(message);
+}
+
+void check_name_length(const Field& field, std::string_view name, std::string_view what) {
+  if (name.size() <= kMaxNameBytes) return;
+  std::string message = "is ";
+  message.append(std::to_string(name.size())).append(" bytes long; AMQP ").append(what);
+  message.append(" are at most 255 bytes");
+  field.fail(message);
+}
+
+std::string read_queue(const Source& source, const YAML::Node& document, const Section& top) {
+  const Field* field = top.find("queue");
+  if (field == nullptr) {
+    source.fail(document.Mark(), "queue",
+                "missing; every policy file names the queue it applies to: add \"queue: <name>\" "
+                "(an exact name, a glob with * and ? in quotes such as \"orders.*\", or \"*\" "
+                "for the default policy)");
+  }
+  const std::string queue = field->scalar("a queue name, or a glob such as \"orders.*\"");
+  if (queue.empty()) {
+    field->fail("expected a queue name, got an empty string; write \"*\" for the default policy");
+  }
+  check_name_length(*field, queue, "queue names");
+  return queue;
+}
+
+// The source a person most likely meant by `text`: a near miss of a word, or of the "header:"
+// prefix ("headers:id" suggests "header:id").
+std::optional<std::string> suggest_identity(const std::string& text) {
+  if (auto word = closest_match(text, kIdentityWords)) return word;
+  const auto colon = text.find(':');
+  constexpr std::array<std::string_view, 1> kHeader{"header"};
+  if (colon != std::string::npos && closest_match(text.substr(0, colon), kHeader)) {
+    std::string suggestion(kHeaderPrefix);
+    return suggestion.append(text.substr(colon + 1));
+  }
+  return std::nullopt;
+}
+
+IdentitySource read_identity_item(const Field& item) {
+  constexpr std::string_view kExpected = "one of message_id, correlation_id, body, header:<name>";
+  const YAML::Node& value = item.value();
+  if (value.IsMap() && value.size() == 1 && value.begin()->first.Scalar() == "header") {
+    item.fail(std::string("expected ").append(kExpected) +
+              ", got a map; write header:<name> as one word, without a space after the colon "
+              "(YAML reads \"header: id\" as a map)");
+  }
+  const std::string text = item.scalar(kExpected);
+  if (text == "message_id") return {IdentitySource::Kind::message_id, ""};
+  if (text == "correlation_id") return {IdentitySource::Kind::correlation_id, ""};
+  if (text == "body") return {IdentitySource::Kind::body, ""};
+  if (text.starts_with(kHeaderPrefix)) {
+    const std::string name = text.substr(kHeaderPrefix.size());
+    if (name.empty()) item.fail("header: needs the header's name after the colon, e.g. header:id");
+    if (name.front() == ' ' || name.front() == '\t') {
+      item.fail(
+          "remove the space after header: (the name starts right after the colon, e.g. "
+          "header:id)");
+    }
+    check_name_length(item, name, "header names");
+    return {IdentitySource::Kind::header, name};
+  }
+  std::string message = std::string("expected ").append(kExpected) + ", got " + quote(text);
+  if (const auto suggestion = suggest_identity(text)) {
+    message += " (did you mean \"" + *suggestion + "\"?)";
+  }
+  item.fail(message);
+}
+
+std::vector<IdentitySource> read_identity(const Source& source, const Field& field) {
+  const YAML::Node& list = field.value();
+  if (!list.IsSequence()) {
+    field.fail("expected a list such as [message_id, header:id, correlation_id, body], got " +
+               detail::describe_node(list));
+  }
+  if (list.size() == 0) {
+    field.fail("the list is empty; name at least one source, such as [message_id, body]");
+  }
+  std::vector<IdentitySource> sources;
+  for (const YAML::Node& node : list) {
+    // The list stands in for the key: an empty item is then located at the list.
+    const Field item(source, field.dotted_key(), list, node);
+    IdentitySource identity = read_identity_item(item);
+    if (std::find(sources.begin(), sources.end(), identity) != sources.end()) {
+      item.fail(quote(node.Scalar()) + " is listed twice; list each source once");
+    }
+    sources.push_back(std::move(identity));
+  }
+  return sources;
+}
+
+void read_jitter(const Field& field, Backoff& backoff) {
+  const std::string expected = "none, full, or a fraction above 0 and at most 1 such as 0.2";
+  const std::string text = field.scalar(expected);
+  if (text == "none") {
+    backoff.jitter = Backoff::Jitter::none;
+    return;
+  }
+  if (text == "full") {
+    backoff.jitter = Backoff::Jitter::full;
+    return;
+  }
+  const std::optional<double> fraction = parse_decimal(text);
+  if (fraction && *fraction > 0 && *fraction <= 1) {
+    backoff.jitter = Backoff::Jitter::fraction;
+    backoff.jitter_fraction = *fraction;
+    return;
+  }
+  std::string message = "expected " + expected + ", got " + quote(text);
+  if (fraction && *fraction == 0) {
+    message += "; for no jitter write none";
+  } else if (!text.empty() && text.back() == '%') {
+    message += "; write a percentage as a fraction (20% is 0.2)";
+  } else if (const auto suggestion = closest_match(text, kJitterWords)) {
+    message += " (did you mean \"" + *suggestion + "\"?)";
+  }
+  field.fail(message);
+}
+
+void read_backoff(const Section& top, Backoff& backoff) {
+  const Section section = top.child("backoff", kBackoffKeys);
+  const Field* initial = section.find("initial");
+  const Field* max = section.find("max");
+  if (initial) backoff.initial = detail::read_duration(*initial, milliseconds(1), kLongestDelay);
+  if (const Field* multiplier = section.find("multiplier")) {
+    const std::string expected = "a number from 1 to 100, such as 2 or 1.5";
+    const std::string text = multiplier->scalar(expected);
+    const std::optional<double> value = parse_decimal(text);
+    if (!value || *value < 1 || *value > kMaxMultiplier) {
+      multiplier->fail("expected " + expected + ", got " + quote(text));
+    }
+    backoff.multiplier = *value;
+  }
+  if (max) backoff.max = detail::read_duration(*max, milliseconds(1), kLongestDelay);
+  if (const Field* jitter = section.find("jitter")) read_jitter(*jitter, backoff);
+
+  if (backoff.initial <= backoff.max) return;
+  std::string message = "the first delay (" + format_duration(backoff.initial) +
+                        ") is longer than backoff.max (" + format_duration(backoff.max);
+  message += max ? ")" : ", the default)";
+  message += "; lower backoff.initial or raise backoff.max";
+  (initial ? initial : max)->fail(message);
+}
+
+void read_rate(const Section& top, retry::RateLimits& rate) {
+  const Section section = top.child("rate", kRateKeys);
+  if (const Field* window = section.find("window")) {
+    rate.window = detail::read_duration(*window, kShortestWindow, kLongestWindow);
+  }
+  if (const Field* per_message = section.find("per_message")) {
+    rate.per_message = static_cast<std::uint32_t>(
+        detail::read_integer(*per_message, 1, kMaxCount, "a number of returns"));
+  }
+  if (const Field* ratio = section.find("outage_ratio")) {
+    rate.outage_ratio = read_fraction(*ratio, "such as 0.5");
+  }
+  if (const Field* minimum = section.find("min_deliveries")) {
+    rate.min_deliveries = static_cast<std::uint32_t>(detail::read_integer(*minimum, 1, kMaxCount));
+  }
+}
+
+// "{queue}" is the only placeholder: any other brace is a typo such as "{queu}" or "{name}".
+void check_routing_key(const Field& field, std::string_view key) {
+  for (std::size_t at = key.find_first_of("{}"); at != std::string_view::npos;
+       at = key.find_first_of("{}", at)) {
+    if (key.substr(at, kQueuePlaceholder.size()) != kQueuePlaceholder) {
+      field.fail("unknown placeholder in " + quote(key) + " at character " +
+                 std::to_string(at + 1) + "; the only placeholder is {queue} (the queue's name)");
+    }
+    at += kQueuePlaceholder.size();
+  }
+}
+
+// With via: reject the broker routes by the queue's own dead-letter settings, so an exchange or
+// routing key here would be silently ignored.
+void refuse_with_reject(const Field* field) {
+  if (field == nullptr) return;
+  field->fail(
+      "has no effect with via: reject (the broker dead-letters through the queue's own "
+      "x-dead-letter-exchange); remove it, or set via: publish");
+}
+
+void read_dead_letter(const Section& top, DeadLetter& dead_letter) {
+  const Section section = top.child("dead_letter", kDeadLetterKeys);
+  if (const Field* via = section.find("via")) {
+    dead_letter.via = detail::read_choice(*via, kVias) == "reject" ? DeadLetter::Via::reject
+                                                                   : DeadLetter::Via::publish;
+  }
+  const Field* exchange = section.find("exchange");
+  const Field* routing_key = section.find("routing_key");
+  if (dead_letter.via == DeadLetter::Via::reject) {
+    refuse_with_reject(exchange);
+    refuse_with_reject(routing_key);
+    return;
+  }
+  if (exchange) {
+    dead_letter.exchange =
+        exchange->scalar("an exchange name in quotes (\"\" for the default exchange)");
+    check_name_length(*exchange, dead_letter.exchange, "exchange names");
+  }
+  if (routing_key) {
+    dead_letter.routing_key =
+        routing_key->scalar("a routing key in quotes, such as \"{queue}.dlq\"");
+    if (dead_letter.exchange.empty() && dead_letter.routing_key.empty()) {
+      routing_key->fail(
+          "is empty, but the default exchange (exchange: \"\") routes by routing key to the "
+          "queue of that name; give the dead-letter queue's name, such as \"{queue}.dlq\"");
+    }
+    check_name_length(*routing_key, dead_letter.routing_key, "routing keys");
+    check_routing_key(*routing_key, dead_letter.routing_key);
+  }
+}
+
+ParsedPolicy build_policy(const Source& source, const YAML::Node& document) {
+  const Section top = Section::top_level(source, document, kPolicyKeys);
+  ParsedPolicy parsed;
+  Policy& policy = parsed.policy;
+  policy.queue = read_queue(source, document, top);
+  parsed.queue_location = source.location(top.find("queue")->value_mark());
+  if (const Field* max = top.find("max_redeliveries")) {
+    policy.max_redeliveries =
+        static_cast<std::uint32_t>(detail::read_integer(*max, 0, kMaxRedeliveries));
+  }
+  if (const Field* identity = top.find("identity")) {
+    policy.identity = read_identity(source, *identity);
+  }
+  if (const Field* requeue = top.find("requeue")) {
+    policy.requeue = detail::read_choice(*requeue, kRequeueModes) == "delayed"
+                         ? retry::RequeueMode::delayed
+                         : retry::RequeueMode::immediate;
+  }
+  read_backoff(top, policy.backoff);
+  read_rate(top, policy.rate);
+  read_dead_letter(top, policy.dead_letter);
+  policy.source = source.file();
+  return parsed;
+}
+
+YAML::Node parse_policy_document(const Source& source, std::string_view yaml_text) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(yaml_text));
+  } catch (const YAML::DeepRecursion& error) {
+    source.fail(error.mark, "",
+                "invalid YAML: nested deeper than " + std::to_string(error.depth()) +
+                    " levels; nest less deeply, or close the brackets left open");
+  } catch (const YAML::Exception& error) {
+    source.fail(error.mark, "",
+                "invalid YAML: " + error.msg +
+                    "; fix the syntax at that spot (indent with spaces, not tabs; close every "
+                    "bracket and quote; quote a value that starts with * or {, such as queue: "
+                    "\"*.dlq\" or routing_key: \"{queue}.dlq\")");
+  }
+  if (documents.size() > 1) {
+    source.fail(documents[1].Mark(), "",
+                "the file holds more than one YAML document (\"---\" starts another); put each "
+                "policy in a file of its own");
+  }
+  if (documents.empty() || documents.front().IsNull()) {
+    source.fail(YAML::Mark::null_mark(), "",
+                "the policy file is empty; write at least \"queue: <name>\", or remove the file");
+  }
+  return documents.front();
+}
+
+ParsedPolicy parse_policy_file(std::string_view yaml_text, const fs::path& file) {
+  const Source source(file.string());
+  try {
+    return build_policy(source, parse_policy_document(source, yaml_text));
+  } catch (const YAML::Exception& error) {
+    // As in parse_config: a located message even if yaml-cpp refuses a read checked above.
+    source.fail(error.mark, "", "cannot read this YAML: " + error.msg);
+  }
+}
+
+bool is_policy_file_name(const fs::path& name) {
+  const std::string text = name.string();
+  if (text.empty() || text.front() == '.') return false;  // hidden: editor and backup files
+  return name.extension() == ".yaml" || name.extension() == ".yml";
+}
+
+[[noreturn]] void fail_directory(const fs::path& dir, std::string_view problem) {
+  std::string message = dir.string();
+  message.append(": cannot read the policies directory: ").append(problem);
+  message.append(
+      "; create it, or set policies_dir in the config file to the directory that "
+      "holds the policy files");
+  throw ConfigError(message);
+}
+
+// The policy files in `dir`, sorted by name so that the order (and so every message) is the
+// same on every machine.
+std::vector<fs::path> list_policy_files(const fs::path& dir) {
+  std::error_code error;
+  const fs::file_status status = fs::status(dir, error);
+  if (status.type() == fs::file_type::not_found) fail_directory(dir, "it does not exist");
+  if (error) fail_directory(dir, error.message());
+  if (status.type() != fs::file_type::directory) fail_directory(dir, "it is not a directory");
+
+  std::vector<fs::path> files;
+  fs::directory_iterator it(dir, error);
+  for (; !error && it != fs::directory_iterator(); it.increment(error)) {
+    const fs::path name = it->path().filename();
+    if (!is_policy_file_name(name)) continue;
+    std::error_code ignored;
+    if (it->is_directory(ignored)) continue;  // e.g. examples.yaml/: not a file to load
+    if (it->is_symlink(ignored) && !it->exists(ignored)) {
+      throw ConfigError(it->path().string() +
+                        ": cannot read the policy file: it is a symbolic link to a file that "
+                        "does not exist; fix the link, or remove it");
+    }
+    files.push_back(it->path());
+  }
+  if (error) fail_directory(dir, error.message());
+  std::sort(files.begin(), files.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+  return files;
+}
+
+}  // namespace
+
+Policy parse_policy(std::string_view yaml_text, const fs::path& file) {
+  return parse_policy_file(yaml_text, file).policy;
+}
+
+retry::PolicySet load_policies(const fs::path& dir) {
+  std::vector<ParsedPolicy> parsed;
+  for (const fs::path& file : list_policy_files(dir)) {
+    ParsedPolicy next = parse_policy_file(detail::read_text_file(file, "policy file"), file);
+    const auto same_queue = [&](const ParsedPolicy& earlier) {
+      return earlier.policy.queue == next.policy.queue;
+    };
+    const auto earlier = std::find_if(parsed.begin(), parsed.end(), same_queue);
+    if (earlier != parsed.end()) {
+      throw ConfigError(next.queue_location + ": queue: " + quote(next.policy.queue) +
+                        " already has a policy, in " + earlier->queue_location +
+                        "; a queue (or glob) takes one policy file: merge the two files, or "
+                        "change the queue in one of them");
+    }
+    parsed.push_back(std::move(next));
+  }
+  if (parsed.empty()) return retry::PolicySet();
+  std::vector<Policy> policies;
+  policies.reserve(parsed.size());
+  for (ParsedPolicy& entry : parsed) policies.push_back(std::move(entry.policy));
+  return retry::PolicySet(std::move(policies));
+}
+
+}  // namespace nackguard::config

@@ -1,0 +1,75 @@
+#pragma once
+// The policy model: what to do with a queue's returned messages. Plain data; the YAML loader
+// lives in proxy/config/policy_loader.*, matching in policy_set.*.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nackguard::retry {
+
+using Millis = std::chrono::milliseconds;
+
+struct IdentitySource {
+  enum class Kind { message_id, header, correlation_id, body };
+  Kind kind = Kind::message_id;
+  std::string header;  // for Kind::header: the header's name ("header:id" in YAML)
+  bool operator==(const IdentitySource&) const = default;
+};
+
+enum class RequeueMode { immediate, delayed };
+
+struct Backoff {
+  enum class Jitter { none, full, fraction };
+  Millis initial{1000};
+  double multiplier = 2.0;
+  Millis max{600000};
+  Jitter jitter = Jitter::full;
+  double jitter_fraction = 0.0;  // for Jitter::fraction, in (0, 1]
+  bool operator==(const Backoff&) const = default;
+};
+
+struct RateLimits {
+  Millis window{10000};
+  std::uint32_t per_message = 3;      // returns of one message within window above this: delay
+  double outage_ratio = 0.5;          // returns/deliveries on the queue within window above this...
+  std::uint32_t min_deliveries = 20;  // ...once this many deliveries were seen: outage
+  bool operator==(const RateLimits&) const = default;
+};
+
+struct DeadLetter {
+  enum class Via { publish, reject };
+  Via via = Via::publish;
+  std::string exchange;                     // "" = the default exchange: the proxy declares the DLQ
+  std::string routing_key = "{queue}.dlq";  // "{queue}" is replaced by the queue's name
+  std::string routing_key_for(std::string_view queue) const;
+  bool operator==(const DeadLetter&) const = default;
+};
+
+struct Policy {
+  std::string queue = "*";  // exact name, or a glob with * and ?
+  std::uint32_t max_redeliveries = 10;
+  std::vector<IdentitySource> identity = {{IdentitySource::Kind::message_id, ""},
+                                          {IdentitySource::Kind::header, "id"},
+                                          {IdentitySource::Kind::correlation_id, ""},
+                                          {IdentitySource::Kind::body, ""}};
+  RequeueMode requeue = RequeueMode::immediate;
+  Backoff backoff;
+  RateLimits rate;
+  DeadLetter dead_letter;
+  std::string source;  // where it was defined, "policies/orders.yaml", or "built-in default"
+
+  bool operator==(const Policy&) const = default;
+};
+
+std::string_view to_string(RequeueMode mode);
+std::string_view to_string(DeadLetter::Via via);
+std::string_view to_string(Backoff::Jitter jitter);
+// As written in a policy's identity list: "message_id", "header:id", "correlation_id", "body".
+std::string to_string(const IdentitySource& source);
+// The effective policy as `key: value` lines, for --check-config.
+std::string describe(const Policy& policy);
+
+}  // namespace nackguard::retry

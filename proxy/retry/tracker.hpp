@@ -1,0 +1,77 @@
+#pragma once
+// The redelivery tracker: a bounded LRU of return counts keyed by (queue, identity), shared by
+// all connections. Sharded by key so worker threads rarely contend; O(1) per operation.
+// Time is passed in (milliseconds of wall-clock time), never read here.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace nackguard::retry {
+
+// 128 bits of XXH3 over the queue name and the identity: the strings themselves are not kept.
+struct TrackerKey {
+  std::uint64_t high = 0;
+  std::uint64_t low = 0;
+  bool operator==(const TrackerKey&) const = default;
+};
+TrackerKey make_key(std::string_view queue, std::string_view identity);
+
+struct TrackerEntry {
+  std::uint32_t returns = 0;         // returns counted towards the limit
+  std::uint32_t window_returns = 0;  // returns within the current rate window
+  std::int64_t window_start_ms = 0;
+  std::int64_t first_return_ms = 0;
+  std::int64_t last_return_ms = 0;
+  // The message was unacked when its consumer's channel or connection ended: at its next
+  // delivery it is handed out alone, so a second crash names the culprit.
+  bool crash_suspect = false;
+  // What a crash return decided, carried out at the message's next delivery
+  // (values of retry::Action; 0 = forward).
+  std::uint8_t pending_action = 0;
+  std::uint8_t pending_reason = 0;  // values of retry::DeadLetterReason
+  std::uint32_t pending_delay_ms = 0;
+};
+
+struct TrackerStats {
+  std::size_t entries = 0;
+  std::uint64_t evictions = 0;  // least recently used entries dropped to stay at max_entries
+  std::uint64_t expiries = 0;   // entries dropped after idle_ttl without a return
+};
+
+class Tracker {
+ public:
+  Tracker(std::size_t max_entries, std::chrono::milliseconds idle_ttl, std::size_t shards = 16);
+  ~Tracker();
+  Tracker(const Tracker&) = delete;
+  Tracker& operator=(const Tracker&) = delete;
+
+  // Runs `update` on the entry for `key`, creating it (zeroed) if absent or expired, and marks
+  // it most recently used. Returns a copy of the entry after the update.
+  TrackerEntry upsert(const TrackerKey& key, std::int64_t now_ms,
+                      const std::function<void(TrackerEntry&)>& update);
+  // The entry, if present and not idle past idle_ttl (an expired one is dropped). Does not
+  // change its recency.
+  std::optional<TrackerEntry> find(const TrackerKey& key, std::int64_t now_ms);
+  // Drops the entry: its message was acked or dead-lettered.
+  void erase(const TrackerKey& key);
+
+  TrackerStats stats() const;
+  std::size_t max_entries() const { return max_entries_; }
+
+ private:
+  struct Shard;
+  Shard& shard_for(const TrackerKey& key);
+
+  std::size_t max_entries_;
+  std::int64_t idle_ttl_ms_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+};
+
+}  // namespace nackguard::retry

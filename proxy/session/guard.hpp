@@ -1,0 +1,97 @@
+#pragma once
+// The redelivery guard of one connection: it implements the session's observer, counts each
+// return in the shared tracker, and per the queue's policy lets a requeue through, turns it
+// into a delayed republish, or dead-letters the message. It acks an original upstream only
+// after the broker confirmed its copy; whatever it cannot complete, it gives back to the
+// broker as the consumer asked.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "proxy/session/guard_context.hpp"
+#include "proxy/session/observer.hpp"
+#include "proxy/session/proxy_channel.hpp"
+#include "proxy/session/session.hpp"
+
+namespace nackguard::session {
+
+class Guard final : public SessionObserver {
+ public:
+  Guard(GuardContext& context, std::uint64_t seed);
+
+  // The session this guard observes; set before any byte is fed.
+  void attach(Session& session) { session_ = &session; }
+  // Called about once a second: confirms that never came fall back.
+  void on_tick();
+  // The connection is gone: pending republishes are abandoned (the broker requeues them).
+  void on_connection_end();
+
+  void on_open(const std::string& vhost) override;
+  DeliveryPlan on_delivery(const Delivery& delivery) override;
+  void on_withheld(const Delivery& delivery) override;
+  void on_settled(const Delivery& delivery, SettleKind kind) override;
+  ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) override;
+  void on_taken_over(const Delivery& delivery) override;
+  void on_returned(const Delivery& delivery, ReturnCause cause) override;
+  void on_returns_done() override;
+  void on_proxy_channel_frame(const amqp::Frame& frame) override;
+
+ private:
+  using DeliveryKey = std::pair<std::uint16_t, std::uint64_t>;  // channel, broker tag
+
+  // What the guard will do with a delivery it owns.
+  struct Intent {
+    retry::Decision decision;
+    std::shared_ptr<const retry::PolicySet> policies;  // keeps `policy` alive across reloads
+    const retry::Policy* policy = nullptr;
+    retry::TrackerKey key;
+    std::string identity;
+    std::string queue;
+    std::int64_t first_return_ms = 0;
+    std::int64_t last_return_ms = 0;
+    SettleKind fallback = SettleKind::nack;  // how to give it back if the copy fails
+    std::uint64_t job = 0;
+  };
+
+  struct Identified {
+    const retry::Policy* policy = nullptr;
+    amqp::ContentHeader header;
+    std::optional<std::string> identity;
+  };
+
+  const retry::Policy& policy_for(const std::string& queue);
+  bool identify(const Delivery& delivery, Identified& out);
+  // Counts a return of `delivery` and decides; fills `intent` for delay and dead-letter.
+  retry::Decision count_return(const Delivery& delivery, const Identified& id, bool crash,
+                               Intent& intent);
+  void execute(const Delivery& delivery);
+  void finish_job(std::uint64_t job, bool ok, const std::string& why);
+  void give_back(const DeliveryKey& key, const Intent& intent, std::string_view cause,
+                 std::string_view detail);
+  static bool needs_copy(const Intent& intent);
+
+  GuardContext& context_;
+  Session* session_ = nullptr;
+  std::mt19937_64 rng_;
+  std::shared_ptr<const retry::PolicySet> policies_;
+  std::uint64_t policies_version_ = 0;
+  std::unordered_map<std::string, const retry::Policy*> policy_cache_;
+  std::map<DeliveryKey, Intent> intents_;
+  std::unordered_map<std::uint64_t, DeliveryKey> jobs_;
+  std::uint64_t next_job_ = 0;
+  ProxyChannel proxy_;
+  // Queues that lost unacked deliveries in the current batch of crash returns: a crash counts
+  // once in a queue's health, however many prefetched messages it gave back.
+  std::vector<std::pair<std::string, const retry::Policy*>> crashed_queues_;
+};
+
+// The delay queue for `queue` and a TTL: nackguard.delay.<queue>.<ttl>ms, with the queue's
+// name shortened (and a hash appended) when the result would pass 255 bytes.
+std::string delay_queue_name(std::string_view queue, retry::Millis ttl);
+
+}  // namespace nackguard::session

@@ -1,0 +1,33 @@
+#include "proxy/session/guard_context.hpp"
+
+namespace nackguard::session {
+
+GuardContext::GuardContext(const GuardSettings& settings,
+                           std::shared_ptr<const retry::PolicySet> policies,
+                           GuardListener* listener, WallClock clock)
+    : settings_(settings),
+      policies_(policies ? std::move(policies) : std::make_shared<retry::PolicySet>()),
+      listener_(listener ? listener : &null_listener_),
+      clock_(clock ? std::move(clock)
+                   : WallClock([] {
+                       return std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+                     })),
+      tracker_(settings.tracker_max_entries, settings.tracker_idle_ttl),
+      budget_(settings.retained_body_bytes) {}
+
+std::shared_ptr<const retry::PolicySet> GuardContext::policies() const {
+  std::lock_guard lock(mutex_);
+  return policies_;
+}
+
+void GuardContext::set_policies(std::shared_ptr<const retry::PolicySet> policies) {
+  {
+    std::lock_guard lock(mutex_);
+    policies_ = std::move(policies);
+  }
+  version_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+}  // namespace nackguard::session

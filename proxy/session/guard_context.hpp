@@ -1,0 +1,88 @@
+#pragma once
+// What every connection's Guard shares: the policies (replaceable on reload), the redelivery
+// tracker, the queues' health, the body budget, the clock, and the listener that turns the
+// guard's events into logs and metrics.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "proxy/retry/decision.hpp"
+#include "proxy/retry/health.hpp"
+#include "proxy/retry/policy_set.hpp"
+#include "proxy/retry/tracker.hpp"
+#include "proxy/session/body_budget.hpp"
+
+namespace nackguard::session {
+
+// Receives what the guard did, for logs and metrics. Called from worker threads.
+class GuardListener {
+ public:
+  virtual ~GuardListener() = default;
+  virtual void on_delivery(std::string_view queue) { (void)queue; }
+  // The consumer gave a message back (nack, reject, recover, or a crash).
+  virtual void on_return(std::string_view queue) { (void)queue; }
+  // What became of a return: forwarded, delayed or dead_lettered.
+  virtual void on_requeue(std::string_view queue, retry::Action action) {
+    (void)queue, (void)action;
+  }
+  virtual void on_dead_letter(std::string_view queue, std::string_view identity,
+                              std::uint32_t returns, retry::DeadLetterReason reason) {
+    (void)queue, (void)identity, (void)returns, (void)reason;
+  }
+  // The proxy could not complete a republish or dead-letter and gave the message back to the
+  // broker as the consumer asked. `cause` is a short label, `detail` says what happened.
+  virtual void on_fallback(std::string_view queue, std::string_view cause,
+                           std::string_view detail) {
+    (void)queue, (void)cause, (void)detail;
+  }
+  virtual void on_outage(std::string_view queue, bool started, double ratio) {
+    (void)queue, (void)started, (void)ratio;
+  }
+};
+
+struct GuardSettings {
+  std::size_t tracker_max_entries = 100000;
+  std::chrono::milliseconds tracker_idle_ttl{std::chrono::hours(24)};
+  std::uint64_t retained_body_bytes = 256ull << 20;
+  // A republish or dead-letter whose confirm has not come by then falls back.
+  std::chrono::milliseconds confirm_timeout{30000};
+};
+
+class GuardContext {
+ public:
+  using WallClock = std::function<std::int64_t()>;  // milliseconds since the epoch
+
+  GuardContext(const GuardSettings& settings, std::shared_ptr<const retry::PolicySet> policies,
+               GuardListener* listener = nullptr, WallClock clock = {});
+
+  std::shared_ptr<const retry::PolicySet> policies() const;
+  void set_policies(std::shared_ptr<const retry::PolicySet> policies);
+  std::uint64_t policies_version() const { return version_.load(std::memory_order_acquire); }
+
+  std::int64_t now_ms() const { return clock_(); }
+  GuardListener& listener() { return *listener_; }
+  retry::Tracker& tracker() { return tracker_; }
+  retry::QueueHealth& health() { return health_; }
+  BodyBudget& budget() { return budget_; }
+  const GuardSettings& settings() const { return settings_; }
+
+ private:
+  GuardSettings settings_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<const retry::PolicySet> policies_;
+  std::atomic<std::uint64_t> version_{1};
+  GuardListener null_listener_;
+  GuardListener* listener_;
+  WallClock clock_;
+  retry::Tracker tracker_;
+  retry::QueueHealth health_;
+  BodyBudget budget_;
+};
+
+}  // namespace nackguard::session

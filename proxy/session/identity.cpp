@@ -1,0 +1,92 @@
+#include "proxy/session/identity.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+namespace nackguard::session {
+
+namespace {
+
+const amqp::FieldValue* header(const amqp::BasicProperties& p, std::string_view name) {
+  return p.headers ? p.headers->find(name) : nullptr;
+}
+
+// A header value as identity text: strings as they are, integers in decimal.
+std::optional<std::string> header_text(const amqp::FieldValue* value) {
+  if (!value) return std::nullopt;
+  if (const std::string* s = value->as_string()) return *s;
+  if (auto n = value->as_int()) return std::to_string(*n);
+  return std::nullopt;
+}
+
+std::string original(const amqp::BasicProperties& p, const char* name, const std::string& actual) {
+  if (auto text = header_text(header(p, name))) return *text;
+  return actual;
+}
+
+std::optional<std::string> from_source(const retry::IdentitySource& source,
+                                       const amqp::BasicProperties& p, const Delivery* delivery) {
+  using Kind = retry::IdentitySource::Kind;
+  switch (source.kind) {
+    case Kind::message_id:
+      if (p.message_id && !p.message_id->empty()) return "message_id:" + *p.message_id;
+      return std::nullopt;
+    case Kind::correlation_id:
+      if (p.correlation_id && !p.correlation_id->empty()) {
+        return "correlation_id:" + *p.correlation_id;
+      }
+      return std::nullopt;
+    case Kind::header:
+      if (auto text = header_text(header(p, source.header)); text && !text->empty()) {
+        return "header:" + source.header + ":" + *text;
+      }
+      return std::nullopt;
+    case Kind::body: {
+      if (!delivery || !delivery->body_complete) return std::nullopt;
+      std::string route = original(p, kOriginalExchangeHeader, delivery->exchange);
+      route.push_back('\0');
+      route += original(p, kOriginalRoutingKeyHeader, delivery->routing_key);
+      std::uint64_t hash = XXH3_64bits_withSeed(route.data(), route.size(), delivery->body_hash);
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+      return std::string("body:") + hex;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> message_identity(const std::vector<retry::IdentitySource>& sources,
+                                            const amqp::BasicProperties& properties,
+                                            const Delivery& delivery) {
+  for (const auto& source : sources) {
+    if (auto id = from_source(source, properties, &delivery)) return id;
+  }
+  return std::nullopt;
+}
+
+bool identity_needs_body(const std::vector<retry::IdentitySource>& sources,
+                         const amqp::BasicProperties& properties) {
+  for (const auto& source : sources) {
+    if (source.kind == retry::IdentitySource::Kind::body) return true;
+    if (from_source(source, properties, nullptr)) return false;
+  }
+  return false;
+}
+
+std::uint32_t header_return_count(const amqp::BasicProperties& properties) {
+  std::int64_t count = 0;
+  for (const char* name : {kReturnsHeader, kDeliveryCountHeader}) {
+    if (const amqp::FieldValue* v = header(properties, name)) {
+      if (auto n = v->as_int()) count = std::max(count, *n);
+    }
+  }
+  return static_cast<std::uint32_t>(
+      std::clamp<std::int64_t>(count, 0, std::numeric_limits<std::uint32_t>::max()));
+}
+
+}  // namespace nackguard::session

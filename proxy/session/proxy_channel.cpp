@@ -1,0 +1,271 @@
+#include "proxy/session/proxy_channel.hpp"
+
+#include <algorithm>
+
+#include "proxy/amqp/method_codec.hpp"
+
+namespace nackguard::session {
+
+namespace mid = amqp::mid;
+
+namespace {
+// A queue the proxy could not declare is not tried again for this long: each try costs a
+// channel, and the cause (a missing permission) rarely goes away by itself.
+constexpr std::int64_t kDeclareRetryMs = 30000;
+constexpr std::uint16_t kNotFound = 404;  // a passive declare of an absent queue
+}  // namespace
+
+void ProxyChannel::configure(std::optional<std::uint16_t> channel, std::uint32_t frame_max) {
+  channel_ = channel;
+  frame_max_ = std::max<std::uint32_t>(frame_max == 0 ? 131072 : frame_max, amqp::kFrameMinSize);
+}
+
+void ProxyChannel::finish(std::uint64_t job, bool ok, const std::string& why) {
+  done_(job, ok, why);
+}
+
+void ProxyChannel::publish(PublishRequest request, std::int64_t now_ms) {
+  if (!channel_) {
+    finish(request.job, false, "no channel left for the proxy (the broker's channel_max is 1)");
+    return;
+  }
+  waiting_.push_back(std::move(request));
+  pump(now_ms);
+}
+
+void ProxyChannel::pump(std::int64_t now_ms) {
+  if (waiting_.empty()) return;
+  if (state_ == State::closed) {
+    amqp::Bytes out;
+    amqp::append_method_frame(out, *channel_, amqp::ChannelOpen{});
+    send_(std::move(out));
+    state_ = State::opening;
+    return;
+  }
+  if (state_ != State::ready) return;
+  while (!waiting_.empty()) {
+    PublishRequest& head = waiting_.front();
+    if (head.ensure) {
+      QueueInfo& info = queues_[head.ensure->name];
+      if (info.status == QueueStatus::failed && now_ms < info.failed_until_ms) {
+        PublishRequest failed = std::move(head);
+        waiting_.pop_front();
+        finish(failed.job, false, "cannot declare queue " + failed.ensure->name + ": " + info.failure);
+        continue;
+      }
+      if (!ensure_queue(*head.ensure, now_ms)) return;
+    }
+    send_publish(head);
+    waiting_.pop_front();
+  }
+}
+
+bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms) {
+  QueueInfo& info = queues_[spec.name];
+  switch (info.status) {
+    case QueueStatus::declared:
+      if (spec.redeclare_after_ms < 0 || now_ms - info.declared_at_ms < spec.redeclare_after_ms) {
+        return true;
+      }
+      break;
+    case QueueStatus::passive_sent:
+    case QueueStatus::active_sent:
+      return false;
+    default:
+      break;
+  }
+  amqp::QueueDeclare declare;
+  declare.queue = spec.name;
+  bool passive = spec.use_existing && info.status != QueueStatus::active_needed;
+  if (passive) {
+    declare.passive = true;
+  } else {
+    declare.durable = true;
+    declare.arguments = spec.arguments;
+  }
+  amqp::Bytes out;
+  amqp::append_method_frame(out, *channel_, declare);
+  send_(std::move(out));
+  info.status = passive ? QueueStatus::passive_sent : QueueStatus::active_sent;
+  declaring_.push_back(spec.name);
+  return false;
+}
+
+void ProxyChannel::send_publish(PublishRequest& request) {
+  amqp::Bytes out;
+  amqp::BasicPublish publish;
+  publish.exchange = request.exchange;
+  publish.routing_key = request.routing_key;
+  publish.mandatory = true;  // an unroutable copy comes back as basic.return, never vanishes
+  amqp::append_method_frame(out, *channel_, publish);
+  const amqp::Bytes empty;
+  const amqp::Bytes& body = request.body ? request.body->bytes : empty;
+  request.header.body_size = body.size();
+  amqp::append_content_header_frame(out, *channel_, request.header);
+  std::size_t chunk = frame_max_ - amqp::kFrameOverhead;
+  for (std::size_t at = 0; at < body.size(); at += chunk) {
+    std::size_t n = std::min(chunk, body.size() - at);
+    amqp::append_frame(out, amqp::FrameType::body, *channel_, amqp::ByteView(body).subspan(at, n));
+  }
+  in_flight_[++next_seq_] =
+      InFlight{request.job, request.exchange, request.routing_key, request.deadline_ms, false};
+  send_(std::move(out));
+}
+
+void ProxyChannel::on_frame(const amqp::Frame& frame, std::int64_t now_ms) {
+  if (frame.frame_type() == amqp::FrameType::header) {
+    if (skip_header_) {
+      skip_header_ = false;
+      skip_content_ = amqp::peek_body_size(frame.payload).value_or(0);
+    }
+    return;
+  }
+  if (frame.frame_type() == amqp::FrameType::body) {
+    skip_content_ -= std::min<std::uint64_t>(skip_content_, frame.payload.size());
+    return;
+  }
+  if (frame.frame_type() != amqp::FrameType::method) return;
+  if (auto key = amqp::peek_method_key(frame.payload)) on_method(frame, *key, now_ms);
+}
+
+void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::int64_t now_ms) {
+  switch (key) {
+    case mid::channel_open_ok: {
+      amqp::Bytes out;
+      amqp::append_method_frame(out, *channel_, amqp::ConfirmSelect{});
+      send_(std::move(out));
+      state_ = State::selecting;
+      return;
+    }
+    case mid::confirm_select_ok:
+      state_ = State::ready;
+      next_seq_ = 0;
+      pump(now_ms);
+      return;
+    case mid::queue_declare_ok:
+      if (!declaring_.empty()) {
+        QueueInfo& info = queues_[declaring_.front()];
+        info.status = QueueStatus::declared;
+        info.declared_at_ms = now_ms;
+        declaring_.pop_front();
+      }
+      pump(now_ms);
+      return;
+    case mid::basic_ack: {
+      amqp::BasicAck ack;
+      if (amqp::decode_method(frame.payload, ack) == amqp::MethodError::none) {
+        confirm(ack.delivery_tag, ack.multiple, true);
+      }
+      return;
+    }
+    case mid::basic_nack: {
+      amqp::BasicNack nack;
+      if (amqp::decode_method(frame.payload, nack) == amqp::MethodError::none) {
+        confirm(nack.delivery_tag, nack.multiple, false);
+      }
+      return;
+    }
+    case mid::basic_return: {
+      amqp::BasicReturn returned;
+      if (amqp::decode_method(frame.payload, returned) == amqp::MethodError::none) {
+        for (auto& [seq, flight] : in_flight_) {
+          if (flight.exchange == returned.exchange && flight.routing_key == returned.routing_key) {
+            flight.returned = true;
+          }
+        }
+      }
+      skip_header_ = true;
+      return;
+    }
+    case mid::channel_close: {
+      amqp::ChannelClose close;
+      (void)amqp::decode_method(frame.payload, close);
+      amqp::Bytes out;
+      amqp::append_method_frame(out, *channel_, amqp::ChannelCloseOk{});
+      send_(std::move(out));
+      on_channel_closed(close.reply_code, close.reply_text, now_ms);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void ProxyChannel::confirm(std::uint64_t tag, bool multiple, bool ack) {
+  auto end = multiple ? in_flight_.upper_bound(tag) : in_flight_.find(tag);
+  auto begin = multiple ? in_flight_.begin() : end;
+  if (!multiple) {
+    if (end == in_flight_.end()) return;
+    ++end;
+  }
+  std::vector<InFlight> settled;
+  for (auto it = begin; it != end; ++it) settled.push_back(std::move(it->second));
+  in_flight_.erase(begin, end);
+  for (const InFlight& flight : settled) {
+    if (!ack) {
+      finish(flight.job, false, "the broker refused the copy (basic.nack)");
+    } else if (flight.returned) {
+      finish(flight.job, false,
+             "the copy was unroutable: exchange \"" + flight.exchange + "\" has no binding for \"" +
+                 flight.routing_key + "\"");
+    } else {
+      finish(flight.job, true, "");
+    }
+  }
+}
+
+void ProxyChannel::on_channel_closed(std::uint16_t code, const std::string& text,
+                                     std::int64_t now_ms) {
+  state_ = State::closed;
+  skip_header_ = false;
+  skip_content_ = 0;
+  if (!declaring_.empty()) {
+    QueueInfo& info = queues_[declaring_.front()];
+    if (info.status == QueueStatus::passive_sent && code == kNotFound) {
+      info.status = QueueStatus::active_needed;  // absent: declare it ourselves
+    } else {
+      info.status = QueueStatus::failed;
+      info.failed_until_ms = now_ms + kDeclareRetryMs;
+      info.failure = text;
+    }
+    declaring_.pop_front();
+  }
+  for (const std::string& name : declaring_) queues_[name].status = QueueStatus::unknown;
+  declaring_.clear();
+  std::map<std::uint64_t, InFlight> lost = std::move(in_flight_);
+  in_flight_.clear();
+  for (const auto& [seq, flight] : lost) {
+    finish(flight.job, false, "the proxy's channel was closed: " + text);
+  }
+  pump(now_ms);
+}
+
+void ProxyChannel::on_tick(std::int64_t now_ms) {
+  std::vector<std::uint64_t> expired;
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    if (now_ms >= it->second.deadline_ms) {
+      expired.push_back(it->second.job);
+      it = in_flight_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (std::uint64_t job : expired) finish(job, false, "no publisher confirm in time");
+  while (!waiting_.empty() && now_ms >= waiting_.front().deadline_ms) {
+    std::uint64_t job = waiting_.front().job;
+    waiting_.pop_front();
+    finish(job, false, "the proxy's channel or queue declaration did not complete in time");
+  }
+}
+
+void ProxyChannel::fail_all(const std::string& why) {
+  std::deque<PublishRequest> waiting = std::move(waiting_);
+  waiting_.clear();
+  std::map<std::uint64_t, InFlight> in_flight = std::move(in_flight_);
+  in_flight_.clear();
+  for (const auto& request : waiting) finish(request.job, false, why);
+  for (const auto& [seq, flight] : in_flight) finish(flight.job, false, why);
+  state_ = State::closed;
+}
+
+}  // namespace nackguard::session

@@ -1,0 +1,99 @@
+#pragma once
+// The proxy's own channel on a client's upstream connection (the channel number reserved at
+// tune): it declares queues and publishes copies with publisher confirms, using the client's
+// credentials and vhost. Sans-io: frames go out through `send`, come in through on_frame, and
+// each publish ends in exactly one `done` call.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "proxy/amqp/frame.hpp"
+#include "proxy/amqp/properties.hpp"
+#include "proxy/session/body_budget.hpp"
+
+namespace nackguard::session {
+
+struct QueueSpec {
+  std::string name;
+  // Use the queue as it is if it exists, whatever its arguments; else declare it durable.
+  bool use_existing = false;
+  amqp::FieldTable arguments;  // for a declaration of our own (use_existing = false)
+  // Declare again when the last declaration is older than this (it resets x-expires).
+  std::int64_t redeclare_after_ms = -1;
+};
+
+struct PublishRequest {
+  std::uint64_t job = 0;
+  std::optional<QueueSpec> ensure;  // declared before the publish
+  std::string exchange;
+  std::string routing_key;
+  amqp::ContentHeader header;
+  std::shared_ptr<RetainedBody> body;
+  std::int64_t deadline_ms = 0;  // no confirm by then: failed
+};
+
+class ProxyChannel {
+ public:
+  using Send = std::function<void(amqp::Bytes)>;
+  // ok = the broker confirmed the copy and routed it; otherwise `why` says what failed.
+  using Done = std::function<void(std::uint64_t job, bool ok, const std::string& why)>;
+
+  ProxyChannel(Send send, Done done) : send_(std::move(send)), done_(std::move(done)) {}
+
+  // The reserved channel and the negotiated frame_max; without a channel every publish fails.
+  void configure(std::optional<std::uint16_t> channel, std::uint32_t frame_max);
+  void publish(PublishRequest request, std::int64_t now_ms);
+  void on_frame(const amqp::Frame& frame, std::int64_t now_ms);
+  void on_tick(std::int64_t now_ms);
+  // The connection is gone: every publish not yet confirmed fails.
+  void fail_all(const std::string& why);
+
+  std::size_t outstanding() const { return waiting_.size() + in_flight_.size(); }
+
+ private:
+  enum class State { closed, opening, selecting, ready };
+  enum class QueueStatus { unknown, passive_sent, active_needed, active_sent, declared, failed };
+  struct QueueInfo {
+    QueueStatus status = QueueStatus::unknown;
+    std::int64_t declared_at_ms = 0;
+    std::int64_t failed_until_ms = 0;
+    std::string failure;
+  };
+  struct InFlight {
+    std::uint64_t job = 0;
+    std::string exchange;
+    std::string routing_key;
+    std::int64_t deadline_ms = 0;
+    bool returned = false;
+  };
+
+  void pump(std::int64_t now_ms);
+  // False if the head request must wait for a declaration.
+  bool ensure_queue(const QueueSpec& spec, std::int64_t now_ms);
+  void send_publish(PublishRequest& request);
+  void on_method(const amqp::Frame& frame, std::uint32_t key, std::int64_t now_ms);
+  void on_channel_closed(std::uint16_t code, const std::string& text, std::int64_t now_ms);
+  void confirm(std::uint64_t tag, bool multiple, bool ack);
+  void finish(std::uint64_t job, bool ok, const std::string& why);
+
+  Send send_;
+  Done done_;
+  std::optional<std::uint16_t> channel_;
+  std::uint32_t frame_max_ = 131072;
+  State state_ = State::closed;
+  std::deque<PublishRequest> waiting_;
+  std::map<std::uint64_t, InFlight> in_flight_;  // by publish sequence number
+  std::uint64_t next_seq_ = 0;
+  std::unordered_map<std::string, QueueInfo> queues_;
+  std::deque<std::string> declaring_;  // queue names awaiting declare-ok, in order
+  std::uint64_t skip_content_ = 0;     // body bytes of a basic.return still to skip
+  bool skip_header_ = false;
+};
+
+}  // namespace nackguard::session

@@ -1,0 +1,436 @@
+#!/usr/bin/env bash
+# Start, stop and inspect a PRIVATE RabbitMQ node for nackguard's tests.
+#
+#   tests/rabbitmq-node.sh start|stop|status|env DIR
+#
+# Everything the node writes lives under DIR (e.g. build/rabbitmq) and every
+# port it opens is on 127.0.0.1, so it never touches a system RabbitMQ node or
+# a system epmd:
+#
+#   NACKGUARD_TEST_NODE         node name             (nackguard-test@localhost)
+#   NACKGUARD_TEST_BROKER_PORT  AMQP listener         (35672)
+#   NACKGUARD_TEST_DIST_PORT    Erlang distribution   (35673; the CLI tools use
+#                               the 10 ports above it: 35674-35683)
+#   NACKGUARD_TEST_EPMD_PORT    the node's own epmd   (34369)
+#   NACKGUARD_TEST_RABBITMQ_CONF_EXTRA  optional lines appended to rabbitmq.conf
+#   NACKGUARD_TEST_RABBITMQ_FRESH=1     `start` wipes the node's data (queues,
+#                               users, ...) first, unless the node is running
+#   NACKGUARD_TEST_START_TIMEOUT        seconds `start` waits for the node (60)
+#
+# The node runs as the `rabbitmq` user (runuser, clean environment) so that it
+# and the CLI tools share /var/lib/rabbitmq/.erlang.cookie.
+#
+# Layout of DIR (DIR itself stays owned by whoever runs this script):
+#   rabbitmq.conf, enabled_plugins   generated configuration
+#   rabbitmqctl                      generated wrapper: rabbitmqctl -n NODE ...
+#   rabbitmq-diagnostics, rabbitmq-queues   symlinks to the same wrapper
+#   mnesia/                          node data (owned by rabbitmq)
+#   log/                             node logs (owned by rabbitmq); log/console.log
+#                                    is the node's stdout/stderr
+#   launcher.pid, beam.pid           pids recorded by `start`, used by `stop`
+#   node-settings                    node name and ports saved by `start`; later
+#                                    calls on DIR use them when the variables
+#                                    above are not set
+#
+# `start` reuses a node that already answers; `stop` asks the node to stop and
+# only as a last resort signals the pids recorded by `start`, then kills the
+# private epmd if no other node is registered with it.
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 start|stop|status|env DIR" >&2
+  exit 2
+}
+
+[[ $# -eq 2 ]] || usage
+action=$1
+case "$action" in start | stop | status | env) ;; *) usage ;; esac
+
+mkdir -p "$2"
+dir=$(cd "$2" && pwd)
+
+# Settings: the environment, else what `start` saved in DIR/node-settings (so
+# that stop/status/env find the node DIR holds), else the defaults.
+settings_file="$dir/node-settings"
+saved_node='' saved_amqp_port='' saved_dist_port='' saved_epmd_port=''
+if [[ -f $settings_file ]]; then
+  while IFS='=' read -r key value; do
+    case "$key" in
+      node) saved_node=$value ;;
+      amqp_port) saved_amqp_port=$value ;;
+      dist_port) saved_dist_port=$value ;;
+      epmd_port) saved_epmd_port=$value ;;
+    esac
+  done <"$settings_file"
+fi
+node=${NACKGUARD_TEST_NODE:-${saved_node:-nackguard-test@localhost}}
+amqp_port=${NACKGUARD_TEST_BROKER_PORT:-${saved_amqp_port:-35672}}
+dist_port=${NACKGUARD_TEST_DIST_PORT:-${saved_dist_port:-35673}}
+epmd_port=${NACKGUARD_TEST_EPMD_PORT:-${saved_epmd_port:-34369}}
+ctl_port_min=$((dist_port + 1))
+ctl_port_max=$((dist_port + 10))
+start_timeout=${NACKGUARD_TEST_START_TIMEOUT:-60}
+rabbitmq_bin=/usr/lib/rabbitmq/bin
+rabbitmq_home=/var/lib/rabbitmq # the rabbitmq user's home: holds .erlang.cookie
+
+for p in "$amqp_port" "$dist_port" "$epmd_port"; do
+  [[ $p =~ ^[0-9]+$ ]] || { echo "rabbitmq-node: bad port '$p'" >&2; exit 2; }
+done
+
+ctl="$dir/rabbitmqctl"
+log_dir="$dir/log"
+mnesia_dir="$dir/mnesia"
+console_log="$log_dir/console.log"
+node_log="$log_dir/$node.log"
+launcher_pid_file="$dir/launcher.pid"
+beam_pid_file="$dir/beam.pid"
+node_pid_file="$mnesia_dir/node.pid" # written by the node itself
+
+say() { echo "rabbitmq-node: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+# The clean environment shared by the node and its CLI tools, one VAR=value
+# per element (passed to `env -i`).
+node_env=(
+  "HOME=$rabbitmq_home"
+  "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+  "LANG=C.UTF-8"
+  "LC_ALL=C.UTF-8"
+  "RABBITMQ_NODENAME=$node"
+  "RABBITMQ_USE_LONGNAME=false"
+  "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1"
+  "RABBITMQ_NODE_PORT=$amqp_port"
+  "RABBITMQ_DIST_PORT=$dist_port"
+  "RABBITMQ_CTL_DIST_PORT_MIN=$ctl_port_min"
+  "RABBITMQ_CTL_DIST_PORT_MAX=$ctl_port_max"
+  "RABBITMQ_MNESIA_BASE=$mnesia_dir"
+  "RABBITMQ_PID_FILE=$node_pid_file"
+  "RABBITMQ_LOG_BASE=$log_dir"
+  "RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf"
+  "RABBITMQ_ADVANCED_CONFIG_FILE=$dir/advanced.config"
+  "RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins"
+  "RABBITMQ_CONF_ENV_FILE=/dev/null"
+  "ERL_EPMD_ADDRESS=127.0.0.1"
+  "ERL_EPMD_PORT=$epmd_port"
+  "ERL_CRASH_DUMP=$log_dir/erl_crash.dump"
+  "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
+  "RABBITMQ_CTL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
+)
+
+# Runs a command as the rabbitmq user in the node's clean environment.
+as_rabbitmq() {
+  if [[ $(id -u) -eq 0 ]]; then
+    runuser -u rabbitmq -- env -i "${node_env[@]}" "$@"
+  elif [[ $(id -un) == rabbitmq ]]; then
+    env -i "${node_env[@]}" "$@"
+  else
+    sudo -n -u rabbitmq -- env -i "${node_env[@]}" "$@"
+  fi
+}
+
+# Creates the directories and writes the CLI wrapper (cheap, done by every
+# action so that `env` always points at an existing wrapper).
+prepare() {
+  id rabbitmq >/dev/null 2>&1 ||
+    die "no 'rabbitmq' user: install rabbitmq-server (deploy/install-deps.sh)"
+  [[ -x $rabbitmq_bin/rabbitmq-server ]] ||
+    die "$rabbitmq_bin/rabbitmq-server missing: install rabbitmq-server (deploy/install-deps.sh)"
+
+  mkdir -p "$mnesia_dir" "$log_dir"
+  if [[ $(id -u) -eq 0 ]]; then
+    chown rabbitmq:rabbitmq "$mnesia_dir" "$log_dir"
+    chmod 0750 "$mnesia_dir"
+    chmod 0755 "$log_dir"
+    runuser -u rabbitmq -- test -w "$mnesia_dir" ||
+      die "user rabbitmq cannot write to $mnesia_dir: every directory above $dir must be" \
+        "searchable by others (chmod o+x), or use a DIR elsewhere"
+  fi
+
+  # The wrapper bakes in this node's environment; the tool it runs is chosen by
+  # the name it is called by (rabbitmqctl, rabbitmq-diagnostics, ...).
+  {
+    echo '#!/usr/bin/env bash'
+    echo "# Generated by tests/rabbitmq-node.sh: run a RabbitMQ CLI tool against $node."
+    echo 'set -euo pipefail'
+    printf 'node_env=('
+    printf ' %q' "${node_env[@]}"
+    printf ' )\n'
+    printf 'node=%q\n' "$node"
+    printf 'bin=%q\n' "$rabbitmq_bin"
+    cat <<'EOF'
+tool=$(basename "$0")
+case "$tool" in
+  rabbitmqctl | rabbitmq-diagnostics | rabbitmq-queues | rabbitmq-plugins | rabbitmq-upgrade) ;;
+  *) tool=rabbitmqctl ;;
+esac
+if [[ $(id -u) -eq 0 ]]; then
+  exec runuser -u rabbitmq -- env -i "${node_env[@]}" "$bin/$tool" -n "$node" "$@"
+elif [[ $(id -un) == rabbitmq ]]; then
+  exec env -i "${node_env[@]}" "$bin/$tool" -n "$node" "$@"
+else
+  exec sudo -n -u rabbitmq -- env -i "${node_env[@]}" "$bin/$tool" -n "$node" "$@"
+fi
+EOF
+  } >"$ctl.tmp"
+  chmod 0755 "$ctl.tmp"
+  mv -f "$ctl.tmp" "$ctl"
+  ln -sfn rabbitmqctl "$dir/rabbitmq-diagnostics"
+  ln -sfn rabbitmqctl "$dir/rabbitmq-queues"
+}
+
+is_running() {
+  timeout 30 "$ctl" -q -t 15 status >/dev/null 2>&1
+}
+
+pid_alive() {
+  [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null
+}
+
+# Pid of this node's Erlang VM: the one recorded at start, else a beam.smp of
+# the rabbitmq user whose environment names this node (node names are unique).
+find_beam() {
+  local p
+  for p in $(read_pid "$beam_pid_file") $(read_pid "$node_pid_file") \
+    $(pgrep -u rabbitmq -x beam.smp 2>/dev/null || true); do
+    if is_node_beam "$p"; then
+      echo "$p"
+      return 0
+    fi
+  done
+}
+
+# True if pid $1 is the launcher `start` ran for this node (runuser ... env -i
+# RABBITMQ_NODENAME=NODE ...).
+is_launcher() {
+  pid_alive "${1:-}" &&
+    tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | grep -qxF "RABBITMQ_NODENAME=$node"
+}
+
+# True if pid $1 is this node's Erlang VM (its environment names the node; a
+# recycled pid would not).
+is_node_beam() {
+  pid_alive "${1:-}" &&
+    tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qxF "RABBITMQ_NODENAME=$node"
+}
+
+read_pid() {
+  if [[ -s $1 ]]; then tr -dc '0-9' <"$1"; fi
+}
+
+# Shows the end of what the node logged since `start` began (node_log_offset).
+node_log_offset=0
+show_log_tail() {
+  if [[ -s $node_log ]] && (($(stat -c %s "$node_log") > node_log_offset)); then
+    say "---- last lines of $node_log ----"
+    tail -c +"$((node_log_offset + 1))" "$node_log" | tail -n 30 >&2
+  fi
+  if [[ -s $console_log ]]; then
+    # The node's stdout/stderr: the cause is usually near its top ("BOOT FAILED").
+    say "---- $console_log ----"
+    if (($(wc -l <"$console_log") <= 80)); then
+      cat "$console_log" >&2
+    else
+      head -n 30 "$console_log" >&2
+      echo "[...]" >&2
+      tail -n 30 "$console_log" >&2
+    fi
+  fi
+  say "----"
+}
+
+# After a failed start: stop what this start launched, and its epmd.
+abort_start() {
+  local launcher=$1 beam i
+  beam=$(find_beam)
+  if pid_alive "$launcher"; then
+    kill -TERM "$launcher" 2>/dev/null || true
+    for ((i = 0; i < 10; i++)); do
+      pid_alive "$launcher" || break
+      sleep 1
+    done
+  fi
+  if is_node_beam "$beam"; then
+    kill -KILL "$beam" 2>/dev/null || true
+  fi
+  if pid_alive "$launcher"; then
+    kill -KILL "$launcher" 2>/dev/null || true
+  fi
+  rm -f "$launcher_pid_file" "$beam_pid_file"
+  stop_epmd
+  show_log_tail
+  die "$2 (logs: $console_log, $node_log)"
+}
+
+# Kills the node's private epmd if no other node is registered with it.
+stop_epmd() {
+  local names i
+  for ((i = 0; i < 10; i++)); do
+    names=$(ERL_EPMD_ADDRESS=127.0.0.1 epmd -port "$epmd_port" -names 2>/dev/null) || return 0
+    grep -q '^name ' <<<"$names" || break
+    sleep 0.5 # a node that just died may still be listed for a moment
+  done
+  if grep -q '^name ' <<<"$names"; then
+    say "epmd on port $epmd_port still has nodes registered; leaving it running"
+  else
+    ERL_EPMD_ADDRESS=127.0.0.1 epmd -port "$epmd_port" -kill >/dev/null 2>&1 || true
+  fi
+}
+
+# Writes the node's configuration (at start only).
+write_config() {
+  {
+    echo "# Generated by tests/rabbitmq-node.sh: private test node $node."
+    echo "listeners.tcp.default = 127.0.0.1:$amqp_port"
+    echo "# guest/guest may connect from loopback only (RabbitMQ's default)."
+    echo "log.file.level = info"
+    echo "log.console = false"
+    if [[ -n ${NACKGUARD_TEST_RABBITMQ_CONF_EXTRA:-} ]]; then
+      echo "# From NACKGUARD_TEST_RABBITMQ_CONF_EXTRA:"
+      printf '%s\n' "$NACKGUARD_TEST_RABBITMQ_CONF_EXTRA"
+    fi
+  } >"$dir/rabbitmq.conf.tmp"
+  mv -f "$dir/rabbitmq.conf.tmp" "$dir/rabbitmq.conf"
+  # No plugins: in particular no management listener on 15672.
+  echo '[].' >"$dir/enabled_plugins"
+  chmod 0644 "$dir/rabbitmq.conf" "$dir/enabled_plugins"
+  printf '%s\n' "node=$node" "amqp_port=$amqp_port" "dist_port=$dist_port" \
+    "epmd_port=$epmd_port" >"$settings_file"
+}
+
+do_start() {
+  if is_running; then
+    say "node $node already running (AMQP 127.0.0.1:$amqp_port); reusing it"
+    return 0
+  fi
+  # Refuse to start when the AMQP port is taken by something else: the node
+  # would fail later with a less obvious message.
+  if (exec 3<>"/dev/tcp/127.0.0.1/$amqp_port") 2>/dev/null; then
+    die "127.0.0.1:$amqp_port is already in use by something that is not node $node;" \
+      "set NACKGUARD_TEST_BROKER_PORT to another port"
+  fi
+  # A launcher from an earlier start that never came up: stop it first.
+  local old
+  old=$(read_pid "$launcher_pid_file")
+  if is_launcher "$old"; then
+    say "an earlier launcher (pid $old) is still alive but the node does not answer; stopping it"
+    do_stop || true
+  fi
+
+  if [[ ${NACKGUARD_TEST_RABBITMQ_FRESH:-0} == 1 ]]; then
+    rm -rf "${mnesia_dir:?}"
+    prepare
+  fi
+  write_config
+  say "starting node $node (AMQP 127.0.0.1:$amqp_port, dist $dist_port, epmd $epmd_port) in $dir"
+  : >"$console_log"
+  if [[ -s $node_log ]]; then node_log_offset=$(stat -c %s "$node_log"); fi
+  rm -f "$beam_pid_file" "$node_pid_file"
+  # setsid: the node gets its own session, so a Ctrl-C in the caller's
+  # terminal does not reach it; it is stopped with `stop`.
+  (
+    cd "$dir"
+    if [[ $(id -u) -eq 0 ]]; then
+      exec setsid runuser -u rabbitmq -- env -i "${node_env[@]}" "$rabbitmq_bin/rabbitmq-server"
+    else
+      exec setsid sudo -n -u rabbitmq -- env -i "${node_env[@]}" "$rabbitmq_bin/rabbitmq-server"
+    fi
+  ) >>"$console_log" 2>&1 </dev/null &
+  local launcher=$!
+  echo "$launcher" >"$launcher_pid_file"
+
+  local t0=$SECONDS deadline=$((SECONDS + start_timeout)) remaining
+  while :; do
+    if ! pid_alive "$launcher"; then
+      abort_start "$launcher" "node $node exited during startup"
+    fi
+    remaining=$((deadline - SECONDS))
+    if ((remaining <= 0)); then
+      abort_start "$launcher" "node $node did not start within ${start_timeout}s"
+    fi
+    # await_startup fails at once while the node is not yet registered with
+    # epmd; retry until the deadline.
+    if as_rabbitmq "$rabbitmq_bin/rabbitmqctl" -q -n "$node" await_startup \
+      --timeout "$remaining" >/dev/null 2>&1; then
+      break
+    fi
+    sleep 1
+  done
+  local beam
+  beam=$(read_pid "$node_pid_file")
+  [[ -n $beam ]] && echo "$beam" >"$beam_pid_file"
+  say "node $node is up after $((SECONDS - t0))s"
+}
+
+do_stop() {
+  local launcher beam
+  launcher=$(read_pid "$launcher_pid_file")
+  is_launcher "$launcher" || launcher=''
+  beam=$(find_beam)
+
+  local p i wait_s=30
+  if is_running; then
+    say "stopping node $node"
+    if [[ -n $beam ]]; then
+      # With the pid file, `stop` waits until the OS process has exited.
+      "$ctl" -q stop "$node_pid_file" >/dev/null 2>&1 || "$ctl" -q stop >/dev/null 2>&1 || true
+    else
+      "$ctl" -q stop >/dev/null 2>&1 || true
+    fi
+  else
+    say "node $node does not answer"
+    wait_s=0
+  fi
+
+  # Wait for the processes recorded by `start`; signal them only as a last resort.
+  for p in "$beam" "$launcher"; do
+    for ((i = 0; i < wait_s; i++)); do
+      pid_alive "$p" || break
+      sleep 1
+    done
+  done
+  if pid_alive "$launcher"; then
+    # runuser passes TERM on to rabbitmq-server, which stops the node.
+    say "launcher pid $launcher still alive; sending TERM"
+    kill -TERM "$launcher" 2>/dev/null || true
+    for ((i = 0; i < 15; i++)); do
+      pid_alive "$launcher" || pid_alive "$beam" || break
+      sleep 1
+    done
+  fi
+  if pid_alive "$beam"; then
+    say "node pid $beam still alive; sending KILL"
+    kill -KILL "$beam" 2>/dev/null || true
+  fi
+  if pid_alive "$launcher"; then
+    kill -KILL "$launcher" 2>/dev/null || true
+  fi
+  rm -f "$launcher_pid_file" "$beam_pid_file"
+  stop_epmd
+}
+
+do_status() {
+  if is_running; then
+    echo "node $node running: AMQP 127.0.0.1:$amqp_port, dist $dist_port, epmd $epmd_port, dir $dir"
+    return 0
+  fi
+  echo "node $node not running"
+  return 3
+}
+
+do_env() {
+  printf 'export NACKGUARD_TEST_BROKER_HOST=%q\n' 127.0.0.1
+  printf 'export NACKGUARD_TEST_BROKER_PORT=%q\n' "$amqp_port"
+  printf 'export NACKGUARD_TEST_BROKER_URL=%q\n' "amqp://guest:guest@127.0.0.1:$amqp_port/"
+  printf 'export NACKGUARD_TEST_NODE=%q\n' "$node"
+  printf 'export NACKGUARD_TEST_RABBITMQCTL=%q\n' "$ctl"
+  printf 'export NACKGUARD_TEST_RABBITMQ_DIR=%q\n' "$dir"
+  printf 'export NACKGUARD_TEST_RABBITMQ_LOG=%q\n' "$node_log"
+}
+
+prepare
+case "$action" in
+  start) do_start ;;
+  stop) do_stop ;;
+  status) do_status ;;
+  env) do_env ;;
+esac
