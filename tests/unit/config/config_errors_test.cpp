@@ -64,9 +64,10 @@ thread: 2
   const InDirectory in_tree(tree_.root());
   EXPECT_EQ(config_error_of([] { load_config("conf/ports.yaml"); }),
             "conf/ports.yaml:3:9: listen.port: expected an integer from 1 to 65535, got \"99999\"");
-  EXPECT_EQ(config_error_of([] { load_config("conf/typo.yaml"); }),
-            "conf/typo.yaml:7:1: unknown key \"thread\" (did you mean \"threads\"?); valid keys "
-            "here: listen, upstream, threads, policies_dir, metrics, log, limits, timeouts");
+  EXPECT_EQ(
+      config_error_of([] { load_config("conf/typo.yaml"); }),
+      "conf/typo.yaml:7:1: unknown key \"thread\" (did you mean \"threads\"?); valid keys "
+      "here: listen, upstream, threads, policies_dir, metrics, log, limits, timeouts, tracker");
 }
 
 // --- the file itself ---
@@ -143,7 +144,7 @@ TEST_F(ConfigErrors, SecondDocumentIsRefused) {
 TEST_F(ConfigErrors, TopLevelMustBeAMap) {
   EXPECT_EQ(error_for("- listen\n"),
             "FILE:1:1: expected a map of settings (listen, upstream, threads, policies_dir, "
-            "metrics, log, limits, timeouts) at the top level of the file, got a list");
+            "metrics, log, limits, timeouts, tracker) at the top level of the file, got a list");
   EXPECT_TRUE(starts_with(error_for("just words\n"), "FILE:1:1: expected a map of settings"));
 }
 
@@ -193,16 +194,19 @@ TEST_F(ConfigErrors, UnknownKeyInEachSection) {
   EXPECT_TRUE(starts_with(error_for("log: {lvl: info}\n"), "FILE:1:7: unknown key \"log.lvl\""));
   EXPECT_EQ(error_for("limits:\n  max_frame: 4096\n"),
             "FILE:2:3: unknown key \"limits.max_frame\" (did you mean \"max_frame_bytes\"?); "
-            "valid keys here: max_frame_bytes, buffer_bytes");
+            "valid keys here: max_frame_bytes, buffer_bytes, retained_body_bytes");
   EXPECT_EQ(error_for("timeouts:\n  handshake_timeout: 5s\n"),
             "FILE:2:3: unknown key \"timeouts.handshake_timeout\" (did you mean "
             "\"handshake\"?); valid keys here: handshake");
+  EXPECT_EQ(error_for("tracker:\n  max_entry: 10\n"),
+            "FILE:2:3: unknown key \"tracker.max_entry\" (did you mean \"max_entries\"?); "
+            "valid keys here: max_entries, idle_ttl");
 }
 
 TEST_F(ConfigErrors, UnknownKeyWithoutACloseMatchHasNoSuggestion) {
   EXPECT_EQ(error_for("verbose: true\n"),
             "FILE:1:1: unknown key \"verbose\"; valid keys here: listen, upstream, threads, "
-            "policies_dir, metrics, log, limits, timeouts");
+            "policies_dir, metrics, log, limits, timeouts, tracker");
 }
 
 TEST_F(ConfigErrors, DuplicateKey) {
@@ -299,6 +303,32 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"BufferWithSuffix", "limits: {buffer_bytes: 1MiB}",
                  "1:24: limits.buffer_bytes: expected a number of bytes from 65536 to "
                  "268435456, got \"1MiB\""},
+        BadValue{"RetainedBodyTooLarge", "limits: {retained_body_bytes: 68719476737}",
+                 "1:31: limits.retained_body_bytes: expected a number of bytes from 0 to "
+                 "68719476736, got \"68719476737\""},
+        BadValue{"RetainedBodyNegative", "limits:\n  retained_body_bytes: -1",
+                 "2:24: limits.retained_body_bytes: expected a number of bytes from 0 to "
+                 "68719476736, got \"-1\""},
+        BadValue{"RetainedBodyWithSuffix", "limits: {retained_body_bytes: 256MiB}",
+                 "1:31: limits.retained_body_bytes: expected a number of bytes from 0 to "
+                 "68719476736, got \"256MiB\""},
+        BadValue{"TrackerEntriesZero", "tracker: {max_entries: 0}",
+                 "1:24: tracker.max_entries: expected an integer from 1 to 100000000, got \"0\""},
+        BadValue{"TrackerEntriesTooMany", "tracker:\n  max_entries: 100000001",
+                 "2:16: tracker.max_entries: expected an integer from 1 to 100000000, got "
+                 "\"100000001\""},
+        BadValue{"TrackerTtlTooShort", "tracker: {idle_ttl: 500ms}",
+                 "1:21: tracker.idle_ttl: expected a duration from 1s to 8760h, got \"500ms\""},
+        BadValue{"TrackerTtlTooLong", "tracker: {idle_ttl: 8761h}",
+                 "1:21: tracker.idle_ttl: expected a duration from 1s to 8760h, got \"8761h\""},
+        BadValue{"TrackerTtlInDays", "tracker: {idle_ttl: 7d}",
+                 "1:21: tracker.idle_ttl: invalid duration \"7d\": unknown unit \"d\"; write a "
+                 "whole number followed by one of the units ms, s, m, h (e.g. \"500ms\", "
+                 "\"10s\", \"5m\", \"24h\")"},
+        BadValue{"TrackerAsScalar", "tracker: 100000",
+                 "1:10: tracker: expected a map with the keys max_entries, idle_ttl, got the "
+                 "scalar \"100000\"; write it as \"key: value\" lines indented under tracker, or "
+                 "as {key: value, ...}"},
         BadValue{"PoliciesDirEmpty", "policies_dir: ''",
                  "1:15: policies_dir: expected a directory path, got an empty string"},
         BadValue{"PoliciesDirList", "policies_dir: [a]",

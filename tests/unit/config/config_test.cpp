@@ -30,7 +30,10 @@ TEST(LoadConfig, ShippedFileGivesTheDocumentedValues) {
   EXPECT_EQ(config.log_format, "text");
   EXPECT_EQ(config.max_frame_bytes, 1048576u);
   EXPECT_EQ(config.buffer_bytes, 1048576u);
+  EXPECT_EQ(config.retained_body_bytes, 268435456u);
   EXPECT_EQ(config.handshake_timeout, milliseconds(10000));
+  EXPECT_EQ(config.tracker_max_entries, 100000u);
+  EXPECT_EQ(config.tracker_idle_ttl, std::chrono::hours(24));
 }
 
 TEST(LoadConfig, ShippedFileSetsTheSameValuesAsTheDefaults) {
@@ -64,7 +67,10 @@ TEST(LoadConfig, EmptyFileMeansAllDefaults) {
   EXPECT_EQ(config.log_format, "text");
   EXPECT_EQ(config.max_frame_bytes, 1048576u);
   EXPECT_EQ(config.buffer_bytes, 1048576u);
+  EXPECT_EQ(config.retained_body_bytes, 268435456u);
   EXPECT_EQ(config.handshake_timeout, milliseconds(10000));
+  EXPECT_EQ(config.tracker_max_entries, 100000u);
+  EXPECT_EQ(config.tracker_idle_ttl, std::chrono::hours(24));
 }
 
 TEST(LoadConfig, CommentsOnlyOrEmptySectionsMeanDefaults) {
@@ -95,8 +101,9 @@ threads: 256
 policies_dir: ../rules
 metrics:  {address: "::", port: 9000}
 log:      {level: critical, format: json}
-limits:   {max_frame_bytes: 4096, buffer_bytes: 268435456}
+limits:   {max_frame_bytes: 4096, buffer_bytes: 268435456, retained_body_bytes: 68719476736}
 timeouts: {handshake: 2m}
+tracker:  {max_entries: 100000000, idle_ttl: 8760h}
 )"));
   EXPECT_EQ(config.listen.host, "0.0.0.0");
   EXPECT_EQ(config.listen.port, 1);
@@ -111,7 +118,19 @@ timeouts: {handshake: 2m}
   EXPECT_EQ(config.log_format, "json");
   EXPECT_EQ(config.max_frame_bytes, 4096u);
   EXPECT_EQ(config.buffer_bytes, 268435456u);
+  EXPECT_EQ(config.retained_body_bytes, 68719476736u);
   EXPECT_EQ(config.handshake_timeout, milliseconds(120'000));
+  EXPECT_EQ(config.tracker_max_entries, 100'000'000u);
+  EXPECT_EQ(config.tracker_idle_ttl, std::chrono::hours(8760));
+}
+
+TEST(LoadConfig, LowestTrackerAndRetentionValues) {
+  TempTree tree;
+  const Config config = load_config(
+      tree.write("limits: {retained_body_bytes: 0}\ntracker: {max_entries: 1, idle_ttl: 1s}\n"));
+  EXPECT_EQ(config.retained_body_bytes, 0u);
+  EXPECT_EQ(config.tracker_max_entries, 1u);
+  EXPECT_EQ(config.tracker_idle_ttl, milliseconds(1000));
 }
 
 TEST(LoadConfig, AbsolutePoliciesDirIsKeptAsIs) {
@@ -170,7 +189,10 @@ TEST(Describe, ListsEveryKeyOncePerLine) {
                                "log.format: text\n"
                                "limits.max_frame_bytes: 1048576\n"
                                "limits.buffer_bytes: 1048576\n"
-                               "timeouts.handshake: 10s\n";
+                               "limits.retained_body_bytes: 268435456\n"
+                               "timeouts.handshake: 10s\n"
+                               "tracker.max_entries: 100000\n"
+                               "tracker.idle_ttl: 24h\n";
   EXPECT_EQ(describe(load_config(file)), expected);
 }
 
