@@ -174,10 +174,11 @@ asio::awaitable<void> Relay::watchdog() {
     tick.expires_after(kWatchdogTick);
     co_await tick.async_wait(kUseTuple);
     if (session_.finished()) continue;
-    if (guard_) {
-      guard_->on_tick();
-      wake_writers();
-    }
+    session_.on_tick(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         Clock::now().time_since_epoch())
+                         .count());
+    if (guard_) guard_->on_tick();
+    wake_writers();
     auto now = Clock::now();
     if (!session_.is_open() && now - started_ > options_.handshake_timeout) {
       spdlog::info("conn {}: closed: the AMQP handshake did not complete within {} ms", id_,

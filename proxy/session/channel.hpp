@@ -85,6 +85,7 @@ class ChannelState {
   // A delivery the client holds alone (exclusive): later ones wait in `held` until it is
   // settled. 0 when the gate is open.
   std::uint64_t exclusive_client_tag = 0;
+  std::int64_t exclusive_seen_ms = -1;  // when on_tick first saw deliveries held behind it
   struct HeldDelivery {
     Delivery delivery;
     amqp::Bytes frames;  // method (unpatched), header and body frames, as received

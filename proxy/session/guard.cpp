@@ -149,7 +149,7 @@ void Guard::on_settled(const Delivery& d, SettleKind) {
 }
 
 retry::Decision Guard::count_return(const Delivery& d, const Identified& id, bool crash,
-                                    Intent& intent) {
+                                    bool recover, Intent& intent) {
   std::int64_t now = context_.now_ms();
   const retry::Policy& policy = *id.policy;
   retry::HealthChange health;
@@ -173,6 +173,14 @@ retry::Decision Guard::count_return(const Delivery& d, const Identified& id, boo
   retry::Decision decision;
   retry::TrackerEntry after = context_.tracker().upsert(key, now, [&](retry::TrackerEntry& e) {
     decision = retry::decide_return(policy, e, event, rng_);
+    if (recover) {
+      // The consumer is alive and asked for everything again: the decision waits for the next
+      // delivery like a crash's, but nothing is suspect.
+      e.crash_suspect = false;
+      if (e.pending_reason == static_cast<std::uint8_t>(retry::DeadLetterReason::crash_loop)) {
+        e.pending_reason = static_cast<std::uint8_t>(retry::DeadLetterReason::max_redeliveries);
+      }
+    }
   });
   intent.decision = decision;
   intent.policies = policies_;
@@ -194,7 +202,7 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   Identified id;
   if (!identify(d, id) || !id.identity) return ReturnAction::forward;
   Intent intent;
-  retry::Decision decision = count_return(d, id, false, intent);
+  retry::Decision decision = count_return(d, id, false, false, intent);
   if (decision.action == retry::Action::forward) {
     context_.listener().on_requeue(d.queue, retry::Action::forward);
     return ReturnAction::forward;
@@ -221,7 +229,7 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
 
 void Guard::on_taken_over(const Delivery& d) { execute(d); }
 
-void Guard::on_returned(const Delivery& d, ReturnCause) {
+void Guard::on_returned(const Delivery& d, ReturnCause cause) {
   if (d.withheld) {
     // The broker takes back a delivery the proxy owned: its copy, if confirmed later, may be
     // a duplicate; the original is not acked.
@@ -232,7 +240,7 @@ void Guard::on_returned(const Delivery& d, ReturnCause) {
   Identified id;
   if (!identify(d, id) || !id.identity) return;
   Intent intent;
-  retry::Decision decision = count_return(d, id, true, intent);
+  retry::Decision decision = count_return(d, id, true, cause == ReturnCause::recover, intent);
   (void)decision;  // carried out at the next delivery (TrackerEntry::pending_*)
 }
 

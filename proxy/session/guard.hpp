@@ -68,7 +68,7 @@ class Guard final : public SessionObserver {
   bool identify(const Delivery& delivery, Identified& out);
   // Counts a return of `delivery` and decides; fills `intent` for delay and dead-letter.
   retry::Decision count_return(const Delivery& delivery, const Identified& id, bool crash,
-                               Intent& intent);
+                               bool recover, Intent& intent);
   void execute(const Delivery& delivery);
   void finish_job(std::uint64_t job, bool ok, const std::string& why);
   void give_back(const DeliveryKey& key, const Intent& intent, std::string_view cause,

@@ -198,6 +198,22 @@ void Session::on_eof(Side side) {
   close_both_after_flush();
 }
 
+void Session::on_tick(std::int64_t now_ms) {
+  for (auto& [number, ch] : channels_) {
+    if (ch.exclusive_client_tag == 0 || ch.held.empty()) {
+      ch.exclusive_seen_ms = -1;
+      continue;
+    }
+    if (ch.exclusive_seen_ms < 0) {
+      ch.exclusive_seen_ms = now_ms;
+    } else if (now_ms - ch.exclusive_seen_ms >= options_.exclusive_hold_ms) {
+      ch.exclusive_client_tag = 0;
+      ch.exclusive_seen_ms = -1;
+      release_held(ch);
+    }
+  }
+}
+
 bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
                               bool requeue) {
   auto it = channels_.find(channel);

@@ -34,6 +34,9 @@ struct SessionOptions {
   std::uint32_t max_frame_bytes = 1048576;
   // Retained bodies and held deliveries count against this; nullptr means no limit.
   BodyBudget* body_budget = nullptr;
+  // A client that keeps an exclusive delivery (a crash suspect) this long without settling it
+  // gets the deliveries held behind it anyway: it may be waiting for a batch before it acks.
+  std::int64_t exclusive_hold_ms = 10000;
 };
 
 struct SessionStats {
@@ -49,6 +52,8 @@ class Session {
   void feed(Side from, amqp::ByteView data);
   // `side` is gone: its TCP connection closed or failed, or its heartbeats stopped.
   void on_eof(Side side);
+  // Called about once a second with a monotonic time: releases deliveries held too long.
+  void on_tick(std::int64_t now_ms);
 
   // Bytes to write to `side`, in order. The caller moves them out and writes them.
   amqp::Bytes& output(Side side) { return io(side).out; }

@@ -1,0 +1,478 @@
+"""Shared helpers for nackguard's integration tests.
+
+Environment (set by tests/run.sh and CTest):
+  NACKGUARD_BIN               the proxy executable (default: $NACKGUARD_BUILD_DIR/nackguard)
+  NACKGUARD_BUILD_DIR         build directory; temp files go to $NACKGUARD_BUILD_DIR/it-tmp
+  NACKGUARD_TEST_BROKER_PORT  AMQP port of the private RabbitMQ node on 127.0.0.1 (35672)
+  NACKGUARD_TEST_RABBITMQCTL  rabbitmqctl wrapper for that node (optional)
+Developer overrides:
+  NACKGUARD_IT_DIRECT_ONLY=1  start no proxy: every "through the proxy" leg goes to
+                              the broker directly (tests that need a proxy skip)
+  NACKGUARD_IT_PROXY_LOG_LEVEL  log level written into the proxy's config (info)
+  NACKGUARD_IT_KEEP_TMP=1     keep the proxies' temp dirs (configs and logs)
+  NACKGUARD_IT_TEST_TIMEOUT   seconds one test may take (150); then the watchdog prints
+                              every thread's stack and the proxies' logs, stops the
+                              proxies and exits, instead of hanging on a lost reply
+
+What is here:
+  Proxy              start/stop one proxy process with a generated config on free ports
+  IntegrationTest    unittest base class: one shared proxy per test class in front of the
+                     broker, run_both() to run a scenario directly and through the proxy,
+                     the proxies' logs printed when a test fails
+  unique_queue()     a unique queue name per test, deleted afterwards
+  connect()          a pika BlockingConnection with the tests' defaults
+  typed()/describe_properties()  type-exact normal forms of pika values for comparison
+"""
+
+import collections
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import unittest
+import uuid
+
+import pika
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
+
+BROKER_HOST = "127.0.0.1"
+BROKER_PORT = int(os.environ.get("NACKGUARD_TEST_BROKER_PORT") or "35672")
+BUILD_DIR = os.environ.get("NACKGUARD_BUILD_DIR") or os.path.join(REPO_ROOT, "build")
+PROXY_BIN = os.environ.get("NACKGUARD_BIN") or os.path.join(BUILD_DIR, "nackguard")
+DIRECT_ONLY = os.environ.get("NACKGUARD_IT_DIRECT_ONLY", "") not in ("", "0")
+PROXY_LOG_LEVEL = os.environ.get("NACKGUARD_IT_PROXY_LOG_LEVEL") or "info"
+KEEP_TMP = os.environ.get("NACKGUARD_IT_KEEP_TMP", "") not in ("", "0")
+_ctl = os.environ.get("NACKGUARD_TEST_RABBITMQCTL") or ""
+RABBITMQCTL = _ctl if _ctl and os.access(_ctl, os.X_OK) else None
+
+TEST_TIMEOUT = float(os.environ.get("NACKGUARD_IT_TEST_TIMEOUT") or "150")
+PROXY_READY_TIMEOUT = 10.0
+PROXY_STOP_GRACE = 5.0
+
+
+def tmp_root():
+    path = os.path.join(BUILD_DIR, "it-tmp")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def free_port():
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, timeout, host="127.0.0.1", alive=None):
+    """Waits until host:port accepts a TCP connection; False on timeout.
+
+    `alive` is an optional callable; when it returns False the wait stops early.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return False
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class ProxyError(Exception):
+    pass
+
+
+_live_proxies = set()  # Proxy objects whose process may be running (for the watchdog)
+
+
+class Watchdog:
+    """Turns a hung test (e.g. pika waiting forever for a reply the proxy lost) into
+    a failure: after `timeout` s it prints all stacks and the proxies' logs, stops
+    every proxy this process started and exits with status 3."""
+
+    def __init__(self, test_id, timeout=TEST_TIMEOUT):
+        self._test_id = test_id
+        self._timer = threading.Timer(timeout, self._fire)
+        self._timer.daemon = True
+        self._timeout = timeout
+
+    def start(self):
+        self._timer.start()
+        return self
+
+    def cancel(self):
+        self._timer.cancel()
+
+    def _fire(self):
+        out = sys.stderr
+        print(f"\n===== WATCHDOG: {self._test_id} still running after {self._timeout:.0f}s; "
+              "stacks of all threads: =====", file=out)
+        for thread_id, frame in sys._current_frames().items():
+            print(f"--- thread {thread_id} ---", file=out)
+            traceback.print_stack(frame, file=out)
+        for proxy in list(_live_proxies):
+            print(f"----- {proxy.name} log ({proxy.log_path}) -----\n{proxy.log_text()}", file=out)
+            try:
+                proxy.process.kill()
+            except Exception:
+                pass
+        out.flush()
+        os._exit(3)
+
+
+class Proxy:
+    """One nackguard process with a generated config, listening on a free port.
+
+    Its stdout and stderr go to `log_path`; `log_text()` returns them.
+    """
+
+    def __init__(self, upstream_port, upstream_host=BROKER_HOST, name="proxy"):
+        self.upstream_host = upstream_host
+        self.upstream_port = upstream_port
+        self.name = name
+        self.port = None
+        self.metrics_port = None
+        self.dir = None
+        self.config_path = None
+        self.log_path = None
+        self.process = None
+        self._log_file = None
+        self.exit_code = None
+        self.keep_dir = KEEP_TMP
+
+    def start(self):
+        if not os.path.isfile(PROXY_BIN) or not os.access(PROXY_BIN, os.X_OK):
+            raise ProxyError(f"proxy executable {PROXY_BIN} is missing or not executable "
+                             "(build it, or set NACKGUARD_IT_DIRECT_ONLY=1 to test the broker "
+                             "directly)")
+        self.dir = tempfile.mkdtemp(prefix=f"{self.name}-", dir=tmp_root())
+        policies = os.path.join(self.dir, "policies")
+        os.makedirs(policies)
+        self.port = free_port()
+        self.metrics_port = free_port()
+        while self.metrics_port == self.port:
+            self.metrics_port = free_port()
+        self.config_path = os.path.join(self.dir, "nackguard.yaml")
+        with open(self.config_path, "w") as f:
+            f.write(
+                "# Generated by tests/integration/harness.py\n"
+                f"listen:   {{address: 127.0.0.1, port: {self.port}}}\n"
+                f"upstream: {{host: {self.upstream_host}, port: {self.upstream_port}}}\n"
+                "threads: 2\n"
+                f"policies_dir: {policies}\n"
+                f"metrics:  {{address: 127.0.0.1, port: {self.metrics_port}}}\n"
+                f"log:      {{level: {PROXY_LOG_LEVEL}, format: text}}\n")
+        self.log_path = os.path.join(self.dir, "proxy.log")
+        self._log_file = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [PROXY_BIN, "--config", self.config_path],
+            stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        _live_proxies.add(self)
+        if not wait_for_port(self.port, PROXY_READY_TIMEOUT, alive=self.alive):
+            code = self.process.poll()
+            self.stop()
+            self.keep_dir = True
+            state = (f"exited with code {code}" if code is not None
+                     else f"did not accept TCP on 127.0.0.1:{self.port} within "
+                          f"{PROXY_READY_TIMEOUT:.0f}s")
+            raise ProxyError(f"{self.name} ({PROXY_BIN} --config {self.config_path}) {state}; "
+                             f"its output:\n{self.log_text()}")
+        return self
+
+    def alive(self):
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after 5 s. Returns the exit code (negative: signal)."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(PROXY_STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                print(f"note: {self.name} did not exit within {PROXY_STOP_GRACE:.0f}s of "
+                      "SIGTERM; sending SIGKILL", file=sys.stderr)
+                self.process.kill()
+                self.process.wait()
+        self.exit_code = self.process.returncode
+        _live_proxies.discard(self)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        return self.exit_code
+
+    def cleanup(self):
+        self.stop()
+        if self.dir and not self.keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log_text(self, max_lines=200):
+        if not self.log_path or not os.path.exists(self.log_path):
+            return "(no log)"
+        with open(self.log_path, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+        if len(lines) > max_lines:
+            lines = [f"... ({len(lines) - max_lines} earlier lines in {self.log_path})"] + \
+                    lines[-max_lines:]
+        return "\n".join(lines) if lines else "(empty)"
+
+
+# ---------------------------------------------------------------- pika helpers
+
+def connection_params(port, **overrides):
+    params = dict(host=BROKER_HOST, port=port,
+                  credentials=pika.PlainCredentials("guest", "guest"),
+                  virtual_host="/", connection_attempts=1, socket_timeout=5,
+                  stack_timeout=15, blocked_connection_timeout=30)
+    params.update(overrides)
+    return pika.ConnectionParameters(**params)
+
+
+def connect(port, **overrides):
+    return pika.BlockingConnection(connection_params(port, **overrides))
+
+
+def _connection_socket(conn):
+    transport = getattr(getattr(conn, "_impl", None), "_transport", None)
+    return getattr(transport, "_sock", None)
+
+
+def close_connection(conn, timeout=5.0):
+    """Closes a pika BlockingConnection without hanging on an unresponsive peer.
+
+    pika's close() waits for connection.close-ok with no time limit; if none comes
+    within `timeout`, the socket is shut down under it so the close completes.
+    Returns True when the connection closed cleanly (close-ok in time), False when
+    it had to be aborted or failed, None when it was not open.
+    """
+    if conn is None or not conn.is_open:
+        return None
+    sock = _connection_socket(conn)
+    aborted = threading.Event()
+
+    def abort():
+        aborted.set()
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    timer = threading.Timer(timeout, abort) if sock is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        conn.close()
+        clean = True
+    except Exception:
+        clean = False
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return clean and not aborted.is_set()
+
+
+def delete_queue(name):
+    """Deletes a queue through a fresh direct connection (works whatever the test left)."""
+    conn = connect(BROKER_PORT)
+    try:
+        conn.channel().queue_delete(name)
+    finally:
+        close_connection(conn)
+
+
+@contextlib.contextmanager
+def unique_queue(tag="q"):
+    """A queue name unique to this test run; the queue is deleted on exit."""
+    name = f"nackguard-it.{tag}.{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        try:
+            delete_queue(name)
+        except Exception as exc:  # cleanup must not hide the test's own failure
+            print(f"warning: could not delete queue {name}: {exc!r}", file=sys.stderr)
+
+
+def typed(value):
+    """A normal form of a decoded pika value that keeps every type.
+
+    True != 1, b"a" != "a", Decimal("1.0") != Decimal("1"), and dict order counts
+    (pika decodes a field table in wire order).
+    """
+    if isinstance(value, dict):
+        return ("dict", tuple((typed(k), typed(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(typed(v) for v in value))
+    return (type(value).__name__, repr(value))
+
+
+PROPERTY_NAMES = ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
+                  "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
+                  "type", "user_id", "app_id", "cluster_id")
+
+
+def describe_properties(props):
+    """All 14 basic properties of a pika BasicProperties in type-exact normal form."""
+    return tuple((name, typed(getattr(props, name))) for name in PROPERTY_NAMES)
+
+
+def drain(connection, done, timeout, step=0.05):
+    """Runs pika's I/O loop until done() is true; False if the timeout passed first."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        connection.process_data_events(time_limit=min(step, remaining))
+    return True
+
+
+def wait_message_count(channel, queue, expected, timeout=5.0):
+    """Polls queue.declare(passive) until the count is `expected`; returns the last count.
+
+    Publishes without confirms reach a queue asynchronously, so a count taken right
+    after publishing may still be short.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        count = channel.queue_declare(queue, passive=True).method.message_count
+        if count == expected or time.monotonic() >= deadline:
+            return count
+        channel.connection.sleep(0.02)
+
+
+def rabbitmqctl(*args, timeout=60):
+    if RABBITMQCTL is None:
+        raise unittest.SkipTest("NACKGUARD_TEST_RABBITMQCTL is not set")
+    result = subprocess.run([RABBITMQCTL, *args], capture_output=True, text=True,
+                            timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(f"rabbitmqctl {' '.join(args)} failed ({result.returncode}): "
+                             f"{result.stderr or result.stdout}")
+    return result.stdout
+
+
+# ---------------------------------------------------------------- test base class
+
+Target = collections.namedtuple("Target", "name port")
+
+
+class IntegrationTest(unittest.TestCase):
+    """Base class: a shared proxy per test class, in front of the real broker.
+
+    With NACKGUARD_IT_DIRECT_ONLY=1 no proxy is started and `proxy_port` is the
+    broker's port, so every scenario runs twice against the broker.
+    """
+
+    maxDiff = 4000
+    shared_proxy = None
+    wants_shared_proxy = True  # False: the tests start their own proxies
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        check_broker()
+        cls.shared_proxy = None
+        if cls.wants_shared_proxy and not DIRECT_ONLY:
+            proxy = Proxy(BROKER_PORT, name=f"{cls.__name__}-proxy")
+            proxy.start()
+            cls.shared_proxy = proxy
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.shared_proxy is not None:
+            cls.shared_proxy.cleanup()
+            cls.shared_proxy = None
+        super().tearDownClass()
+
+    def setUp(self):
+        super().setUp()
+        self._test_proxies = []
+        watchdog = Watchdog(self.id()).start()
+        self.addCleanup(watchdog.cancel)
+        if self.shared_proxy is not None:
+            self.addCleanup(self._check_shared_proxy_alive)
+
+    def _check_shared_proxy_alive(self):
+        if not self.shared_proxy.alive():
+            self.fail(f"the shared proxy exited (code {self.shared_proxy.process.returncode}) "
+                      f"during {self.id()}")
+
+    # Print every proxy's log when a test fails or errors.
+    def run(self, result=None):
+        if result is None:
+            return super().run(result)
+        before = len(result.failures) + len(result.errors)
+        outcome = super().run(result)
+        if len(result.failures) + len(result.errors) > before:
+            self._print_proxy_logs()
+        return outcome
+
+    def _print_proxy_logs(self):
+        proxies = list(getattr(self, "_test_proxies", []))
+        if self.shared_proxy is not None:
+            proxies.insert(0, self.shared_proxy)
+        for proxy in proxies:
+            proxy.keep_dir = True  # keep the config and the whole log for a look later
+            print(f"\n----- {proxy.name} log ({proxy.log_path}) after {self.id()} -----\n"
+                  f"{proxy.log_text()}\n----- end of {proxy.name} log -----",
+                  file=sys.stderr)
+
+    @property
+    def proxy_port(self):
+        return BROKER_PORT if self.shared_proxy is None else self.shared_proxy.port
+
+    def targets(self):
+        return [Target("direct", BROKER_PORT), Target("proxy", self.proxy_port)]
+
+    def run_both(self, scenario, *args, **kwargs):
+        """Runs scenario(target, ...) directly, then through the proxy; returns both results."""
+        direct = scenario(Target("direct", BROKER_PORT), *args, **kwargs)
+        proxied = scenario(Target("proxy", self.proxy_port), *args, **kwargs)
+        return direct, proxied
+
+    def assertSameThroughProxy(self, direct, proxied, what="result"):
+        self.assertEqual(direct, proxied, f"{what} through the proxy differs from the "
+                                          "broker's direct answer")
+
+    def require_proxy(self):
+        if DIRECT_ONLY:
+            self.skipTest("needs the proxy (NACKGUARD_IT_DIRECT_ONLY=1)")
+
+    def start_proxy(self, upstream_port, upstream_host=BROKER_HOST, name=None):
+        """Starts an extra proxy for this test only (stopped at cleanup)."""
+        proxy = Proxy(upstream_port, upstream_host,
+                      name=name or f"{self._testMethodName}-proxy")
+        self._test_proxies.append(proxy)
+        self.addCleanup(proxy.cleanup)
+        proxy.start()
+        return proxy
+
+
+_broker_checked = False
+
+
+def check_broker():
+    """Fails (not skips) when the test broker is not reachable: the run is misconfigured."""
+    global _broker_checked
+    if _broker_checked:
+        return
+    if not wait_for_port(BROKER_PORT, 5.0):
+        raise AssertionError(f"no RabbitMQ on 127.0.0.1:{BROKER_PORT} "
+                             "(NACKGUARD_TEST_BROKER_PORT); start it with tests/run.sh or "
+                             "tests/rabbitmq-node.sh")
+    _broker_checked = True
