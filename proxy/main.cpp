@@ -2,76 +2,19 @@
 
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 #include <iostream>
-#include <thread>
-#include <vector>
 
 #include "nackguard/version.hpp"
 #include "proxy/config/config.hpp"
 #include "proxy/config/policy_loader.hpp"
 #include "proxy/logging.hpp"
-#include "proxy/net/log_listener.hpp"
-#include "proxy/net/server.hpp"
+#include "proxy/app.hpp"
 
 namespace po = boost::program_options;
 using namespace nackguard;
 
-namespace {
 
-session::GuardSettings guard_settings(const config::Config& cfg) {
-  session::GuardSettings settings;
-  settings.tracker_max_entries = cfg.tracker_max_entries;
-  settings.tracker_idle_ttl = cfg.tracker_idle_ttl;
-  settings.retained_body_bytes = cfg.retained_body_bytes;
-  return settings;
-}
-
-net::RelayOptions relay_options(const config::Config& cfg) {
-  net::RelayOptions options;
-  options.upstream_host = cfg.upstream.host;
-  options.upstream_port = cfg.upstream.port;
-  options.connect_timeout = cfg.upstream_connect_timeout;
-  options.handshake_timeout = cfg.handshake_timeout;
-  options.buffer_bytes = cfg.buffer_bytes;
-  options.session.max_frame_bytes = cfg.max_frame_bytes;
-  return options;
-}
-
-int serve(const config::Config& cfg, retry::PolicySet policies) {
-  setup_logging(cfg.log_level, cfg.log_format);
-  net::LogListener log_listener;
-  session::GuardContext guard(guard_settings(cfg),
-                              std::make_shared<const retry::PolicySet>(std::move(policies)),
-                              &log_listener);
-  net::RelayOptions options = relay_options(cfg);
-  options.guard_context = &guard;
-  options.session.body_budget = &guard.budget();
-  boost::asio::io_context io(static_cast<int>(cfg.threads));
-  net::Server server(io, cfg.listen.host, cfg.listen.port, options);
-  server.start();
-  spdlog::info("nackguard {} listening on {}:{}, forwarding to {}:{} ({} threads)", kVersion,
-               cfg.listen.host, cfg.listen.port, cfg.upstream.host, cfg.upstream.port, cfg.threads);
-
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    spdlog::info("signal {} received; stopping", signal);
-    server.stop();
-    io.stop();
-  });
-
-  std::vector<std::thread> workers;
-  for (unsigned i = 1; i < cfg.threads; ++i) workers.emplace_back([&io] { io.run(); });
-  io.run();
-  for (auto& worker : workers) worker.join();
-  spdlog::info("nackguard stopped");
-  return 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   po::options_description options("Usage: nackguard --config FILE [--check-config]\nOptions");
@@ -112,7 +55,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    return serve(cfg, std::move(policies));
+    setup_logging(cfg.log_level, cfg.log_format);
+    App app(std::move(cfg), std::move(policies));
+    return app.run();
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());
     std::cerr << "nackguard: " << e.what() << "\n";

@@ -38,12 +38,14 @@ constexpr std::uint64_t kMaxRetainedBodyBytes = 64ULL * 1024 * 1024 * 1024;
 // Each tracker entry takes a fixed, small amount of memory; 10^8 of them is already several GiB.
 constexpr std::uint64_t kMaxTrackerEntries = 100'000'000;
 
-constexpr std::array<std::string_view, 9> kTopKeys{"listen",       "upstream", "threads",
-                                                   "policies_dir", "metrics",  "log",
-                                                   "limits",       "timeouts", "tracker"};
+constexpr std::array<std::string_view, 10> kTopKeys{
+    "listen", "upstream", "threads",  "policies_dir", "metrics",
+    "log",    "limits",   "timeouts", "tracker",      "shutdown"};
 constexpr std::array<std::string_view, 2> kListenKeys{"address", "port"};
 constexpr std::array<std::string_view, 3> kUpstreamKeys{"host", "port", "connect_timeout"};
-constexpr std::array<std::string_view, 2> kMetricsKeys{"address", "port"};
+constexpr std::array<std::string_view, 3> kMetricsKeys{"address", "port", "max_queue_labels"};
+constexpr std::array<std::string_view, 1> kShutdownKeys{"grace"};
+constexpr std::uint64_t kMaxQueueLabels = 100000;
 constexpr std::array<std::string_view, 2> kLogKeys{"level", "format"};
 constexpr std::array<std::string_view, 3> kLimitsKeys{"max_frame_bytes", "buffer_bytes",
                                                       "retained_body_bytes"};
@@ -192,6 +194,22 @@ void read_timeouts(const Section& top, Config& config) {
   }
 }
 
+void read_shutdown(const Section& top, Config& config) {
+  const Section shutdown = top.child("shutdown", kShutdownKeys);
+  if (const Field* grace = shutdown.find("grace")) {
+    config.shutdown_grace = detail::read_duration(*grace, milliseconds(0), kLongestTimeout);
+  }
+}
+
+void read_metrics(const Section& top, Config& config) {
+  const Section metrics = top.child("metrics", kMetricsKeys);
+  read_endpoint(metrics, "address", config.metrics);
+  if (const Field* labels = metrics.find("max_queue_labels")) {
+    config.metrics_max_queue_labels =
+        static_cast<std::size_t>(detail::read_integer(*labels, 1, kMaxQueueLabels));
+  }
+}
+
 void read_tracker(const Section& top, Config& config) {
   const Section tracker = top.child("tracker", kTrackerKeys);
   if (const Field* entries = tracker.find("max_entries")) {
@@ -214,11 +232,12 @@ Config build_config(const Source& source, const YAML::Node& document,
   if (const Field* threads = top.find("threads")) {
     config.threads = static_cast<unsigned>(detail::read_integer(*threads, 1, kMaxThreads));
   }
-  read_endpoint(top.child("metrics", kMetricsKeys), "address", config.metrics);
+  read_metrics(top, config);
   read_log(top, config);
   read_limits(top, config);
   read_timeouts(top, config);
   read_tracker(top, config);
+  read_shutdown(top, config);
   // Last, so that a typo elsewhere is reported before a missing directory.
   read_policies_dir(source, top, config);
   return config;

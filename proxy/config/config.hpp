@@ -44,6 +44,11 @@ struct Config {
   // from the other side (back-pressure).
   std::size_t buffer_bytes = 1048576;
   std::chrono::milliseconds handshake_timeout{10000};
+  // On SIGTERM or SIGINT, how long clients may take to disconnect by themselves before
+  // nackguard closes them with connection.close 320.
+  std::chrono::milliseconds shutdown_grace{30000};
+  // Distinct queue label values in metrics; further queues are counted under "_other".
+  std::size_t metrics_max_queue_labels = 100;
   // The redelivery tracker: how many messages' return counts it remembers (1..100000000), and
   // how long it keeps one that is not returned again (1s..8760h). Past max_entries the least
   // recently returned message is forgotten first.

@@ -30,12 +30,14 @@ std::string describe(const Config& config) {
       << "policies_dir: " << config.policies_dir.string() << "\n"
       << "metrics.address: " << config.metrics.host << "\n"
       << "metrics.port: " << config.metrics.port << "\n"
+      << "metrics.max_queue_labels: " << config.metrics_max_queue_labels << "\n"
       << "log.level: " << config.log_level << "\n"
       << "log.format: " << config.log_format << "\n"
       << "limits.max_frame_bytes: " << config.max_frame_bytes << "\n"
       << "limits.buffer_bytes: " << config.buffer_bytes << "\n"
       << "limits.retained_body_bytes: " << config.retained_body_bytes << "\n"
       << "timeouts.handshake: " << format_duration(config.handshake_timeout) << "\n"
+      << "shutdown.grace: " << format_duration(config.shutdown_grace) << "\n"
       << "tracker.max_entries: " << config.tracker_max_entries << "\n"
       << "tracker.idle_ttl: " << format_duration(config.tracker_idle_ttl) << "\n";
   return out.str();

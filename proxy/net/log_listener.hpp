@@ -2,6 +2,12 @@
 // Turns the guard's events into log lines: one per dead-letter, one per outage start and end,
 // one per fallback. Never a body, never a credential.
 
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
 #include "proxy/session/guard_context.hpp"
 
 namespace nackguard::net {
@@ -13,6 +19,17 @@ class LogListener : public session::GuardListener {
   void on_fallback(std::string_view queue, std::string_view cause,
                    std::string_view detail) override;
   void on_outage(std::string_view queue, bool started, double ratio) override;
+
+ private:
+  // Fallbacks can repeat at the consumer's pace while a DLQ is refused: one line per queue and
+  // cause every kFallbackLogInterval, with the number of repeats in between.
+  static constexpr std::chrono::seconds kFallbackLogInterval{10};
+  struct Repeats {
+    std::chrono::steady_clock::time_point last;
+    std::uint64_t suppressed = 0;
+  };
+  std::mutex mutex_;
+  std::map<std::pair<std::string, std::string>, Repeats> fallbacks_;
 };
 
 }  // namespace nackguard::net

@@ -47,6 +47,7 @@ asio::awaitable<void> Relay::run() {
   spdlog::debug("conn {}: accepted from {}:{}", id_, peer.address().to_string(), peer.port());
   if (!co_await connect_upstream()) {
     close_socket(Side::client);
+    done_ = true;
     co_return;
   }
   broker_.socket.set_option(tcp::no_delay(true), ec);
@@ -54,9 +55,20 @@ asio::awaitable<void> Relay::run() {
   co_await (reader(Side::client) && reader(Side::broker) && writer(Side::client) &&
             writer(Side::broker) && watchdog());
   if (guard_) guard_->on_connection_end();
+  done_ = true;
   const auto& stats = session_.stats();
   spdlog::debug("conn {}: closed; client sent {} frames, broker sent {} frames", id_,
                 stats.frames[0], stats.frames[1]);
+}
+
+void Relay::begin_shutdown(std::chrono::milliseconds grace) {
+  asio::post(client_.socket.get_executor(), [self = shared_from_this(), grace] {
+    if (self->shutdown_at_) return;
+    auto now = Clock::now();
+    self->shutdown_at_ = now + grace;
+    // Confirms that never come are given up after their own timeout; do not wait longer.
+    self->shutdown_forced_at_ = now + grace + std::chrono::seconds(35);
+  });
 }
 
 asio::awaitable<bool> Relay::connect_upstream() {
@@ -85,6 +97,12 @@ asio::awaitable<bool> Relay::connect_upstream() {
     co_return false;
   }
   co_return true;
+}
+
+bool Relay::now_ready_to_close() const {
+  auto now = Clock::now();
+  if (now >= shutdown_forced_at_) return true;
+  return now >= *shutdown_at_ && (!guard_ || guard_->outstanding() == 0);
 }
 
 std::size_t Relay::queued_towards(Side side) {
@@ -178,6 +196,10 @@ asio::awaitable<void> Relay::watchdog() {
                          Clock::now().time_since_epoch())
                          .count());
     if (guard_) guard_->on_tick();
+    if (shutdown_at_ && now_ready_to_close()) {
+      session_.close_gracefully(amqp::reply::connection_forced,
+                                "CONNECTION_FORCED - nackguard is shutting down");
+    }
     wake_writers();
     auto now = Clock::now();
     if (!session_.is_open() && now - started_ > options_.handshake_timeout) {

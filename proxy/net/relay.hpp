@@ -3,6 +3,8 @@
 // moves bytes: it reads from a socket into the session, and writes what the session asks for.
 
 #include <array>
+#include <atomic>
+#include <optional>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -33,6 +35,10 @@ class Relay : public std::enable_shared_from_this<Relay> {
 
   // Connects upstream, then pumps both ways until both sides are closed.
   boost::asio::awaitable<void> run();
+  // Shutdown: after `grace` (or at once if the client is gone), and once pending confirms are
+  // in, the client is closed with connection.close 320. Thread-safe.
+  void begin_shutdown(std::chrono::milliseconds grace);
+  bool finished() const { return done_.load(); }
   boost::asio::any_io_executor executor() { return client_.socket.get_executor(); }
 
  private:
@@ -56,6 +62,7 @@ class Relay : public std::enable_shared_from_this<Relay> {
   boost::asio::awaitable<void> writer(Side side);
   boost::asio::awaitable<void> watchdog();
   void wake_writers();
+  bool now_ready_to_close() const;
   void close_socket(Side side);
   std::size_t queued_towards(Side side);
 
@@ -66,6 +73,9 @@ class Relay : public std::enable_shared_from_this<Relay> {
   std::unique_ptr<session::Guard> guard_;
   session::Session session_;
   std::chrono::steady_clock::time_point started_;
+  std::optional<std::chrono::steady_clock::time_point> shutdown_at_;
+  std::chrono::steady_clock::time_point shutdown_forced_at_;
+  std::atomic<bool> done_{false};
 };
 
 }  // namespace nackguard::net

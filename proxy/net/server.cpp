@@ -42,6 +42,23 @@ void Server::stop() {
   });
 }
 
+void Server::shutdown(std::chrono::milliseconds grace) {
+  stop();
+  std::lock_guard lock(relays_mutex_);
+  for (const auto& weak : relays_) {
+    if (auto relay = weak.lock()) relay->begin_shutdown(grace);
+  }
+}
+
+std::size_t Server::live_connections() {
+  std::lock_guard lock(relays_mutex_);
+  std::erase_if(relays_, [](const std::weak_ptr<Relay>& weak) {
+    auto relay = weak.lock();
+    return !relay || relay->finished();
+  });
+  return relays_.size();
+}
+
 asio::awaitable<void> Server::accept_loop() {
   while (acceptor_.is_open()) {
     auto [ec, socket] = co_await acceptor_.async_accept(asio::make_strand(io_),
@@ -54,6 +71,14 @@ asio::awaitable<void> Server::accept_loop() {
     }
     std::uint64_t id = next_id_++;
     auto relay = std::make_shared<Relay>(std::move(socket), options_, id);
+    {
+      std::lock_guard lock(relays_mutex_);
+      // Drop finished ones now and then, so the list stays as long as the live connections.
+      if (relays_.size() >= 64 && relays_.size() % 64 == 0) {
+        std::erase_if(relays_, [](const std::weak_ptr<Relay>& weak) { return weak.expired(); });
+      }
+      relays_.push_back(relay);
+    }
     auto executor = relay->executor();
     asio::co_spawn(executor, relay->run(), [id](std::exception_ptr error) {
       if (!error) return;

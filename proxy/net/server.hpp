@@ -2,6 +2,10 @@
 // Accepts client connections and starts one Relay per connection, each on its own strand.
 
 #include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <vector>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
@@ -16,7 +20,12 @@ class Server {
          RelayOptions options);
 
   void start();
+  // Stops accepting new connections.
   void stop();
+  // Stops accepting and asks every connection to close after `grace` (see Relay).
+  void shutdown(std::chrono::milliseconds grace);
+  // Connections still running.
+  std::size_t live_connections();
   boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
 
  private:
@@ -26,6 +35,8 @@ class Server {
   boost::asio::ip::tcp::acceptor acceptor_;
   RelayOptions options_;
   std::atomic<std::uint64_t> next_id_{1};
+  std::mutex relays_mutex_;
+  std::vector<std::weak_ptr<Relay>> relays_;
 };
 
 }  // namespace nackguard::net

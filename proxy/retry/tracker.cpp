@@ -1,5 +1,6 @@
 #include "proxy/retry/tracker.hpp"
 
+#include <sys/mman.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -7,6 +8,8 @@
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 #include <string>
 
 namespace nackguard::retry {
@@ -23,6 +26,48 @@ std::size_t shard_bits(const TrackerKey& key) {
 std::uint32_t slot_bits(const TrackerKey& key) {
   return static_cast<std::uint32_t>(key.low);
 }
+
+constexpr std::size_t kPageBytes = 4096;
+constexpr std::size_t kHugePageBytes = 2 << 20;
+
+std::size_t round_up(std::size_t value, std::size_t unit) {
+  return (value + unit - 1) / unit * unit;
+}
+
+// Anonymous memory mapped for the tracker alone. Pages are zero until first touched and cost
+// nothing before, so a tracker sized for a million entries occupies memory only as it fills.
+// A large region is aligned to and advised onto transparent huge pages: at a million entries,
+// random access would otherwise pay a TLB miss (a page-table walk) on top of each cache miss.
+class Mapping {
+ public:
+  explicit Mapping(std::size_t bytes)
+      : bytes_(round_up(std::max<std::size_t>(bytes, 1), kPageBytes)) {
+    const bool huge = bytes_ >= kHugePageBytes;
+    const std::size_t mapped = huge ? bytes_ + kHugePageBytes : bytes_;
+    void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw std::bad_alloc();
+    start_ = static_cast<char*>(base);
+    if (huge) {
+      // Trim the slack to start on a 2 MiB boundary, so that every whole 2 MiB can be huge.
+      char* aligned = reinterpret_cast<char*>(
+          round_up(reinterpret_cast<std::uintptr_t>(start_), kHugePageBytes));
+      const auto head = static_cast<std::size_t>(aligned - start_);
+      if (head != 0) munmap(start_, head);
+      munmap(aligned + bytes_, kHugePageBytes - head);
+      start_ = aligned;
+      madvise(start_, bytes_, MADV_HUGEPAGE);  // advice only: without THP, 4 KiB pages
+    }
+  }
+  ~Mapping() { munmap(start_, bytes_); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+
+  char* at(std::size_t offset) const { return start_ + offset; }
+
+ private:
+  std::size_t bytes_;
+  char* start_ = nullptr;
+};
 
 }  // namespace
 
@@ -46,9 +91,10 @@ TrackerKey make_key(std::string_view queue, std::string_view identity) {
 }
 
 // One shard: a pool of nodes threaded on an intrusive LRU list (head = most recently used),
-// indexed by an open-addressing table with linear probing. A slot holds the node index and the
-// low 32 bits of the key's hash, so that most probes compare without touching the node and the
-// home slot of any entry is known when deletion shifts entries back (no tombstones).
+// indexed by an open-addressing table with linear probing. A slot holds the node index plus one
+// (zero = empty, so a fresh mapping is an empty table) and the low 32 bits of the key's hash,
+// so that most probes compare without touching the node and the home slot of any entry is
+// known when deletion shifts entries back (no tombstones).
 struct alignas(64) Tracker::Shard {
   struct Node {
     TrackerKey key;
@@ -58,16 +104,32 @@ struct alignas(64) Tracker::Shard {
     std::uint32_t next = kNil;  // also links the free list
   };
   struct Slot {
-    std::uint32_t node = kNil;
+    std::uint32_t node_plus_one = 0;
     std::uint32_t hash = 0;
+    bool empty() const { return node_plus_one == 0; }
+    std::uint32_t node() const { return node_plus_one - 1; }
   };
 
-  explicit Shard(std::size_t capacity_in) : capacity(capacity_in) {
-    // Load factor between 1/4 and 1/2; the pool is reserved once so that indices stay valid
-    // and no growth copies happen under the lock. Untouched pages cost nothing.
-    slots.resize(std::bit_ceil(std::max<std::size_t>(2 * capacity, 8)));
-    mask = static_cast<std::uint32_t>(slots.size() - 1);
-    nodes.reserve(capacity);
+  // Load factor between 1/4 and 1/2.
+  static std::size_t slot_count(std::size_t capacity) {
+    return std::bit_ceil(std::max<std::size_t>(2 * capacity, 8));
+  }
+
+  // The table and the pool live in `memory`, zero-filled: an empty table, and nodes that
+  // allocate() constructs. The pool has room for `capacity` nodes from the start, so indices
+  // stay valid and nothing is copied under the lock.
+  Shard(std::size_t capacity_in, std::shared_ptr<const Mapping> memory_in, std::size_t offset)
+      : capacity(capacity_in),
+        mask(static_cast<std::uint32_t>(slot_count(capacity) - 1)),
+        memory(std::move(memory_in)),
+        slots(reinterpret_cast<Slot*>(memory->at(offset))),
+        nodes(reinterpret_cast<Node*>(memory->at(offset + bytes_of_slots(capacity)))) {}
+
+  static std::size_t bytes_of_slots(std::size_t capacity) {
+    return round_up(slot_count(capacity) * sizeof(Slot), 64);
+  }
+  static std::size_t bytes(std::size_t capacity) {
+    return bytes_of_slots(capacity) + round_up(capacity * sizeof(Node), 64);
   }
 
   std::uint32_t home(std::uint32_t hash) const { return hash & mask; }
@@ -77,21 +139,21 @@ struct alignas(64) Tracker::Shard {
     const std::uint32_t hash = slot_bits(key);
     for (std::uint32_t i = home(hash);; i = (i + 1) & mask) {
       const Slot& slot = slots[i];
-      if (slot.node == kNil) return kNil;
-      if (slot.hash == hash && nodes[slot.node].key == key) return i;
+      if (slot.empty()) return kNil;
+      if (slot.hash == hash && nodes[slot.node()].key == key) return i;
     }
   }
 
   void insert_slot(std::uint32_t node, std::uint32_t hash) {
     std::uint32_t i = home(hash);
-    while (slots[i].node != kNil) i = (i + 1) & mask;
-    slots[i] = Slot{node, hash};
+    while (!slots[i].empty()) i = (i + 1) & mask;
+    slots[i] = Slot{node + 1, hash};
   }
 
   // Backward-shift deletion: later entries of the same cluster move into the hole unless
   // their home lies cyclically in (hole, position].
   void erase_slot(std::uint32_t hole) {
-    for (std::uint32_t j = (hole + 1) & mask; slots[j].node != kNil; j = (j + 1) & mask) {
+    for (std::uint32_t j = (hole + 1) & mask; !slots[j].empty(); j = (j + 1) & mask) {
       const std::uint32_t k = home(slots[j].hash);
       const bool stays = hole <= j ? (hole < k && k <= j) : (hole < k || k <= j);
       if (stays) continue;
@@ -129,12 +191,12 @@ struct alignas(64) Tracker::Shard {
       free_list = nodes[n].next;
       return n;
     }
-    nodes.emplace_back();
-    return static_cast<std::uint32_t>(nodes.size() - 1);
+    std::construct_at(&nodes[used], Node{});
+    return used++;
   }
 
   void remove(std::uint32_t slot) {
-    const std::uint32_t n = slots[slot].node;
+    const std::uint32_t n = slots[slot].node();
     erase_slot(slot);
     unlink(n);
     nodes[n] = Node{};
@@ -157,13 +219,15 @@ struct alignas(64) Tracker::Shard {
   }
 
   const std::size_t capacity;
+  const std::uint32_t mask;
   std::size_t size = 0;
-  std::uint32_t mask = 0;
   std::uint32_t head = kNil;
   std::uint32_t tail = kNil;
   std::uint32_t free_list = kNil;
-  std::vector<Node> nodes;
-  std::vector<Slot> slots;
+  std::uint32_t used = 0;  // nodes ever handed out; those below `used` are constructed
+  const std::shared_ptr<const Mapping> memory;  // shared by all shards of the tracker
+  Slot* const slots;
+  Node* const nodes;
   std::uint64_t evictions = 0;
   std::uint64_t expiries = 0;
   mutable std::mutex mutex;
@@ -171,15 +235,25 @@ struct alignas(64) Tracker::Shard {
 
 Tracker::Tracker(std::size_t max_entries, std::chrono::milliseconds idle_ttl, std::size_t shards)
     : max_entries_(max_entries), idle_ttl_ms_(idle_ttl.count()) {
-  // Node indices are 32-bit; kNil is reserved.
-  const std::size_t limit = std::numeric_limits<std::uint32_t>::max() - 1;
+  // Node and slot indices are 32-bit and a shard's table has twice its capacity in slots, so a
+  // shard holds at most 2^30 entries (far more than memory allows anyway).
+  const std::size_t limit = std::size_t{1} << 30;
   // No shard may be left without room, so never more shards than entries.
   const std::size_t count = std::clamp<std::size_t>(std::min(shards, max_entries), 1, 4096);
-  shards_.reserve(count);
+  std::vector<std::size_t> capacities(count);
+  std::size_t total_bytes = 0;
   for (std::size_t i = 0; i < count; ++i) {
     // The first max_entries % count shards take one more, so the capacities sum exactly.
-    const std::size_t capacity = max_entries / count + (i < max_entries % count ? 1 : 0);
-    shards_.push_back(std::make_unique<Shard>(std::min(capacity, limit)));
+    capacities[i] = std::min(max_entries / count + (i < max_entries % count ? 1 : 0), limit);
+    total_bytes += Shard::bytes(capacities[i]);
+  }
+  // One mapping for every shard's table and pool, so that all of it can sit on huge pages.
+  const auto memory = std::make_shared<const Mapping>(total_bytes);
+  shards_.reserve(count);
+  std::size_t offset = 0;
+  for (const std::size_t capacity : capacities) {
+    shards_.push_back(std::make_unique<Shard>(capacity, memory, offset));
+    offset += Shard::bytes(capacity);
   }
 }
 
@@ -196,7 +270,7 @@ TrackerEntry Tracker::upsert(const TrackerKey& key, std::int64_t now_ms,
   shard.trim_expired_tail(now_ms, idle_ttl_ms_);
 
   std::uint32_t slot = shard.find_slot(key);
-  if (slot != kNil && shard.expired(shard.nodes[shard.slots[slot].node], now_ms, idle_ttl_ms_)) {
+  if (slot != kNil && shard.expired(shard.nodes[shard.slots[slot].node()], now_ms, idle_ttl_ms_)) {
     shard.remove(slot);
     ++shard.expiries;
     slot = kNil;
@@ -222,7 +296,7 @@ TrackerEntry Tracker::upsert(const TrackerKey& key, std::int64_t now_ms,
     return shard.nodes[n].entry;
   }
 
-  const std::uint32_t n = shard.slots[slot].node;
+  const std::uint32_t n = shard.slots[slot].node();
   shard.nodes[n].last_used_ms = now_ms;
   update(shard.nodes[n].entry);
   if (shard.head != n) {
@@ -237,7 +311,7 @@ std::optional<TrackerEntry> Tracker::find(const TrackerKey& key, std::int64_t no
   const std::lock_guard lock(shard.mutex);
   const std::uint32_t slot = shard.find_slot(key);
   if (slot == kNil) return std::nullopt;
-  const auto& node = shard.nodes[shard.slots[slot].node];
+  const auto& node = shard.nodes[shard.slots[slot].node()];
   if (shard.expired(node, now_ms, idle_ttl_ms_)) {
     shard.remove(slot);
     ++shard.expiries;

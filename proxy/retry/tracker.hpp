@@ -47,6 +47,7 @@ struct TrackerStats {
 
 class Tracker {
  public:
+  // idle_ttl of zero (or less): entries never expire, only the LRU bound applies.
   Tracker(std::size_t max_entries, std::chrono::milliseconds idle_ttl, std::size_t shards = 16);
   ~Tracker();
   Tracker(const Tracker&) = delete;

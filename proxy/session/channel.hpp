@@ -67,6 +67,10 @@ class ChannelState {
   ContentState from_broker;
 
   std::unordered_map<std::string, Consumer> consumers;
+  // Consumers cancelled with no-wait: their deliveries in flight still name them.
+  std::deque<std::pair<std::string, Consumer>> cancelled_consumers;
+  const Consumer* find_consumer(const std::string& tag) const;
+  void forget_consumer(const std::string& tag);
   std::deque<PendingConsume> pending_consumes;
   std::deque<PendingGet> pending_gets;
   std::string last_declared_queue;  // what an empty queue name in consume or get means
@@ -95,6 +99,7 @@ class ChannelState {
 
   // Assigns the next client tag to a delivery the client will see.
   std::uint64_t next_client_tag() { return ++last_client_tag_; }
+  std::uint64_t last_client_tag() const { return last_client_tag_; }
   void note_broker_tag(std::uint64_t tag) {
     if (tag > last_broker_tag_) last_broker_tag_ = tag;
   }

@@ -24,7 +24,8 @@ struct Delivery {
   bool from_get = false;
   bool withheld = false;  // the proxy kept it from the client and owns its settlement
   bool held = false;      // waiting in the proxy behind an exclusive delivery
-  bool exclusive = false;  // while the client holds it, later deliveries on the channel wait
+  bool exclusive = false;
+  bool settling = false;  // withheld, and the proxy's ack, nack or reject is on its way  // while the client holds it, later deliveries on the channel wait
   amqp::Bytes header_payload;  // the raw content header: properties are decoded on demand
   std::uint64_t body_size = 0;
   std::uint64_t body_hash = 0;  // XXH3-64 of the body, valid once body_complete

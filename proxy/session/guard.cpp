@@ -13,6 +13,9 @@ namespace {
 // Bits of Delivery::cookie.
 constexpr std::uint64_t kCounted = 1;       // counted in the queue's health already
 constexpr std::uint64_t kMaybeTracked = 2;  // redelivered or a copy: the tracker may know it
+// After a copy failed, how long its queue's messages go to the consumer unchanged. The proxy
+// channel retries a refused declaration after the same time.
+constexpr std::int64_t kCopiesFailingMs = 30000;
 
 std::uint64_t to_seconds(std::int64_t ms) { return ms < 0 ? 0 : static_cast<std::uint64_t>(ms / 1000); }
 
@@ -112,6 +115,10 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   std::optional<retry::TrackerEntry> entry = context_.tracker().find(key, now);
   if (!entry) return plan;
   retry::Decision decision = retry::decide_delivery(policy, *entry, header_count);
+  if (decision.action != retry::Action::forward && context_.copies_failing(d.queue, now)) {
+    // Its copy cannot be published now: hand it to the consumer, as without the proxy.
+    decision.action = retry::Action::forward;
+  }
   if (decision.action == retry::Action::forward) {
     plan.exclusive = entry->crash_suspect;
     return plan;
@@ -209,15 +216,19 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   }
   if (needs_copy(intent)) {
     const char* cause_label = nullptr;
+    const char* detail = nullptr;
     if (!d.body || d.body->bytes.size() != d.body_size) {
       cause_label = "body_not_retained";
+      detail = "the body could not be kept within limits.retained_body_bytes";
     } else if (!session_->reserved_channel()) {
       cause_label = "no_channel";
+      detail = "the broker's channel_max leaves no channel for the proxy";
+    } else if (context_.copies_failing(d.queue, context_.now_ms())) {
+      cause_label = "republish_failed";
+      detail = "copies for this queue failed moments ago (see the earlier fallback line)";
     }
     if (cause_label) {
-      context_.listener().on_fallback(d.queue, cause_label,
-                                      "the body could not be kept within limits.retained_body_bytes "
-                                      "or no channel was free; the requeue went through unchanged");
+      context_.listener().on_fallback(d.queue, cause_label, detail);
       context_.listener().on_requeue(d.queue, retry::Action::forward);
       return ReturnAction::forward;
     }
@@ -329,6 +340,7 @@ void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
   if (it == intents_.end() || it->second.job != job) return;
   Intent& intent = it->second;
   if (!ok) {
+    context_.mark_copies_failing(intent.queue, context_.now_ms() + kCopiesFailingMs);
     give_back(dkey, intent, "republish_failed", why);
     return;
   }

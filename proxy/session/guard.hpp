@@ -30,6 +30,8 @@ class Guard final : public SessionObserver {
   void on_tick();
   // The connection is gone: pending republishes are abandoned (the broker requeues them).
   void on_connection_end();
+  // Republishes and dead-letters still waiting for the broker's confirm.
+  std::size_t outstanding() const { return proxy_.outstanding(); }
 
   void on_open(const std::string& vhost) override;
   DeliveryPlan on_delivery(const Delivery& delivery) override;

@@ -22,6 +22,23 @@ std::shared_ptr<const retry::PolicySet> GuardContext::policies() const {
   return policies_;
 }
 
+void GuardContext::mark_copies_failing(const std::string& queue, std::int64_t until_ms) {
+  std::lock_guard lock(mutex_);
+  constexpr std::size_t kMaxFailingQueues = 10000;
+  if (failing_until_.size() >= kMaxFailingQueues) {
+    std::int64_t now = clock_();
+    std::erase_if(failing_until_, [now](const auto& item) { return item.second <= now; });
+    if (failing_until_.size() >= kMaxFailingQueues) return;
+  }
+  failing_until_[queue] = until_ms;
+}
+
+bool GuardContext::copies_failing(const std::string& queue, std::int64_t now_ms) const {
+  std::lock_guard lock(mutex_);
+  auto it = failing_until_.find(queue);
+  return it != failing_until_.end() && now_ms < it->second;
+}
+
 void GuardContext::set_policies(std::shared_ptr<const retry::PolicySet> policies) {
   {
     std::lock_guard lock(mutex_);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "proxy/retry/decision.hpp"
 #include "proxy/retry/health.hpp"
@@ -66,6 +67,12 @@ class GuardContext {
   std::uint64_t policies_version() const { return version_.load(std::memory_order_acquire); }
 
   std::int64_t now_ms() const { return clock_(); }
+
+  // A queue whose copies cannot be published (a declare or publish refused): until `until_ms`
+  // its messages go to the consumer as they would without the proxy, instead of being taken
+  // from it and handed back to the broker in a tight loop.
+  void mark_copies_failing(const std::string& queue, std::int64_t until_ms);
+  bool copies_failing(const std::string& queue, std::int64_t now_ms) const;
   GuardListener& listener() { return *listener_; }
   retry::Tracker& tracker() { return tracker_; }
   retry::QueueHealth& health() { return health_; }
@@ -76,6 +83,7 @@ class GuardContext {
   GuardSettings settings_;
   mutable std::mutex mutex_;
   std::shared_ptr<const retry::PolicySet> policies_;
+  std::unordered_map<std::string, std::int64_t> failing_until_;  // guarded by mutex_
   std::atomic<std::uint64_t> version_{1};
   GuardListener null_listener_;
   GuardListener* listener_;

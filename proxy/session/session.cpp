@@ -77,7 +77,9 @@ std::size_t Session::process(Side from, ByteView data) {
     stats_.frames[static_cast<int>(from)] += 1;
     stats_.bytes[static_cast<int>(from)] += frame.raw.size();
     used += frame.raw.size();
-    if (from == Side::client) {
+    if (proxy_close_ != ProxyClose::none) {
+      handle_frame_while_proxy_closes(from, frame);
+    } else if (from == Side::client) {
       handle_client_frame(frame);
     } else {
       handle_broker_frame(frame);
@@ -93,15 +95,27 @@ void Session::emit(Side to, ByteView bytes) {
 }
 
 void Session::inject(Side to, amqp::Bytes frames) {
-  io(to).injections.push_back(std::move(frames));
+  io(to).injections.push_back(Injection{std::move(frames), 0, std::nullopt});
   flush_injections(to);
 }
 
 void Session::flush_injections(Side to) {
   SideIo& out = io(to);
   if (out.injections.empty() || content_in_progress(to)) return;
-  for (const auto& frames : out.injections) emit(to, frames);
+  std::vector<Injection> ready = std::move(out.injections);
   out.injections.clear();
+  for (const Injection& injection : ready) {
+    emit(to, injection.frames);
+    if (injection.settles_broker_tag) {
+      auto it = channels_.find(injection.channel);
+      if (it != channels_.end()) it->second.take_withheld(*injection.settles_broker_tag);
+    }
+  }
+}
+
+void Session::drop_injections(std::uint16_t channel) {
+  auto& queued = io(Side::broker).injections;
+  std::erase_if(queued, [channel](const Injection& i) { return i.channel == channel; });
 }
 
 bool Session::content_in_progress(Side to) const {
@@ -131,6 +145,11 @@ void Session::return_all(ChannelState& ch, ReturnCause cause) {
   for (ChannelState::HeldDelivery& h : held) {
     if (!h.delivery.no_ack) returned(h.delivery, cause);
   }
+  // A delivery cut off mid-body: the observer has seen it, and the broker requeues it.
+  if (ch.incoming && !ch.incoming->header_payload.empty() && !ch.incoming->no_ack) {
+    returned(*ch.incoming, cause);
+  }
+  ch.incoming.reset();
   observer_->on_returns_done();
 }
 
@@ -182,6 +201,10 @@ void Session::protocol_error(Side offender, std::uint16_t code, std::string text
 
 void Session::on_eof(Side side) {
   io(side).input_closed = true;
+  if (proxy_close_ != ProxyClose::none) {
+    channels_.clear();  // shutdown: not returns
+    channels_with_held_ = 0;
+  }
   if (phase_ == Phase::closed) {
     io(side).close_after_flush = true;
     return;
@@ -214,12 +237,60 @@ void Session::on_tick(std::int64_t now_ms) {
   }
 }
 
+void Session::close_gracefully(std::uint16_t code, std::string text) {
+  if (proxy_close_ != ProxyClose::none || phase_ == Phase::closed) return;
+  if (phase_ != Phase::open) {
+    close_both_after_flush();
+    return;
+  }
+  amqp::ConnectionClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  amqp::Bytes frame;
+  amqp::append_method_frame(frame, 0, close);
+  emit(Side::client, frame);
+  proxy_close_ = ProxyClose::awaiting_client;
+}
+
+void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
+  // After sending connection.close only close and close-ok count (the spec's rule); frames
+  // for the client are no longer sent.
+  if (frame.channel == 0 && frame.frame_type() == FrameType::method) {
+    std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
+    bool closing = key && (*key == mid::connection_close_ok || *key == mid::connection_close);
+    if (from == Side::client && closing && proxy_close_ == ProxyClose::awaiting_client) {
+      io(Side::client).input_closed = true;
+      io(Side::client).close_after_flush = true;
+      amqp::ConnectionClose close;
+      close.reply_code = reply::success;
+      close.reply_text = "nackguard: the client connection was closed at shutdown";
+      amqp::Bytes out;
+      amqp::append_method_frame(out, 0, close);
+      emit(Side::broker, out);
+      proxy_close_ = ProxyClose::awaiting_broker;
+      return;
+    }
+    if (from == Side::broker && closing) {
+      channels_.clear();  // requeued by the broker; not returns
+      channels_with_held_ = 0;
+      close_both_after_flush();
+      return;
+    }
+  }
+  if (from == Side::broker && reserved_channel_ && frame.channel == *reserved_channel_) {
+    observer_->on_proxy_channel_frame(frame);
+  }
+}
+
 bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
                               bool requeue) {
   auto it = channels_.find(channel);
-  if (it == channels_.end() || phase_ != Phase::open) return false;
-  std::optional<Delivery> d = it->second.take_withheld(broker_tag);
-  if (!d) return false;
+  if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none) {
+    return false;
+  }
+  Delivery* d = it->second.find_withheld(broker_tag);
+  if (!d || d->settling) return false;
+  d->settling = true;
   amqp::Bytes frame;
   switch (kind) {
     case SettleKind::ack:
@@ -232,7 +303,8 @@ bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, S
       amqp::append_method_frame(frame, channel, amqp::BasicReject{broker_tag, requeue});
       break;
   }
-  inject(Side::broker, std::move(frame));
+  io(Side::broker).injections.push_back(Injection{std::move(frame), channel, broker_tag});
+  flush_injections(Side::broker);
   return true;
 }
 

@@ -54,6 +54,10 @@ class Session {
   void on_eof(Side side);
   // Called about once a second with a monotonic time: releases deliveries held too long.
   void on_tick(std::int64_t now_ms);
+  // The proxy closes the connection itself (shutdown): connection.close(code, text) to the
+  // client, then, after its close-ok, connection.close to the broker. Deliveries the client
+  // held are requeued by the broker and not counted as returns: this is not the consumer's doing.
+  void close_gracefully(std::uint16_t code, std::string text);
 
   // Bytes to write to `side`, in order. The caller moves them out and writes them.
   amqp::Bytes& output(Side side) { return io(side).out; }
@@ -87,10 +91,18 @@ class Session {
  private:
   enum class Phase { protocol_header, handshake, open, closed };
 
+  struct Injection {
+    amqp::Bytes frames;
+    std::uint16_t channel = 0;  // 0: not tied to a client channel
+    // A withheld delivery this settles: it stays withheld (so a client's multiple ack keeps
+    // around it, and a connection lost first reports it) until the frame is written.
+    std::optional<std::uint64_t> settles_broker_tag;
+  };
+
   struct SideIo {
     amqp::Bytes pending_in;  // a partial frame carried over to the next feed
     amqp::Bytes out;
-    std::vector<amqp::Bytes> injections;
+    std::vector<Injection> injections;
     amqp::FrameDecoder decoder;
     bool input_closed = false;
     bool close_after_flush = false;
@@ -132,10 +144,14 @@ class Session {
 
   void emit(Side to, amqp::ByteView bytes);
   void flush_injections(Side to);
+  // Drops queued injections for a channel that is closing: the broker requeues what they
+  // would have settled, and frames on a closed channel would be a connection error.
+  void drop_injections(std::uint16_t channel);
   bool content_in_progress(Side to) const;
   // Malformed or unexpected input from `offender`: close it with `code`, and the other side.
   void protocol_error(Side offender, std::uint16_t code, std::string text);
   void close_both_after_flush();
+  void handle_frame_while_proxy_closes(Side from, const amqp::Frame& frame);
 
   SessionOptions options_;
   SessionObserver* observer_;
@@ -150,6 +166,8 @@ class Session {
   std::uint16_t heartbeat_ = 0;
   std::string vhost_;
   std::size_t channels_with_held_ = 0;  // channels whose held queue may be released
+  enum class ProxyClose { none, awaiting_client, awaiting_broker };
+  ProxyClose proxy_close_ = ProxyClose::none;
   SessionStats stats_;
 };
 

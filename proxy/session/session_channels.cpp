@@ -92,8 +92,9 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       amqp::BasicCancel m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
         return malformed("basic.cancel");
-      // The consumer's deliveries in flight still arrive until cancel-ok; forget it then.
-      if (m.no_wait) ch.consumers.erase(m.consumer_tag);
+      // The consumer's deliveries in flight still arrive until cancel-ok; forget it then, or
+      // with no-wait keep it among the recently cancelled.
+      if (m.no_wait) ch.forget_consumer(m.consumer_tag);
       break;
     }
     case mid::basic_get: {
@@ -127,6 +128,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::channel_close:
       ch.closing = true;
+      drop_injections(frame.channel);
       break;
     case mid::channel_close_ok:
       // The client acknowledges the broker's channel.close: the channel is gone.
@@ -142,7 +144,10 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
 
 void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKind kind,
                                  std::uint64_t tag, bool multiple, bool requeue) {
-  std::vector<Delivery> settled = ch.take_settled(tag, multiple);
+  // A tag above any the client was given is unknown to the broker too: settle nothing here,
+  // and let the broker refuse it.
+  bool unknown = tag > ch.last_client_tag();
+  std::vector<Delivery> settled = unknown ? std::vector<Delivery>{} : ch.take_settled(tag, multiple);
   std::vector<const Delivery*> forwarded;
   std::vector<std::uint64_t> taken;
   bool gate_opened = false;
@@ -208,10 +213,9 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
         return malformed("basic.deliver");
       Delivery d;
-      auto consumer = ch.consumers.find(m.consumer_tag);
-      if (consumer != ch.consumers.end()) {
-        d.queue = consumer->second.queue;
-        d.no_ack = consumer->second.no_ack;
+      if (const Consumer* consumer = ch.find_consumer(m.consumer_tag)) {
+        d.queue = consumer->queue;
+        d.no_ack = consumer->no_ack;
       }
       d.consumer_tag = std::move(m.consumer_tag);
       d.broker_tag = m.delivery_tag;
@@ -265,7 +269,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       amqp::ByteReader in(frame.payload.subspan(4));
       std::string tag = in.shortstr();
       if (!in.ok()) return malformed("basic.cancel");
-      ch.consumers.erase(tag);
+      ch.forget_consumer(tag);
       break;
     }
     case mid::queue_declare_ok: {
@@ -277,6 +281,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::channel_close:
       ch.closing = true;
+      drop_injections(frame.channel);
       break;
     case mid::channel_close_ok:
       emit(Side::client, frame.raw);

@@ -67,7 +67,8 @@ thread: 2
   EXPECT_EQ(
       config_error_of([] { load_config("conf/typo.yaml"); }),
       "conf/typo.yaml:7:1: unknown key \"thread\" (did you mean \"threads\"?); valid keys "
-      "here: listen, upstream, threads, policies_dir, metrics, log, limits, timeouts, tracker");
+      "here: listen, upstream, threads, policies_dir, metrics, log, limits, timeouts, tracker, "
+            "shutdown");
 }
 
 // --- the file itself ---
@@ -144,7 +145,8 @@ TEST_F(ConfigErrors, SecondDocumentIsRefused) {
 TEST_F(ConfigErrors, TopLevelMustBeAMap) {
   EXPECT_EQ(error_for("- listen\n"),
             "FILE:1:1: expected a map of settings (listen, upstream, threads, policies_dir, "
-            "metrics, log, limits, timeouts, tracker) at the top level of the file, got a list");
+            "metrics, log, limits, timeouts, tracker, shutdown) at the top level of the file, got a "
+            "list");
   EXPECT_TRUE(starts_with(error_for("just words\n"), "FILE:1:1: expected a map of settings"));
 }
 
@@ -206,7 +208,7 @@ TEST_F(ConfigErrors, UnknownKeyInEachSection) {
 TEST_F(ConfigErrors, UnknownKeyWithoutACloseMatchHasNoSuggestion) {
   EXPECT_EQ(error_for("verbose: true\n"),
             "FILE:1:1: unknown key \"verbose\"; valid keys here: listen, upstream, threads, "
-            "policies_dir, metrics, log, limits, timeouts, tracker");
+            "policies_dir, metrics, log, limits, timeouts, tracker, shutdown");
 }
 
 TEST_F(ConfigErrors, DuplicateKey) {

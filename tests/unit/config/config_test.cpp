@@ -185,12 +185,14 @@ TEST(Describe, ListsEveryKeyOncePerLine) {
                                "\n"
                                "metrics.address: 127.0.0.1\n"
                                "metrics.port: 9464\n"
+                               "metrics.max_queue_labels: 100\n"
                                "log.level: info\n"
                                "log.format: text\n"
                                "limits.max_frame_bytes: 1048576\n"
                                "limits.buffer_bytes: 1048576\n"
                                "limits.retained_body_bytes: 268435456\n"
                                "timeouts.handshake: 10s\n"
+                               "shutdown.grace: 30s\n"
                                "tracker.max_entries: 100000\n"
                                "tracker.idle_ttl: 24h\n";
   EXPECT_EQ(describe(load_config(file)), expected);

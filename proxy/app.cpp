@@ -1,0 +1,155 @@
+#include "proxy/app.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "nackguard/version.hpp"
+#include "proxy/config/policy_loader.hpp"
+
+namespace nackguard {
+
+namespace {
+
+session::GuardSettings guard_settings(const config::Config& cfg) {
+  session::GuardSettings settings;
+  settings.tracker_max_entries = cfg.tracker_max_entries;
+  settings.tracker_idle_ttl = cfg.tracker_idle_ttl;
+  settings.retained_body_bytes = cfg.retained_body_bytes;
+  return settings;
+}
+
+net::RelayOptions relay_options(const config::Config& cfg, session::GuardContext& guard) {
+  net::RelayOptions options;
+  options.upstream_host = cfg.upstream.host;
+  options.upstream_port = cfg.upstream.port;
+  options.connect_timeout = cfg.upstream_connect_timeout;
+  options.handshake_timeout = cfg.handshake_timeout;
+  options.buffer_bytes = cfg.buffer_bytes;
+  options.session.max_frame_bytes = cfg.max_frame_bytes;
+  options.session.body_budget = &guard.budget();
+  options.guard_context = &guard;
+  return options;
+}
+
+// Keys a reload cannot apply: they shape sockets, threads and memory set up at start.
+std::vector<std::string> keys_needing_restart(const config::Config& now,
+                                              const config::Config& loaded) {
+  std::vector<std::string> keys;
+  auto check = [&](bool differs, const char* key) {
+    if (differs) keys.emplace_back(key);
+  };
+  check(now.listen.host != loaded.listen.host || now.listen.port != loaded.listen.port, "listen");
+  check(now.upstream.host != loaded.upstream.host || now.upstream.port != loaded.upstream.port ||
+            now.upstream_connect_timeout != loaded.upstream_connect_timeout,
+        "upstream");
+  check(now.threads != loaded.threads, "threads");
+  check(now.metrics.host != loaded.metrics.host || now.metrics.port != loaded.metrics.port ||
+            now.metrics_max_queue_labels != loaded.metrics_max_queue_labels,
+        "metrics");
+  check(now.log_format != loaded.log_format, "log.format");
+  check(now.max_frame_bytes != loaded.max_frame_bytes || now.buffer_bytes != loaded.buffer_bytes ||
+            now.retained_body_bytes != loaded.retained_body_bytes,
+        "limits");
+  check(now.handshake_timeout != loaded.handshake_timeout, "timeouts");
+  check(now.tracker_max_entries != loaded.tracker_max_entries ||
+            now.tracker_idle_ttl != loaded.tracker_idle_ttl,
+        "tracker");
+  return keys;
+}
+
+}  // namespace
+
+App::App(config::Config config, retry::PolicySet policies)
+    : config_(std::move(config)),
+      guard_(guard_settings(config_), std::make_shared<const retry::PolicySet>(std::move(policies)),
+             &log_listener_),
+      io_(static_cast<int>(config_.threads)),
+      stop_signals_(io_, SIGINT, SIGTERM),
+      reload_signal_(io_, SIGHUP),
+      drain_timer_(io_) {
+  server_ = std::make_unique<net::Server>(io_, config_.listen.host, config_.listen.port,
+                                          relay_options(config_, guard_));
+}
+
+int App::run() {
+  server_->start();
+  spdlog::info("nackguard {} listening on {}:{}, forwarding to {}:{} ({} threads)", kVersion,
+               config_.listen.host, config_.listen.port, config_.upstream.host,
+               config_.upstream.port, config_.threads);
+  wait_for_stop();
+  wait_for_reload();
+  std::vector<std::thread> workers;
+  for (unsigned i = 1; i < config_.threads; ++i) workers.emplace_back([this] { io_.run(); });
+  io_.run();
+  for (auto& worker : workers) worker.join();
+  spdlog::info("nackguard stopped");
+  return 0;
+}
+
+void App::wait_for_stop() {
+  stop_signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    if (shutting_down_) {
+      spdlog::warn("second signal {}: exiting at once", signal);
+      spdlog::shutdown();
+      std::_Exit(1);
+    }
+    begin_shutdown(signal);
+    wait_for_stop();
+  });
+}
+
+void App::wait_for_reload() {
+  reload_signal_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    reload();
+    wait_for_reload();
+  });
+}
+
+void App::reload() {
+  try {
+    config::Config loaded = config::load_config(config_.file);
+    retry::PolicySet policies = config::load_policies(loaded.policies_dir);
+    std::size_t count = policies.policies().size();
+    guard_.set_policies(std::make_shared<const retry::PolicySet>(std::move(policies)));
+    spdlog::set_level(spdlog::level::from_str(loaded.log_level));
+    for (const std::string& key : keys_needing_restart(config_, loaded)) {
+      spdlog::warn("reload: {} changed in {} but takes effect only after a restart", key,
+                   config_.file.string());
+    }
+    config_.policies_dir = loaded.policies_dir;
+    config_.log_level = loaded.log_level;
+    spdlog::info("reload: {} policies loaded from {}", count, config_.policies_dir.string());
+  } catch (const config::ConfigError& e) {
+    spdlog::error("reload failed, the previous policies stay in force: {}", e.what());
+  }
+}
+
+void App::begin_shutdown(int signal) {
+  shutting_down_ = true;
+  spdlog::info("signal {}: no new connections; clients get {} ms to leave before they are closed",
+               signal, config_.shutdown_grace.count());
+  server_->shutdown(config_.shutdown_grace);
+  watch_drain();
+}
+
+void App::watch_drain() {
+  drain_timer_.expires_after(std::chrono::milliseconds(100));
+  drain_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (server_->live_connections() == 0) {
+      stop_signals_.cancel();
+      reload_signal_.cancel();
+      io_.stop();
+      return;
+    }
+    watch_drain();
+  });
+}
+
+}  // namespace nackguard

@@ -1,0 +1,43 @@
+#pragma once
+// The running proxy: the shared guard state, the listener, worker threads, and signals
+// (SIGHUP reloads the policies, SIGTERM and SIGINT drain, a second one exits at once).
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <memory>
+#include <string>
+
+#include "proxy/config/config.hpp"
+#include "proxy/net/log_listener.hpp"
+#include "proxy/net/server.hpp"
+#include "proxy/retry/policy_set.hpp"
+#include "proxy/session/guard_context.hpp"
+
+namespace nackguard {
+
+class App {
+ public:
+  App(config::Config config, retry::PolicySet policies);
+  // Runs until drained after a signal; returns the process's exit code.
+  int run();
+
+ private:
+  void wait_for_stop();
+  void wait_for_reload();
+  void reload();
+  void begin_shutdown(int signal);
+  void watch_drain();
+
+  config::Config config_;
+  net::LogListener log_listener_;
+  session::GuardContext guard_;
+  boost::asio::io_context io_;
+  std::unique_ptr<net::Server> server_;
+  boost::asio::signal_set stop_signals_;
+  boost::asio::signal_set reload_signal_;
+  boost::asio::steady_timer drain_timer_;
+  bool shutting_down_ = false;
+};
+
+}  // namespace nackguard

@@ -1,0 +1,182 @@
+#pragma once
+// Every metric nackguard exports, declared once: its name (after "nackguard_"), its type, its
+// help text and its labels. /metrics renders them in this order. Alert rules and outside tests
+// use these names: rename nothing.
+//
+// Every label has a bounded set of values: a fixed list below, the build's version, or a queue
+// name (at most RegistryOptions::max_queue_labels of them, the rest add up under "_other").
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+// X(id, type, help, labels...). Types: counter, gauge, histogram, and counter_source and
+// gauge_source, whose value is read at scrape time through Registry::set_source.
+// clang-format off
+#define NACKGUARD_METRICS(X)                                                                     \
+  X(build_info, gauge,                                                                          \
+    "Always 1; the version label names the running nackguard.", version)                       \
+  X(client_connections, gauge,                                                                  \
+    "Client connections open now.")                                                             \
+  X(upstream_connect_failures_total, counter,                                                   \
+    "Connections to the broker that could not be resolved, failed or timed out.")               \
+  X(frames_total, counter,                                                                      \
+    "AMQP frames relayed, by the direction they travelled.", direction)                         \
+  X(bytes_total, counter,                                                                       \
+    "Bytes of the AMQP frames relayed, by the direction they travelled.", direction)            \
+  X(deliveries_total, counter,                                                                  \
+    "Messages delivered by the broker to consumers, by queue.", queue)                          \
+  X(returns_total, counter,                                                                     \
+    "Messages the consumer gave back: nacks, rejects and recovers with requeue, and messages "  \
+    "unacked when its channel or connection ended.", queue)                                     \
+  X(requeues_total, counter,                                                                    \
+    "What became of each return: forwarded to the broker, republished with a delay, or "       \
+    "dead-lettered.", queue, action)                                                            \
+  X(dead_letters_total, counter,                                                                \
+    "Messages dead-lettered by nackguard, by reason.", queue, reason)                          \
+  X(fallbacks_total, counter,                                                                   \
+    "Republishes or dead-letters that could not be completed, so the consumer's requeue went "  \
+    "to the broker unchanged, by cause.", queue, cause)                                         \
+  X(outage, gauge,                                                                              \
+    "1 while most messages of the queue fail: returns are delayed and not counted towards "     \
+    "dead-lettering.", queue)                                                                   \
+  X(tracker_entries, gauge_source,                                                              \
+    "Return counts held in the redelivery tracker.")                                            \
+  X(tracker_evictions_total, counter_source,                                                    \
+    "Return counts dropped, least recently used first, to stay within tracker.max_entries.")   \
+  X(tracker_expiries_total, counter_source,                                                     \
+    "Return counts forgotten after tracker.idle_ttl without a return.")                         \
+  X(retained_body_bytes, gauge_source,                                                          \
+    "Message bytes held in memory for republishing and for deliveries held back.")              \
+  X(retained_body_bytes_limit, gauge_source,                                                    \
+    "limits.retained_body_bytes: past it, nackguard falls back to forwarding requeues.")        \
+  X(policy_reloads_total, counter,                                                              \
+    "Policy reloads, by result.", result)                                                       \
+  X(returns_before_dead_letter, histogram,                                                      \
+    "The return count of each message when it was dead-lettered.")
+// clang-format on
+
+namespace nackguard::metrics {
+
+enum class Metric : std::uint8_t {
+#define NACKGUARD_METRIC_ID(id, ...) id,
+  NACKGUARD_METRICS(NACKGUARD_METRIC_ID)
+#undef NACKGUARD_METRIC_ID
+};
+
+enum class MetricType : std::uint8_t {
+  counter,
+  gauge,
+  histogram,
+  counter_source,
+  gauge_source
+};
+
+// The Prometheus TYPE of a metric type.
+constexpr std::string_view prometheus_type(MetricType type) {
+  switch (type) {
+    case MetricType::counter:
+    case MetricType::counter_source:
+      return "counter";
+    case MetricType::gauge:
+    case MetricType::gauge_source:
+      return "gauge";
+    case MetricType::histogram:
+      return "histogram";
+  }
+  return "untyped";
+}
+
+enum class MetricLabel : std::uint8_t { version, direction, queue, action, reason, cause, result };
+
+// Fixed value lists, in the order of the enums they label.
+inline constexpr std::array<std::string_view, 2> kDirectionValues{"client_to_broker",
+                                                                  "broker_to_client"};
+// Indexed by retry::Action (forward, delay, dead_letter).
+inline constexpr std::array<std::string_view, 3> kActionValues{"forwarded", "delayed",
+                                                               "dead_lettered"};
+// Indexed by retry::DeadLetterReason minus one.
+inline constexpr std::array<std::string_view, 2> kReasonValues{"max_redeliveries", "crash_loop"};
+// The guard's fallback causes; any other cause is counted as "other".
+inline constexpr std::array<std::string_view, 5> kCauseValues{
+    "body_not_retained", "no_channel", "malformed_properties", "republish_failed", "other"};
+inline constexpr std::array<std::string_view, 2> kResultValues{"ok", "error"};
+
+// The queue label value that the queues beyond max_queue_labels add up under.
+inline constexpr std::string_view kOtherQueue = "_other";
+
+// Upper bounds of the returns_before_dead_letter buckets (+Inf is implicit).
+inline constexpr std::array<double, 8> kReturnsBeforeDeadLetterBuckets{1, 2, 3, 5, 10, 20, 50, 100};
+
+enum class LabelKind : std::uint8_t {
+  fixed,     // one of `values`
+  queue,     // a queue name, capped
+  constant,  // one value given at start (the version)
+};
+
+struct LabelDef {
+  std::string_view name;
+  LabelKind kind;
+  std::span<const std::string_view> values;  // for LabelKind::fixed
+};
+
+constexpr LabelDef label_def(MetricLabel label) {
+  switch (label) {
+    case MetricLabel::version:
+      return {"version", LabelKind::constant, {}};
+    case MetricLabel::direction:
+      return {"direction", LabelKind::fixed, kDirectionValues};
+    case MetricLabel::queue:
+      return {"queue", LabelKind::queue, {}};
+    case MetricLabel::action:
+      return {"action", LabelKind::fixed, kActionValues};
+    case MetricLabel::reason:
+      return {"reason", LabelKind::fixed, kReasonValues};
+    case MetricLabel::cause:
+      return {"cause", LabelKind::fixed, kCauseValues};
+    case MetricLabel::result:
+      return {"result", LabelKind::fixed, kResultValues};
+  }
+  return {};
+}
+
+inline constexpr std::size_t kMaxLabels = 2;
+
+struct MetricDef {
+  std::string_view name;  // the full name, "nackguard_..."
+  MetricType type;
+  std::string_view help;
+  std::array<MetricLabel, kMaxLabels> labels{};
+  std::size_t label_count = 0;
+
+  std::span<const MetricLabel> label_list() const { return {labels.data(), label_count}; }
+};
+
+namespace detail {
+template <typename... Labels>
+constexpr MetricDef make_def(std::string_view name, MetricType type, std::string_view help,
+                             Labels... labels) {
+  static_assert(sizeof...(labels) <= kMaxLabels, "raise kMaxLabels");
+  return MetricDef{name, type, help, {labels...}, sizeof...(labels)};
+}
+
+using enum MetricLabel;
+using enum MetricType;
+inline constexpr std::array kMetricDefs{
+#define NACKGUARD_METRIC_DEF(id, type, help, ...) \
+  make_def("nackguard_" #id, type, help __VA_OPT__(, ) __VA_ARGS__),
+    NACKGUARD_METRICS(NACKGUARD_METRIC_DEF)
+#undef NACKGUARD_METRIC_DEF
+};
+}  // namespace detail
+
+inline constexpr std::span<const MetricDef> kMetricDefs = detail::kMetricDefs;
+inline constexpr std::size_t kMetricCount = detail::kMetricDefs.size();
+
+constexpr const MetricDef& metric_def(Metric metric) {
+  return detail::kMetricDefs[static_cast<std::size_t>(metric)];
+}
+
+}  // namespace nackguard::metrics

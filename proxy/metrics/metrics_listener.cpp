@@ -1,0 +1,52 @@
+#include "proxy/metrics/metrics_listener.hpp"
+
+namespace nackguard::metrics {
+
+void MetricsListener::on_delivery(std::string_view queue) {
+  registry_.delivery(queue);
+  if (next_) next_->on_delivery(queue);
+}
+
+void MetricsListener::on_return(std::string_view queue) {
+  registry_.returned(queue);
+  if (next_) next_->on_return(queue);
+}
+
+void MetricsListener::on_requeue(std::string_view queue, retry::Action action) {
+  registry_.requeue(queue, action);
+  if (next_) next_->on_requeue(queue, action);
+}
+
+void MetricsListener::on_dead_letter(std::string_view queue, std::string_view identity,
+                                     std::uint32_t returns, retry::DeadLetterReason reason) {
+  registry_.dead_letter(queue, reason, returns);
+  if (next_) next_->on_dead_letter(queue, identity, returns, reason);
+}
+
+void MetricsListener::on_fallback(std::string_view queue, std::string_view cause,
+                                  std::string_view detail) {
+  registry_.fallback(queue, cause);
+  if (next_) next_->on_fallback(queue, cause, detail);
+}
+
+void MetricsListener::on_outage(std::string_view queue, bool started, double ratio) {
+  registry_.outage(queue, started);
+  if (next_) next_->on_outage(queue, started, ratio);
+}
+
+void watch_guard_context(Registry& registry, session::GuardContext& context) {
+  retry::Tracker& tracker = context.tracker();
+  session::BodyBudget& budget = context.budget();
+  registry.set_source(Metric::tracker_entries,
+                      [&tracker] { return static_cast<double>(tracker.stats().entries); });
+  registry.set_source(Metric::tracker_evictions_total,
+                      [&tracker] { return static_cast<double>(tracker.stats().evictions); });
+  registry.set_source(Metric::tracker_expiries_total,
+                      [&tracker] { return static_cast<double>(tracker.stats().expiries); });
+  registry.set_source(Metric::retained_body_bytes,
+                      [&budget] { return static_cast<double>(budget.used()); });
+  registry.set_source(Metric::retained_body_bytes_limit,
+                      [&budget] { return static_cast<double>(budget.limit()); });
+}
+
+}  // namespace nackguard::metrics

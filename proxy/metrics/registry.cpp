@@ -1,0 +1,162 @@
+#include "proxy/metrics/registry.hpp"
+
+#include "proxy/metrics/registry_family.hpp"
+
+#include <stdexcept>
+
+namespace nackguard::metrics {
+
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+// Histograms and scrape-time sources hold one series: labels on them are not implemented.
+constexpr bool only_plain_metrics_have_labels() {
+  for (const MetricDef& def : kMetricDefs) {
+    if (def.type != MetricType::counter && def.type != MetricType::gauge && def.label_count != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(only_plain_metrics_have_labels());
+
+std::span<const double> histogram_bounds(Metric metric) {
+  switch (metric) {
+    case Metric::returns_before_dead_letter:
+      return kReturnsBeforeDeadLetterBuckets;
+    default:
+      throw std::logic_error("histogram " + std::string(metric_def(metric).name) +
+                             " has no buckets: add them to histogram_bounds()");
+  }
+}
+
+std::size_t fixed_index_of(std::string_view cause) {
+  for (std::size_t i = 0; i < kCauseValues.size(); ++i) {
+    if (kCauseValues[i] == cause) return i;
+  }
+  return kCauseValues.size() - 1;  // "other"
+}
+
+static_assert(kActionValues.size() == 3 && static_cast<int>(retry::Action::forward) == 0 &&
+              static_cast<int>(retry::Action::delay) == 1 &&
+              static_cast<int>(retry::Action::dead_letter) == 2);
+static_assert(static_cast<int>(retry::DeadLetterReason::max_redeliveries) == 1 &&
+              static_cast<int>(retry::DeadLetterReason::crash_loop) == 2);
+
+}  // namespace
+
+Registry::Registry(RegistryOptions options)
+    : options_(std::move(options)), queues_(options_.max_queue_labels) {
+  for (std::size_t i = 0; i < kMetricCount; ++i) {
+    auto family = std::make_unique<Family>();
+    family->def = &kMetricDefs[i];
+    for (MetricLabel label : family->def->label_list()) {
+      const LabelDef def = label_def(label);
+      if (def.kind == LabelKind::queue) {
+        family->has_queue = true;
+        family->queue_slots = queues_.slots();
+      } else if (def.kind == LabelKind::fixed) {
+        family->fixed_count *= def.values.size();
+      }
+    }
+    if (family->def->type == MetricType::histogram) {
+      family->histogram = std::make_unique<Histogram>();
+      family->histogram->bounds = histogram_bounds(static_cast<Metric>(i));
+      family->histogram->buckets = std::make_unique<std::atomic<std::uint64_t>[]>(
+          family->histogram->bounds.size() + 1);
+    } else if (family->def->type == MetricType::counter || family->def->type == MetricType::gauge) {
+      family->values =
+          std::make_unique<std::atomic<std::uint64_t>[]>(family->queue_slots * family->fixed_count);
+    }
+    families_[i] = std::move(family);
+  }
+  family(Metric::build_info).values[0].store(1, kRelaxed);
+}
+
+Registry::~Registry() = default;
+
+void Registry::add(Metric metric, std::size_t queue_index, std::size_t fixed_index,
+                   std::uint64_t n) {
+  Family& f = family(metric);
+  f.values[queue_index * f.fixed_count + fixed_index].fetch_add(n, kRelaxed);
+}
+
+void Registry::client_connected() {
+  add(Metric::client_connections, 0, 0);
+}
+
+void Registry::client_disconnected() {
+  // Gauges are stored as two's complement: adding ~0 subtracts one.
+  add(Metric::client_connections, 0, 0, ~std::uint64_t{0});
+}
+
+void Registry::upstream_connect_failed() {
+  add(Metric::upstream_connect_failures_total, 0, 0);
+}
+
+void Registry::add_traffic(Direction direction, std::uint64_t frames, std::uint64_t bytes) {
+  const auto index = static_cast<std::size_t>(direction);
+  if (frames != 0) add(Metric::frames_total, 0, index, frames);
+  if (bytes != 0) add(Metric::bytes_total, 0, index, bytes);
+}
+
+void Registry::policy_reload(bool ok) {
+  add(Metric::policy_reloads_total, 0, ok ? 0 : 1);
+}
+
+void Registry::delivery(std::string_view queue) {
+  add(Metric::deliveries_total, queues_.index(queue), 0);
+}
+
+void Registry::returned(std::string_view queue) {
+  add(Metric::returns_total, queues_.index(queue), 0);
+}
+
+void Registry::requeue(std::string_view queue, retry::Action action) {
+  const auto index = static_cast<std::size_t>(action);
+  if (index >= kActionValues.size()) return;
+  add(Metric::requeues_total, queues_.index(queue), index);
+}
+
+void Registry::dead_letter(std::string_view queue, retry::DeadLetterReason reason,
+                           std::uint32_t returns) {
+  // A dead-letter without a crash loop is one by count.
+  const std::size_t reason_index = reason == retry::DeadLetterReason::crash_loop ? 1 : 0;
+  add(Metric::dead_letters_total, queues_.index(queue), reason_index);
+
+  Histogram& h = *family(Metric::returns_before_dead_letter).histogram;
+  std::size_t bucket = 0;
+  while (bucket < h.bounds.size() && static_cast<double>(returns) > h.bounds[bucket]) ++bucket;
+  h.buckets[bucket].fetch_add(1, kRelaxed);
+  h.sum.fetch_add(returns, kRelaxed);
+}
+
+void Registry::fallback(std::string_view queue, std::string_view cause) {
+  add(Metric::fallbacks_total, queues_.index(queue), fixed_index_of(cause));
+}
+
+void Registry::outage(std::string_view queue, bool active) {
+  const std::size_t index = queues_.index(queue);
+  std::atomic<std::uint64_t>& value = family(Metric::outage).values[index];
+  if (index != queues_.other_index()) {
+    value.store(active ? 1 : 0, kRelaxed);
+    return;
+  }
+  std::lock_guard lock(other_outage_mutex_);
+  other_outages_ += active ? 1 : -1;
+  if (other_outages_ < 0) other_outages_ = 0;
+  value.store(other_outages_ > 0 ? 1 : 0, kRelaxed);
+}
+
+void Registry::set_source(Metric metric, Source source) {
+  Family& f = family(metric);
+  if (f.def->type != MetricType::counter_source && f.def->type != MetricType::gauge_source) {
+    throw std::invalid_argument(std::string(f.def->name) +
+                                " is not read at scrape time; it takes no source");
+  }
+  std::lock_guard lock(sources_mutex_);
+  f.source = std::move(source);
+}
+
+}  // namespace nackguard::metrics

@@ -1,0 +1,89 @@
+#pragma once
+// The metrics registry: every series of every metric in metric_list.hpp. Updates are relaxed
+// atomic adds from any thread (plus, for a queue label, one shared-lock lookup of the queue's
+// index); render() writes the Prometheus text format 0.0.4, in the order of the list.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "proxy/metrics/metric_list.hpp"
+#include "proxy/metrics/queue_labels.hpp"
+#include "proxy/retry/decision.hpp"
+
+namespace nackguard::metrics {
+
+// Which way relayed frames travelled.
+enum class Direction : std::uint8_t { client_to_broker = 0, broker_to_client = 1 };
+
+struct RegistryOptions {
+  std::string version = "unknown";  // build_info's version label
+  // Distinct queue label values; the series of further queues add up under queue="_other".
+  std::size_t max_queue_labels = 100;
+};
+
+class Registry {
+ public:
+  // A value read at scrape time, on the scraping thread.
+  using Source = std::function<double()>;
+
+  explicit Registry(RegistryOptions options = {});
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Connections and traffic (net).
+  void client_connected();
+  void client_disconnected();
+  void upstream_connect_failed();
+  void add_traffic(Direction direction, std::uint64_t frames, std::uint64_t bytes);
+
+  // Policy reloads (whoever reloads them).
+  void policy_reload(bool ok);
+
+  // The guard's events (MetricsListener forwards them).
+  void delivery(std::string_view queue);
+  void returned(std::string_view queue);
+  void requeue(std::string_view queue, retry::Action action);
+  // Counts the dead-letter and observes `returns` in returns_before_dead_letter.
+  void dead_letter(std::string_view queue, retry::DeadLetterReason reason, std::uint32_t returns);
+  // A cause outside kCauseValues is counted as "other".
+  void fallback(std::string_view queue, std::string_view cause);
+  // Sets outage{queue} to 1 or 0. Under "_other" it is 1 while any queue counted there is in
+  // outage.
+  void outage(std::string_view queue, bool active);
+
+  // Sets where a counter_source or gauge_source metric is read from; until set, the metric has
+  // no sample. Throws std::invalid_argument for a metric of another type.
+  void set_source(Metric metric, Source source);
+
+  // The whole page, in the text format 0.0.4.
+  std::string render() const;
+
+  const RegistryOptions& options() const { return options_; }
+
+ private:
+  struct Family;
+  struct Histogram;
+
+  Family& family(Metric metric) { return *families_[static_cast<std::size_t>(metric)]; }
+  void add(Metric metric, std::size_t queue_index, std::size_t fixed_index, std::uint64_t n = 1);
+  void render_family(std::string& out, const Family& family,
+                     const std::vector<QueueLabels::Entry>& queues) const;
+  void render_histogram(std::string& out, const Family& family) const;
+
+  RegistryOptions options_;
+  QueueLabels queues_;
+  std::array<std::unique_ptr<Family>, kMetricCount> families_;
+  std::mutex other_outage_mutex_;
+  std::int64_t other_outages_ = 0;  // queues under "_other" in outage now
+  mutable std::mutex sources_mutex_;
+};
+
+}  // namespace nackguard::metrics

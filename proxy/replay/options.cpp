@@ -1,0 +1,132 @@
+#include "proxy/replay/options.hpp"
+
+#include <boost/program_options.hpp>
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+#include "proxy/replay/errors.hpp"
+
+namespace nackguard::replay {
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kUsage =
+    "Usage: nackguard replay --upstream amqp://USER:PASS@HOST:PORT/VHOST --from Q.dlq --to Q\n"
+    "                        [--limit N] [--rate MSG_PER_S] [--max-replays N] [--dry-run]\n"
+    "Moves dead-lettered messages from --from back to --to, acking each original only after\n"
+    "the broker has confirmed its copy. Credentials may come from NACKGUARD_REPLAY_UPSTREAM\n"
+    "(a whole URL, or USER:PASS) so that they do not show in ps; see docs/replay.md.\n"
+    "Options";
+
+po::options_description describe_options() {
+  po::options_description options(kUsage);
+  options.add_options()  //
+      ("upstream", po::value<std::string>()->value_name("URL"),
+       "the broker: amqp://USER:PASS@HOST:PORT/VHOST (vhost percent-encoded, %2F = /)")  //
+      ("from", po::value<std::string>()->value_name("QUEUE"), "the dead-letter queue to empty")  //
+      ("to", po::value<std::string>()->value_name("QUEUE"),
+       "the queue to move messages to (published to it through the default exchange)")  //
+      ("limit", po::value<std::string>()->value_name("N"), "move at most N messages")  //
+      ("rate", po::value<std::string>()->value_name("MSG_PER_S"),
+       "move at most this many messages per second")  //
+      ("max-replays", po::value<std::string>()->value_name("N")->default_value("3"),
+       "leave a message in --from once its x-nackguard-replays reaches N")  //
+      ("dry-run", "count what would move, by x-nackguard-reason; move nothing")  //
+      ("help,h", "print this help and exit");
+  return options;
+}
+
+std::string usage_text() {
+  std::ostringstream text;
+  text << describe_options();
+  return text.str();
+}
+
+const std::string* value_of(const po::variables_map& args, const char* name) {
+  return args.count(name) ? &args[name].as<std::string>() : nullptr;
+}
+
+std::string required_queue(const po::variables_map& args, const char* name) {
+  const std::string* value = value_of(args, name);
+  if (value == nullptr) throw UsageError("--" + std::string(name) + " QUEUE is required");
+  if (value->empty()) throw UsageError("--" + std::string(name) + " must not be empty");
+  if (value->size() > 255) {
+    throw UsageError("--" + std::string(name) + " is longer than 255 bytes, AMQP's limit");
+  }
+  return *value;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> parse_count(const std::string& text) {
+  std::uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc{} || stop != end) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parse_rate(const std::string& text) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc{} || stop != end || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+ParsedArgs parse_args(int argc, const char* const* argv,
+                      const std::optional<std::string>& env_upstream) {
+  po::options_description options = describe_options();
+  po::variables_map args;
+  try {
+    // An empty positional description makes a stray word an error instead of being ignored.
+    po::positional_options_description no_positionals;
+    po::store(
+        po::command_line_parser(argc, argv).options(options).positional(no_positionals).run(),
+        args);
+    po::notify(args);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  ParsedArgs parsed;
+  if (args.count("help")) {
+    parsed.help = true;
+    parsed.usage = usage_text();
+    return parsed;
+  }
+
+  Options& out = parsed.options;
+  out.from = required_queue(args, "from");
+  out.to = required_queue(args, "to");
+  if (out.from == out.to) throw UsageError("--from and --to name the same queue");
+  if (const std::string* limit = value_of(args, "limit")) {
+    out.limit = parse_count(*limit);
+    if (!out.limit || *out.limit == 0) {
+      throw UsageError("--limit must be a whole number of messages, at least 1");
+    }
+  }
+  if (const std::string* rate = value_of(args, "rate")) {
+    out.rate = parse_rate(*rate);
+    if (!out.rate || *out.rate <= 0) {
+      throw UsageError("--rate must be a number of messages per second above 0, e.g. 50 or 0.5");
+    }
+  }
+  auto max_replays = parse_count(*value_of(args, "max-replays"));
+  if (!max_replays || *max_replays == 0 || *max_replays > 1'000'000) {
+    throw UsageError("--max-replays must be a whole number from 1 to 1000000");
+  }
+  out.max_replays = static_cast<std::int64_t>(*max_replays);
+  out.dry_run = args.count("dry-run") > 0;
+
+  std::optional<std::string> cli_upstream;
+  if (const std::string* upstream = value_of(args, "upstream")) cli_upstream = *upstream;
+  out.upstream = resolve_upstream(cli_upstream, env_upstream);
+  return parsed;
+}
+
+}  // namespace nackguard::replay

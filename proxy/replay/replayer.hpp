@@ -1,0 +1,135 @@
+#pragma once
+// The replay itself, as decisions over an abstract broker: which dead-lettered messages move,
+// which stay (at the replay ceiling, in a dry run, after a failed copy), and when the run
+// stops. The AMQP client is plugged in by replay_main.cpp; tests plug in a fake.
+//
+// Every message is looked at once per run: a message that stays is kept unacked until the run
+// ends and only then requeued, so basic.get cannot hand it out again; and the run stops when
+// the queue is empty, once it has looked at as many messages as the queue held at the start,
+// or when a copy made in this run comes back (dead-lettered again while the run goes on).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "proxy/amqp/properties.hpp"
+#include "proxy/replay/pacer.hpp"
+
+namespace nackguard::replay {
+
+struct Message {
+  std::uint64_t delivery_tag = 0;
+  amqp::ContentHeader header;
+  amqp::Bytes body;
+};
+
+struct CopyOutcome {
+  enum class Kind { confirmed, nacked, returned };
+  Kind kind = Kind::confirmed;
+  std::string detail;
+};
+
+// The broker as the replay sees it: --from and --to are bound in.
+class Broker {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~Broker() = default;
+  // basic.get on --from without auto-ack; nullopt when it is empty.
+  virtual std::optional<Message> get() = 0;
+  // Publishes the copy to --to (mandatory) and waits for the publisher confirm.
+  virtual CopyOutcome publish_copy(const amqp::ContentHeader& header, amqp::ByteView body) = 0;
+  virtual void ack(std::uint64_t delivery_tag) = 0;
+  // basic.nack(requeue=true) of each tag.
+  virtual void requeue(std::span<const std::uint64_t> delivery_tags) = 0;
+  // Waits (keeping the connection alive) until `until`, or until `stop` says so.
+  virtual void wait_until(Clock::time_point until, const std::function<bool()>& stop) = 0;
+};
+
+struct Plan {
+  std::uint64_t queued_at_start = 0;  // ready messages in --from when the run began
+  std::optional<std::uint64_t> limit;
+  std::optional<double> rate;
+  std::int64_t max_replays = 3;
+  bool dry_run = false;
+};
+
+enum class StopReason {
+  queue_empty,        // basic.get-empty
+  all_looked_at,      // looked at as many messages as --from held at the start
+  limit_reached,      // --limit messages moved (or would move, in a dry run)
+  came_back,          // a copy made in this run was dead-lettered again
+  interrupted,        // SIGINT or SIGTERM
+  too_many_failures,  // kMaxConsecutiveFailures copies in a row were not accepted
+};
+std::string_view to_string(StopReason reason);
+
+inline constexpr std::uint64_t kMaxConsecutiveFailures = 5;
+
+struct ReasonCounts {
+  std::uint64_t moved = 0;  // or would move, in a dry run
+  std::uint64_t at_ceiling = 0;
+  std::uint64_t failed = 0;
+};
+
+struct Failed {
+  std::string label;  // message_id
+  std::string why;
+};
+
+struct Summary {
+  bool dry_run = false;
+  std::uint64_t queued_at_start = 0;
+  std::uint64_t looked_at = 0;
+  std::uint64_t moved = 0;  // or would move, in a dry run
+  std::uint64_t at_ceiling = 0;
+  std::uint64_t failed = 0;
+  std::uint64_t requeued = 0;  // originals given back to --from at the end
+  std::map<std::string, ReasonCounts> by_reason;  // by x-nackguard-reason
+  std::vector<std::string> ceiling_labels;        // message ids of those left at the ceiling
+  std::vector<Failed> failures;
+  std::optional<StopReason> stop;  // unset while running, or when the run broke off
+};
+
+class Replayer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Replayer(Broker& broker, Plan plan, std::function<Clock::time_point()> now = Clock::now);
+
+  // Runs until one of the StopReasons, then requeues every message it kept. `interrupted` is
+  // polled between messages; `progress` is called after each message. Exceptions from the
+  // broker propagate; summary() then tells what was done until then (the broker requeues
+  // what is unacked when the connection goes).
+  const Summary& run(const std::function<bool()>& interrupted = {},
+                     const std::function<void(const Summary&)>& progress = {});
+  const Summary& summary() const { return summary_; }
+
+  // Identifies a message across its trips: message_id, correlation_id, timestamp, body and
+  // x-nackguard-replays (nackguard keeps all of them when it dead-letters a message again).
+  static std::uint64_t fingerprint(const amqp::ContentHeader& header, amqp::ByteView body);
+
+ private:
+  std::optional<StopReason> should_stop(const std::function<bool()>& interrupted) const;
+  void handle(Message& message);
+  void move(Message& message, const std::string& reason);
+  void keep(const Message& message) { kept_.push_back(message.delivery_tag); }
+
+  Broker& broker_;
+  Plan plan_;
+  std::function<Clock::time_point()> now_;
+  std::function<bool()> interrupted_;
+  Summary summary_;
+  std::vector<std::uint64_t> kept_;
+  std::unordered_set<std::uint64_t> copies_;  // fingerprints of the copies made in this run
+  std::uint64_t consecutive_failures_ = 0;
+  bool came_back_ = false;
+  std::optional<RatePacer> pacer_;
+};
+
+}  // namespace nackguard::replay

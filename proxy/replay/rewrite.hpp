@@ -1,0 +1,38 @@
+#pragma once
+// What a replayed copy looks like, and what the replay reads from a dead-lettered message.
+// Pure functions over the codec's types.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "proxy/amqp/properties.hpp"
+
+namespace nackguard::replay {
+
+inline constexpr std::string_view kReplaysHeader = "x-nackguard-replays";
+inline constexpr std::string_view kReturnsHeader = "x-nackguard-returns";
+inline constexpr std::string_view kDeliveryCountHeader = "x-delivery-count";
+inline constexpr std::string_view kReasonHeader = "x-nackguard-reason";
+inline constexpr std::string_view kNoReason = "(no reason)";
+
+// How often the message was replayed already: x-nackguard-replays as an integer of any width;
+// 0 when it is absent, negative or not an integer.
+std::int64_t replays_of(const amqp::BasicProperties& properties);
+
+// x-nackguard-reason, printable on one line; kNoReason when absent or not a string.
+std::string reason_of(const amqp::BasicProperties& properties);
+
+// The message_id, printable on one line, or "(no message_id)".
+std::string label_of(const amqp::BasicProperties& properties);
+
+// The copy's content header: x-nackguard-returns and x-delivery-count removed, and
+// x-nackguard-replays set to one more than before, as a long ('l'), in its old place or last.
+// Every other property and header is left as it is; a headers table is added if there was none.
+amqp::ContentHeader replay_copy_header(const amqp::ContentHeader& original);
+
+// Replaces control characters, and cuts text longer than `max_bytes`, so that a value taken
+// from a message cannot break a line of the report.
+std::string printable(std::string_view text, std::size_t max_bytes = 200);
+
+}  // namespace nackguard::replay

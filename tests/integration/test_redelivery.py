@@ -1,0 +1,552 @@
+"""nackguard bounds redeliveries of poison messages, end to end against a real RabbitMQ.
+
+Every test starts its own proxy process(es) with its own policy file for its own queue
+(classic queues), publishes directly to the broker with confirms, and consumes with pika
+through the proxy. What is proven, with exact counts:
+
+(a) nack(requeue=True) of a poison identified by message_id, max_redeliveries 5: the poison
+    is delivered exactly 6 times, then sits in <queue>.dlq with x-nackguard-reason
+    max_redeliveries, x-nackguard-returns 6, x-nackguard-queue, x-original-exchange "",
+    x-original-routingKey <queue> and first/last-return timestamps, its body and every
+    other property unchanged, the DLQ durable; the 99 good messages are delivered and
+    acked exactly once, none reaches the DLQ, and the queue ends empty.
+(b) the same with basic.reject(requeue=True) and a Celery protocol-2 message (no
+    message_id; task id in header `id` and in correlation_id): identity header:id.
+(c) the same with no identity at all: the body hash identifies the message.
+(d) a consumer PROCESS that dies (os._exit) on the poison, restarted each time, prefetch 10:
+    the poison is handed out exactly 6 times, then dead-lettered with reason crash_loop;
+    every one of the 99 innocent messages is acked, none is dead-lettered.
+(e) requeue: delayed, backoff 1s x2 capped at 4s, no jitter, max_redeliveries 3: the gaps
+    between deliveries are 1s, 2s, 4s; the copies come back through
+    nackguard.delay.<queue>.{1000,2000,4000}ms with body and properties byte-exact and
+    x-nackguard-returns 1, 2, 3; the 4th nack dead-letters it (returns 4).
+(f) an outage (every message nacked for 5 s, then all acked): nothing is dead-lettered,
+    each of the 50 messages is acked exactly once, "outage started" is logged.
+(g) basic.nack(multiple=True) over poison deliveries only, and over good ones too: both
+    poisons are delivered exactly 6 times and dead-lettered, every good message is acked
+    exactly once (and, when covered by the multiple nack, delivered exactly twice), no
+    channel error.
+(h) two proxy processes in front of one queue, delayed 200ms, max_redeliveries 4: the count
+    travels in x-nackguard-returns, so the poison is delivered exactly 5 times in total
+    across both consumers and is in the DLQ exactly once.
+(i) a user without configure permission (so the proxy cannot declare the DLQ): the proxy
+    falls back to forwarding the nack (logs "fallback: queue=<q> cause=republish_failed"),
+    the poison is never lost (exactly one copy remains), the good messages are all acked;
+    and (subtest) the fallback behaves as without the proxy: the poison keeps coming back to
+    the consumer, with at most one fallback per return by the consumer.
+(j) dead_letter via: reject: after 6 deliveries the poison reaches the queue's own
+    dead-letter exchange with the broker's x-death (reason rejected), no <queue>.dlq exists.
+"""
+
+import datetime
+import os
+import subprocess
+import sys
+import time
+import unittest
+import uuid
+
+import pika
+
+import harness
+import redelivery_support as rs
+from redelivery_support import NO_RATE_LIMITS, props
+
+POISON = "poison"
+GOODS = [f"good-{i:02d}" for i in range(99)]
+POISON_INDEX = 37  # the poison sits among the good messages, not at either end
+
+
+def typed_headers(headers, ordered=True):
+    """Type-exact normal form of a header table; ordered=False ignores the order of the
+    top-level keys (RabbitMQ sorts them when it dead-letters a message, e.g. when a
+    delay queue's TTL sends a copy back)."""
+    headers = dict(headers or {})
+    if not ordered:
+        headers = dict(sorted(headers.items()))
+    return harness.typed(headers)
+
+
+def utc_seconds(t):
+    """time.time() as the naive UTC datetime pika decodes AMQP timestamps to (whole s)."""
+    return datetime.datetime.utcfromtimestamp(int(t))
+
+
+class RedeliveryGuardTest(rs.RedeliveryTest):
+
+    # ------------------------------------------------------------ shared scenario parts
+
+    def immediate_policy(self, queue, max_redeliveries=5, **kwargs):
+        return {"q.yaml": rs.policy_yaml(queue, max_redeliveries=max_redeliveries,
+                                         requeue="immediate", rate=NO_RATE_LIMITS, **kwargs)}
+
+    def publish_mix(self, queue, poison_props, good_props):
+        """99 good messages and the poison at POISON_INDEX; body = label."""
+        messages = [(label.encode(), good_props(label)) for label in GOODS]
+        messages.insert(POISON_INDEX, (POISON.encode(), poison_props))
+        self.broker.publish(queue, messages)
+        self.assertEqual(self.broker.message_count(queue), 100)
+
+    def dlq_count(self, queue):
+        return self.broker.message_count(f"{queue}.dlq") or 0
+
+    def check_dead_letter_copy(self, queue, copy, published_props, published_body, returns,
+                               reason, t_start, t_end, header_order=True):
+        method, p, body = copy
+        published_props = rs.as_received(published_props)
+        self.assertEqual(body, published_body, "the dead-lettered body changed")
+        self.assertEqual((method.exchange, method.routing_key), ("", f"{queue}.dlq"))
+        self.assertEqual(rs.properties_except_headers(p),
+                         rs.properties_except_headers(published_props),
+                         "a property other than headers changed on the dead-letter copy")
+        headers = p.headers or {}
+        self.assertEqual(typed_headers(rs.strip_headers(headers), header_order),
+                         typed_headers(published_props.headers, header_order),
+                         "the original headers are not kept unchanged")
+        self.assertEqual(headers.get("x-nackguard-reason"), reason)
+        self.assertEqual(headers.get("x-nackguard-returns"), returns)
+        self.assertIsInstance(headers.get("x-nackguard-returns"), int)
+        self.assertEqual(headers.get("x-nackguard-queue"), queue)
+        self.assertEqual(headers.get("x-original-exchange"), "")
+        self.assertEqual(headers.get("x-original-routingKey"), queue)
+        first = headers.get("x-nackguard-first-return")
+        last = headers.get("x-nackguard-last-return")
+        self.assertIsInstance(first, datetime.datetime, f"x-nackguard-first-return: {first!r}")
+        self.assertIsInstance(last, datetime.datetime, f"x-nackguard-last-return: {last!r}")
+        self.assertLessEqual(utc_seconds(t_start), first)
+        self.assertLessEqual(first, last)
+        self.assertLessEqual(last, utc_seconds(t_end + 1))
+
+    def check_dead_lettered_log(self, proxy, queue, identity_prefix, returns, reason):
+        lines = proxy.log_lines(f"dead-lettered: queue={queue} ")
+        self.assertEqual(len(lines), 1, f"dead-lettered lines for {queue}: {lines}")
+        self.assertIn(f"identity={identity_prefix}", lines[0])
+        self.assertIn(f" returns={returns} reason={reason}", lines[0])
+
+    def run_poison_loop(self, queue, proxy, poison_action, poison_props, identity_prefix):
+        """(a)/(b)/(c): acks good, returns the poison every time; max_redeliveries 5."""
+        t_start = time.time()
+        consumer = self.consumer(
+            proxy, queue, lambda d: poison_action if d.label == POISON else "ack", prefetch=10)
+        done = rs.poll_until(
+            [consumer], lambda: sum(consumer.acks.values()) >= 99 and self.dlq_count(queue) >= 1,
+            timeout=60, quiet=1.0)
+        t_end = time.time()
+        self.assertTrue(done, f"not done in 60 s: {sum(consumer.acks.values())} acks, "
+                              f"{consumer.delivered(POISON)} poison deliveries, DLQ "
+                              f"{self.dlq_count(queue)}")
+        self.assertEqual(consumer.delivered(POISON), 6, "poison deliveries (max_redeliveries 5)")
+        self.assertEqual(consumer.returns[POISON], 6)
+        for label in GOODS:
+            self.assertEqual((consumer.delivered(label), consumer.acks[label]), (1, 1),
+                             f"{label}: (deliveries, acks)")
+        self.assertEqual(sum(consumer.acks.values()), 99)
+        self.assertTrue(consumer.ch.is_open and consumer.conn.is_open)
+        self.assertTrue(consumer.close(), "the consumer's connection did not close cleanly")
+
+        dlq = self.broker.get_all(f"{queue}.dlq")
+        self.assertEqual([m[2] for m in dlq], [POISON.encode()], "DLQ contents")
+        self.check_dead_letter_copy(queue, dlq[0], poison_props, POISON.encode(), 6,
+                                    "max_redeliveries", t_start, t_end)
+        # The proxy declared the DLQ durable, without arguments: an equivalent declare
+        # succeeds (a different one would close the channel with 406 PRECONDITION_FAILED).
+        self.broker.declare(f"{queue}.dlq", durable=True)
+        self.assertEqual(self.broker.message_count(queue), 0, "the queue is not empty")
+        self.check_dead_lettered_log(proxy, queue, identity_prefix, 6, "max_redeliveries")
+        self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
+        self.assert_proxy_alive(proxy)
+
+    # ------------------------------------------------------------ (a) (b) (c)
+
+    def test_a_nack_poison_by_message_id(self):
+        queue = self.queue_name("a")
+        proxy = self.start_guard(self.immediate_policy(queue))
+        self.broker.declare(queue)
+        poison_props = props(
+            message_id="poison-" + uuid.uuid4().hex, content_type="application/json",
+            content_encoding="utf-8", delivery_mode=2, priority=3,
+            correlation_id="corr-" + uuid.uuid4().hex, reply_to="replies", type="order",
+            app_id="it", timestamp=int(time.time()) - 100, user_id="guest",
+            headers={"custom": "value", "n": 7, "flag": True, "nested": {"k": "v"}})
+        self.publish_mix(queue, poison_props,
+                         lambda label: props(message_id=f"mid-{label}", delivery_mode=2))
+        self.run_poison_loop(queue, proxy, "nack", poison_props,
+                             "message_id:" + poison_props.message_id)
+
+    def test_b_reject_celery_header_id(self):
+        queue = self.queue_name("b")
+        proxy = self.start_guard(self.immediate_policy(queue))
+        self.broker.declare(queue)
+
+        def celery(task_id):
+            return props(content_type="application/json", content_encoding="utf-8",
+                         correlation_id=task_id, delivery_mode=2, priority=0,
+                         headers={"lang": "py", "task": "x", "id": task_id, "retries": 0,
+                                  "root_id": task_id, "parent_id": None})
+
+        poison_id = str(uuid.uuid4())
+        poison_props = celery(poison_id)
+        self.publish_mix(queue, poison_props, lambda label: celery(str(uuid.uuid4())))
+        self.run_poison_loop(queue, proxy, "reject", poison_props, f"header:id:{poison_id}")
+
+    def test_c_no_identity_body_hash(self):
+        queue = self.queue_name("c")
+        proxy = self.start_guard(self.immediate_policy(queue))
+        self.broker.declare(queue)
+        poison_props = props()
+        self.publish_mix(queue, poison_props, lambda label: props())
+        self.run_poison_loop(queue, proxy, "nack", poison_props, "body:")
+
+    # ------------------------------------------------------------ (d) crash loop
+
+    def test_d_crash_loop_consumer_process(self):
+        queue = self.queue_name("d")
+        proxy = self.start_guard(self.immediate_policy(queue))
+        self.broker.declare(queue)
+        poison_props = props(message_id="poison-" + uuid.uuid4().hex, delivery_mode=2)
+        self.publish_mix(queue, poison_props,
+                         lambda label: props(message_id=f"mid-{label}", delivery_mode=2))
+        events_path = os.path.join(proxy.dir, "consumer-events.txt")
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              "redelivery_support.py")
+        t_start = time.time()
+        exit_codes = []
+        for _ in range(15):
+            child = subprocess.run(
+                [sys.executable, script, "crash-consumer", str(proxy.port), queue, POISON,
+                 events_path, "10", "2.0"],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+            exit_codes.append(child.returncode)
+            if child.returncode != rs.CRASH_EXIT_CODE:
+                break
+        t_end = time.time()
+        with open(events_path) as f:
+            events = [line.split() for line in f.read().splitlines()]
+        self.assertEqual(exit_codes[-1], 0, f"the last consumer did not idle out: {exit_codes}; "
+                                            f"stderr: {child.stderr[-2000:]}")
+        self.assertEqual(exit_codes, [rs.CRASH_EXIT_CODE] * 6 + [0],
+                         "child exit codes: 6 crashes, then a consumer that idles out")
+        poison_deliveries = [e for e in events if e[0] == "deliver" and e[1] == POISON]
+        self.assertEqual(len(poison_deliveries), 6, "poison deliveries (max_redeliveries 5)")
+        acked = {e[1] for e in events if e[0] == "ack"}
+        self.assertEqual(sorted(acked), sorted(GOODS), "innocent messages acked")
+
+        dlq = self.broker.get_all(f"{queue}.dlq")
+        self.assertEqual([m[2] for m in dlq], [POISON.encode()], "DLQ contents")
+        self.check_dead_letter_copy(queue, dlq[0], poison_props, POISON.encode(), 6,
+                                    "crash_loop", t_start, t_end)
+        self.assertEqual(self.broker.message_count(queue), 0, "the queue is not empty")
+        self.check_dead_lettered_log(proxy, queue, "message_id:" + poison_props.message_id,
+                                     6, "crash_loop")
+        self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
+        self.assert_proxy_alive(proxy)
+
+    # ------------------------------------------------------------ (e) delayed requeue
+
+    def test_e_delayed_backoff_keeps_properties(self):
+        queue = self.queue_name("e", delay_ttls_ms=(1000, 2000, 4000))
+        proxy = self.start_guard({"q.yaml": rs.policy_yaml(
+            queue, max_redeliveries=3, requeue="delayed",
+            backoff={"initial": "1s", "multiplier": 2, "max": "4s", "jitter": "none"},
+            rate=NO_RATE_LIMITS)})
+        self.broker.declare(queue)
+        published = props(
+            message_id="poison-" + uuid.uuid4().hex, content_type="application/octet-stream",
+            content_encoding="binary", delivery_mode=2, priority=7,
+            correlation_id="corr-" + uuid.uuid4().hex, reply_to="replies-e",
+            type="blob", app_id="it-e", timestamp=1700000000, user_id="guest",
+            headers={"custom": "keep-me", "count": 3, "big": 2 ** 40, "flag": False,
+                     "list": [1, "two", True], "table": {"a": 1}, "bytes": b"\x00\xff"})
+        body = bytes(range(256)) * 4 + b"\x00end"
+        self.broker.publish(queue, [(body, published)])
+        t_start = time.time()
+        consumer = self.consumer(proxy, queue, lambda d: "nack", prefetch=10)
+        done = rs.poll_until([consumer], lambda: self.dlq_count(queue) >= 1, timeout=30,
+                             quiet=1.0)
+        t_end = time.time()
+        self.assertTrue(done, f"not dead-lettered in 30 s; {consumer.delivered()} deliveries")
+        deliveries = consumer.deliveries
+        self.assertEqual(len(deliveries), 4, "deliveries (max_redeliveries 3)")
+        gaps = [b.time - a.time for a, b in zip(deliveries, deliveries[1:])]
+        for gap, want in zip(gaps, (1.0, 2.0, 4.0)):
+            self.assertTrue(0.9 * want <= gap <= want + 1.5,
+                            f"gaps {[round(g, 3) for g in gaps]} not within [0.9*d, d+1.5] of "
+                            "1, 2, 4 s")
+        expected = rs.as_received(published)
+        for n, d in enumerate(deliveries):
+            self.assertEqual(d.body, body, f"delivery {n + 1}: body changed")
+            self.assertEqual(rs.properties_except_headers(d.props),
+                             rs.properties_except_headers(expected),
+                             f"delivery {n + 1}: a property changed")
+            self.assertEqual(typed_headers(rs.strip_headers(d.props.headers), n == 0),
+                             typed_headers(expected.headers, n == 0),
+                             f"delivery {n + 1}: the original headers changed")
+            self.assertEqual((d.exchange, d.routing_key), ("", queue))
+            returns = (d.props.headers or {}).get("x-nackguard-returns")
+            self.assertEqual(returns, None if n == 0 else n, f"delivery {n + 1}: returns header")
+        for ttl in (1000, 2000, 4000):
+            self.assertTrue(self.broker.exists(f"nackguard.delay.{queue}.{ttl}ms"),
+                            f"delay queue nackguard.delay.{queue}.{ttl}ms missing")
+            self.assertEqual(self.broker.message_count(f"nackguard.delay.{queue}.{ttl}ms"), 0)
+        self.assertTrue(consumer.close())
+        dlq = self.broker.get_all(f"{queue}.dlq")
+        self.assertEqual([m[2] for m in dlq], [body], "DLQ contents")
+        self.check_dead_letter_copy(queue, dlq[0], published, body, 4, "max_redeliveries",
+                                    t_start, t_end, header_order=False)
+        self.assertEqual(self.broker.message_count(queue), 0)
+        self.check_dead_lettered_log(proxy, queue, "message_id:" + published.message_id, 4,
+                                     "max_redeliveries")
+        self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
+
+    # ------------------------------------------------------------ (f) outage
+
+    def test_f_outage_dead_letters_nothing(self):
+        queue = self.queue_name("f", delay_ttls_ms=(1000,))
+        proxy = self.start_guard({"q.yaml": rs.policy_yaml(
+            queue, max_redeliveries=2, requeue="immediate",
+            backoff={"initial": "1s", "multiplier": 1, "max": "1s", "jitter": "none"},
+            rate={"window": "10s", "per_message": 1000, "outage_ratio": 0.5,
+                  "min_deliveries": 20})})
+        self.broker.declare(queue)
+        labels = [f"msg-{i:02d}" for i in range(50)]
+        self.broker.publish(queue, [(label.encode(), props(message_id=f"mid-{label}"))
+                                    for label in labels])
+        failing_until = time.monotonic() + 5.0
+        consumer = self.consumer(
+            proxy, queue, lambda d: "nack" if d.time < failing_until else "ack", prefetch=10)
+        done = rs.poll_until([consumer], lambda: sum(consumer.acks.values()) >= 50, timeout=40,
+                             quiet=1.5)
+        self.assertTrue(done, f"only {sum(consumer.acks.values())} of 50 acked in 40 s")
+        self.assertEqual(sorted(consumer.acks), labels)
+        self.assertEqual(set(consumer.acks.values()), {1}, "some message was acked twice")
+        self.assertEqual(sum(consumer.acks.values()), 50)
+        self.assertGreater(sum(consumer.returns.values()), 50, "the outage phase nacked little")
+        self.assertTrue(consumer.close())
+        self.assertIn(self.broker.message_count(f"{queue}.dlq"), (None, 0), "DLQ not empty")
+        self.assertEqual(self.broker.message_count(queue), 0)
+        self.assertIn(self.broker.message_count(f"nackguard.delay.{queue}.1000ms"), (None, 0))
+        self.assertGreaterEqual(len(proxy.log_lines(f"outage started: queue={queue} ")), 1,
+                                "no 'outage started' line for the queue")
+        self.assertEqual(proxy.log_lines(f"dead-lettered: queue={queue} "), [])
+        self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
+
+    # ------------------------------------------------------------ (g) multiple nack
+
+    def run_multiple_nack(self, cover_goods):
+        queue = self.queue_name("g-all" if cover_goods else "g-poison")
+        proxy = self.start_guard(self.immediate_policy(queue))
+        self.broker.declare(queue)
+        labels = ["good-0", "poison-1", "good-2", "poison-3", "good-4"]
+        goods = [l for l in labels if l.startswith("good")]
+        poisons = [l for l in labels if l.startswith("poison")]
+        self.broker.publish(queue, [(l.encode(), props(message_id=f"mid-{l}-{uuid.uuid4().hex}"))
+                                    for l in labels])
+        consumer = self.consumer(proxy, queue, lambda d: None, prefetch=10)
+        seen = {}  # label -> deliveries so far
+        rounds = 0
+        last_delivery_count = -1
+        quiet_since = time.monotonic()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            consumer.poll(0.05)
+            if len(consumer.deliveries) != last_delivery_count:
+                last_delivery_count = len(consumer.deliveries)
+                quiet_since = time.monotonic()
+                continue
+            if time.monotonic() - quiet_since < 0.3:
+                continue
+            if not consumer.pending:
+                if sum(consumer.acks.values()) >= len(goods) and self.dlq_count(queue) >= 2:
+                    break
+                continue
+            # One round: settle every pending delivery.
+            rounds += 1
+            batch, consumer.pending = consumer.pending, []
+            nack_upto = None
+            for d in batch:
+                seen[d.label] = seen.get(d.label, 0) + 1
+                if d.label in goods and (not cover_goods or seen[d.label] >= 2):
+                    consumer.ack(d)
+                else:
+                    nack_upto = d.tag if nack_upto is None else max(nack_upto, d.tag)
+                    consumer.returns[d.label] += 1
+            if nack_upto is not None:
+                if not cover_goods:
+                    # Only poison deliveries remain unacked below this tag.
+                    nack_upto = max(d.tag for d in batch if d.label in poisons)
+                consumer.ch.basic_nack(nack_upto, multiple=True, requeue=True)
+            quiet_since = time.monotonic()
+        consumer.poll(0.5)
+        self.assertTrue(consumer.ch.is_open and consumer.conn.is_open,
+                        "the consumer's channel or connection was closed")
+        self.assertEqual(consumer.pending, [])
+        for p in poisons:
+            self.assertEqual(consumer.delivered(p), 6, f"{p} deliveries (max_redeliveries 5)")
+        for g in goods:
+            self.assertEqual(consumer.acks[g], 1, f"{g} acks")
+            self.assertEqual(consumer.delivered(g), 2 if cover_goods else 1, f"{g} deliveries")
+        self.assertTrue(consumer.close())
+        dlq = self.broker.get_all(f"{queue}.dlq")
+        self.assertEqual(sorted(m[2].decode() for m in dlq), poisons, "DLQ contents")
+        for m in dlq:
+            self.assertEqual(m[1].headers.get("x-nackguard-returns"), 6)
+            self.assertEqual(m[1].headers.get("x-nackguard-reason"), "max_redeliveries")
+        self.assertEqual(self.broker.message_count(queue), 0)
+        self.assertEqual(len(proxy.log_lines(f"dead-lettered: queue={queue} ")), 2)
+        self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
+        self.assert_proxy_alive(proxy)
+
+    def test_g1_multiple_nack_over_poison_only(self):
+        self.run_multiple_nack(cover_goods=False)
+
+    def test_g2_multiple_nack_covering_good_messages(self):
+        self.run_multiple_nack(cover_goods=True)
+
+    # ------------------------------------------------------------ (h) two proxies
+
+    def test_h_two_proxies_share_the_count(self):
+        queue = self.queue_name("h", delay_ttls_ms=(200,))
+        policy = {"q.yaml": rs.policy_yaml(
+            queue, max_redeliveries=4, requeue="delayed",
+            backoff={"initial": "200ms", "multiplier": 1, "max": "200ms", "jitter": "none"},
+            rate=NO_RATE_LIMITS)}
+        proxy_a = self.start_guard(policy, name="h-proxy-a")
+        proxy_b = self.start_guard(policy, name="h-proxy-b")
+        self.broker.declare(queue)
+        goods = [f"good-{i}" for i in range(10)]
+        messages = [(l.encode(), props(message_id=f"mid-{l}")) for l in goods]
+        messages.insert(3, (POISON.encode(), props(message_id="poison-" + uuid.uuid4().hex)))
+        self.broker.publish(queue, messages)
+        decide = lambda d: "nack" if d.label == POISON else "ack"  # noqa: E731
+        a = self.consumer(proxy_a, queue, decide, prefetch=10, name="a")
+        b = self.consumer(proxy_b, queue, decide, prefetch=10, name="b")
+        done = rs.poll_until([a, b], lambda: self.dlq_count(queue) >= 1 and
+                             sum(a.acks.values()) + sum(b.acks.values()) >= 10,
+                             timeout=30, quiet=1.5)
+        per_consumer = (a.delivered(POISON), b.delivered(POISON))
+        self.assertTrue(done, f"not done in 30 s; poison deliveries (a, b) {per_consumer}")
+        self.assertEqual(sum(per_consumer), 5,
+                         f"poison deliveries in total (a, b) = {per_consumer}")
+        for g in goods:
+            self.assertEqual(a.acks[g] + b.acks[g], 1, f"{g} acks")
+        self.assertTrue(a.close())
+        self.assertTrue(b.close())
+        dlq = self.broker.get_all(f"{queue}.dlq")
+        self.assertEqual([m[2] for m in dlq], [POISON.encode()], "DLQ contents")
+        self.assertEqual(dlq[0][1].headers.get("x-nackguard-returns"), 5)
+        self.assertEqual(self.broker.message_count(queue), 0)
+        lines = (proxy_a.log_lines(f"dead-lettered: queue={queue} ") +
+                 proxy_b.log_lines(f"dead-lettered: queue={queue} "))
+        self.assertEqual(len(lines), 1, f"dead-lettered lines: {lines}")
+        self.assertIn(" returns=5 reason=max_redeliveries", lines[0])
+
+    # ------------------------------------------------------------ (i) no permission for the DLQ
+
+    def test_i_no_configure_permission_falls_back(self):
+        if harness.RABBITMQCTL is None:
+            self.skipTest("NACKGUARD_TEST_RABBITMQCTL is not set")
+        queue = self.queue_name("i")
+        # rabbitmqctl is slow (seconds per call on a loaded machine): as few calls as possible.
+        try:
+            harness.rabbitmqctl("add_user", "limited", "limited")  # no tags
+        except AssertionError as exc:
+            if "already exists" not in str(exc):
+                raise
+            harness.rabbitmqctl("change_password", "limited", "limited")
+            harness.rabbitmqctl("set_user_tags", "limited")  # none
+        self.addCleanup(lambda: harness.rabbitmqctl("delete_user", "limited"))
+        harness.rabbitmqctl("set_permissions", "-p", "/", "limited", "^$", ".*", ".*")
+        proxy = self.start_guard(self.immediate_policy(queue, max_redeliveries=2))
+        self.broker.declare(queue)
+        poison_props = props(message_id="poison-" + uuid.uuid4().hex, delivery_mode=2)
+        self.publish_mix(queue, poison_props, lambda label: props(message_id=f"mid-{label}"))
+        consumer = self.consumer(
+            proxy, queue, lambda d: "nack" if d.label == POISON else "ack", prefetch=10,
+            credentials=pika.PlainCredentials("limited", "limited"))
+        rs.poll_until([consumer], lambda: False, timeout=3.0)
+        self.assertTrue(consumer.ch.is_open and consumer.conn.is_open,
+                        "the consumer's channel or connection was closed")
+        poison_deliveries = consumer.delivered(POISON)
+        poison_returns = consumer.returns[POISON]
+        for label in GOODS:
+            self.assertEqual(consumer.acks[label], 1, f"{label} acks")
+        self.assertTrue(consumer.close())
+        in_queue = self.broker.get_all(queue)
+        in_dlq = self.broker.get_all(f"{queue}.dlq")
+        self.assertEqual([m[2] for m in in_queue], [POISON.encode()],
+                         "the original queue should hold exactly the poison")
+        self.assertEqual(len(in_queue) + len(in_dlq), 1, "poison copies (queue + DLQ)")
+        self.assertIsNone(self.broker.message_count(f"{queue}.dlq"),
+                          "the DLQ exists though the user may not declare it")
+        fallbacks = proxy.log_lines(f"fallback: queue={queue} cause=republish_failed")
+        self.assertGreaterEqual(len(fallbacks), 1, "no republish_failed fallback logged")
+        self.assertEqual(proxy.log_lines(f"dead-lettered: queue={queue} "), [])
+        self.assert_proxy_alive(proxy)
+        # A fallback forwards the consumer's requeue unchanged, i.e. behaves as without the
+        # proxy: the poison keeps coming back to the consumer (it is not spun between the
+        # proxy and the broker out of the consumer's sight), one fallback per return.
+        with self.subTest("the fallback hands the poison back to the consumer"):
+            self.assertGreater(poison_deliveries, 3 + 1,
+                               f"the consumer got the poison {poison_deliveries} times in 3 s "
+                               f"(max_redeliveries 2); the proxy logged {len(fallbacks)} "
+                               "fallbacks for it")
+            self.assertLessEqual(len(fallbacks), poison_returns,
+                                 f"{len(fallbacks)} fallbacks logged for {poison_returns} "
+                                 "returns by the consumer")
+
+    # ------------------------------------------------------------ (j) via reject
+
+    def test_j_dead_letter_via_reject_to_dlx(self):
+        queue = self.queue_name("j")
+        exchange = f"{queue}.dlx"
+        target = f"{queue}.dlx-target"
+        self.cleanup_queues(target)
+        self.addCleanup(self._delete_exchange, exchange)
+        proxy = self.start_guard(self.immediate_policy(
+            queue, dead_letter={"via": "reject"}))
+        ch = self.broker.ch
+        ch.exchange_declare(exchange, exchange_type="fanout")
+        ch.queue_declare(target)
+        ch.queue_bind(target, exchange)
+        self.broker.declare(queue, arguments={"x-dead-letter-exchange": exchange})
+        poison_props = props(message_id="poison-" + uuid.uuid4().hex, headers={"custom": "v"})
+        goods = [f"good-{i}" for i in range(9)]
+        messages = [(l.encode(), props(message_id=f"mid-{l}")) for l in goods]
+        messages.insert(4, (POISON.encode(), poison_props))
+        self.broker.publish(queue, messages)
+        consumer = self.consumer(proxy, queue,
+                                 lambda d: "nack" if d.label == POISON else "ack", prefetch=10)
+        done = rs.poll_until([consumer], lambda: (self.broker.message_count(target) or 0) >= 1
+                             and sum(consumer.acks.values()) >= 9, timeout=30, quiet=1.0)
+        self.assertTrue(done, f"not done in 30 s; {consumer.delivered(POISON)} poison deliveries")
+        self.assertEqual(consumer.delivered(POISON), 6, "poison deliveries (max_redeliveries 5)")
+        for g in goods:
+            self.assertEqual(consumer.acks[g], 1, f"{g} acks")
+        self.assertTrue(consumer.close())
+        dead = self.broker.get_all(target)
+        self.assertEqual([m[2] for m in dead], [POISON.encode()], "DLX target contents")
+        headers = dead[0][1].headers or {}
+        deaths = headers.get("x-death")
+        self.assertIsInstance(deaths, list, f"x-death: {deaths!r}")
+        self.assertEqual(len(deaths), 1, f"x-death: {deaths!r}")
+        self.assertEqual(deaths[0].get("reason"), "rejected")
+        self.assertEqual(deaths[0].get("queue"), queue)
+        self.assertEqual(deaths[0].get("count"), 1)
+        self.assertEqual(headers.get("custom"), "v")
+        self.assertEqual(dead[0][1].message_id, poison_props.message_id)
+        self.assertIsNone(self.broker.message_count(f"{queue}.dlq"), f"{queue}.dlq exists")
+        self.assertEqual(self.broker.message_count(queue), 0)
+        self.check_dead_lettered_log(proxy, queue, "message_id:" + poison_props.message_id, 6,
+                                     "max_redeliveries")
+        self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
+
+    def _delete_exchange(self, name):
+        conn = harness.connect(harness.BROKER_PORT)
+        try:
+            conn.channel().exchange_delete(name)
+        finally:
+            harness.close_connection(conn)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,74 @@
+#include "proxy/metrics/http_routes.hpp"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "proxy/metrics/text_format.hpp"
+
+namespace nackguard::metrics {
+namespace {
+
+struct RouteCase {
+  const char* name;
+  const char* method;
+  const char* target;
+  unsigned status;
+  std::string_view content_type;
+  const char* body;
+};
+
+class Routes : public testing::TestWithParam<RouteCase> {};
+
+TEST_P(Routes, Answer) {
+  HttpHandlers handlers;
+  handlers.metrics = [] { return std::string("page\n"); };
+  const RouteCase& c = GetParam();
+  const HttpReply reply = route_request(c.method, c.target, handlers);
+  EXPECT_EQ(reply.status, c.status);
+  EXPECT_EQ(reply.content_type, c.content_type);
+  EXPECT_EQ(reply.body, c.body);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, Routes,
+    testing::Values(
+        RouteCase{"metrics", "GET", "/metrics", 200, kTextContentType, "page\n"},
+        RouteCase{"metrics_query_ignored", "GET", "/metrics?x=1", 200, kTextContentType, "page\n"},
+        RouteCase{"healthz", "GET", "/healthz", 200, kPlainContentType, "ok\n"},
+        RouteCase{"readyz_without_callback", "GET", "/readyz", 200, kPlainContentType, "ready\n"},
+        RouteCase{"unknown_path", "GET", "/", 404, kPlainContentType,
+                  "not found: try /metrics, /healthz or /readyz\n"},
+        RouteCase{"prefix_is_not_a_match", "GET", "/metricsx", 404, kPlainContentType,
+                  "not found: try /metrics, /healthz or /readyz\n"},
+        RouteCase{"unknown_path_other_method", "DELETE", "/x", 404, kPlainContentType,
+                  "not found: try /metrics, /healthz or /readyz\n"},
+        RouteCase{"post", "POST", "/metrics", 405, kPlainContentType,
+                  "method not allowed: only GET is served\n"},
+        RouteCase{"head", "HEAD", "/healthz", 405, kPlainContentType,
+                  "method not allowed: only GET is served\n"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Routes, ReadyzFollowsTheCallback) {
+  std::optional<std::string> reason = "upstream 127.0.0.1:5672 unreachable";
+  HttpHandlers handlers;
+  handlers.not_ready_reason = [&reason] { return reason; };
+  HttpReply reply = route_request("GET", "/readyz", handlers);
+  EXPECT_EQ(reply.status, 503u);
+  EXPECT_EQ(reply.body, "not ready: upstream 127.0.0.1:5672 unreachable\n");
+  reason.reset();
+  reply = route_request("GET", "/readyz", handlers);
+  EXPECT_EQ(reply.status, 200u);
+  EXPECT_EQ(reply.body, "ready\n");
+}
+
+TEST(Routes, AThrowingHandlerGives500) {
+  HttpHandlers handlers;
+  handlers.metrics = []() -> std::string { throw std::runtime_error("boom"); };
+  const HttpReply reply = route_request("GET", "/metrics", handlers);
+  EXPECT_EQ(reply.status, 500u);
+  EXPECT_EQ(reply.body, "internal error: boom\n");
+}
+
+}  // namespace
+}  // namespace nackguard::metrics

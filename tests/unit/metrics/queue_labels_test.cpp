@@ -1,0 +1,70 @@
+#include "proxy/metrics/queue_labels.hpp"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+namespace nackguard::metrics {
+namespace {
+
+TEST(QueueLabels, GivesEachQueueItsIndexUpToTheCap) {
+  QueueLabels labels(2);
+  EXPECT_EQ(labels.index("b"), 0u);
+  EXPECT_EQ(labels.index("a"), 1u);
+  EXPECT_EQ(labels.index("b"), 0u);
+  EXPECT_EQ(labels.index("c"), labels.other_index());
+  EXPECT_EQ(labels.index("a"), 1u);
+  EXPECT_EQ(labels.index("d"), labels.other_index());
+  EXPECT_EQ(labels.other_index(), 2u);
+  EXPECT_EQ(labels.slots(), 3u);
+}
+
+TEST(QueueLabels, SnapshotIsSortedWithOtherLast) {
+  QueueLabels labels(2);
+  EXPECT_TRUE(labels.snapshot().empty());
+  labels.index("zeta");
+  labels.index("alpha");
+  auto entries = labels.snapshot();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].name, "alpha");
+  EXPECT_EQ(entries[0].index, 1u);
+  EXPECT_EQ(entries[1].name, "zeta");
+  labels.index("beta");
+  entries = labels.snapshot();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[2].name, "_other");
+  EXPECT_EQ(entries[2].index, 2u);
+}
+
+TEST(QueueLabels, AQueueNamedOtherSharesTheOtherIndex) {
+  QueueLabels labels(5);
+  EXPECT_EQ(labels.index("_other"), labels.other_index());
+  labels.index("a");
+  auto entries = labels.snapshot();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[1].name, "_other");
+}
+
+TEST(QueueLabels, ZeroCapSendsEverythingToOther) {
+  QueueLabels labels(0);
+  EXPECT_EQ(labels.index("a"), 0u);
+  EXPECT_EQ(labels.snapshot().size(), 1u);
+}
+
+TEST(QueueLabels, ConcurrentCallersAgreeAndStayWithinTheCap) {
+  QueueLabels labels(50);
+  std::vector<std::vector<std::size_t>> seen(4);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) seen[t].push_back(labels.index("q" + std::to_string(i)));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (std::size_t t = 1; t < 4; ++t) EXPECT_EQ(seen[t], seen[0]) << "thread " << t;
+  EXPECT_EQ(labels.snapshot().size(), 51u);  // 50 queues and _other
+}
+
+}  // namespace
+}  // namespace nackguard::metrics

@@ -1,0 +1,364 @@
+// The replay's decisions against a fake broker: what moves, what stays and is looked at only
+// once, when a run stops, and that an original is acked only after its copy's confirm.
+#include "proxy/replay/replayer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <stdexcept>
+
+#include "proxy/replay/rewrite.hpp"
+
+namespace nackguard::replay {
+namespace {
+
+using amqp::FieldValue;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+Message dead_letter(std::string id, std::string reason = "max_redeliveries",
+                    std::optional<std::int64_t> replays = std::nullopt) {
+  Message m;
+  m.header.properties.message_id = id;
+  m.header.properties.headers.emplace();
+  m.header.properties.headers->set("x-nackguard-reason", FieldValue::string(reason));
+  m.header.properties.headers->set("x-nackguard-returns", FieldValue::i64(6));
+  if (replays) m.header.properties.headers->set("x-nackguard-replays", FieldValue::i64(*replays));
+  m.body.assign(id.begin(), id.end());
+  return m;
+}
+
+std::string id_of(const amqp::ContentHeader& header) {
+  return header.properties.message_id.value_or("?");
+}
+
+// A queue pair in memory. Every call is logged, so tests can check the order of events.
+class FakeBroker : public Broker {
+ public:
+  explicit FakeBroker(std::vector<Message> messages) : ready(messages.begin(), messages.end()) {}
+
+  std::optional<Message> get() override {
+    if (fail_on_get) throw std::runtime_error("connection lost");
+    if (ready.empty()) {
+      log.push_back("empty");
+      return std::nullopt;
+    }
+    Message m = std::move(ready.front());
+    ready.pop_front();
+    m.delivery_tag = ++last_tag;
+    unacked[m.delivery_tag] = m;
+    log.push_back("get " + id_of(m.header));
+    return m;
+  }
+  CopyOutcome publish_copy(const amqp::ContentHeader& header, amqp::ByteView body) override {
+    log.push_back("publish " + id_of(header));
+    CopyOutcome outcome;
+    if (!outcomes.empty()) {
+      outcome = outcomes.front();
+      outcomes.pop_front();
+    }
+    if (outcome.kind == CopyOutcome::Kind::confirmed) {
+      Message copy{0, header, amqp::Bytes(body.begin(), body.end())};
+      published.push_back(copy);
+      if (dead_letter_copies_again) ready.push_back(copy);
+    }
+    return outcome;
+  }
+  void ack(std::uint64_t tag) override {
+    log.push_back("ack " + std::to_string(tag));
+    EXPECT_EQ(unacked.erase(tag), 1u) << "ack of a tag that is not unacked: " << tag;
+  }
+  void requeue(std::span<const std::uint64_t> tags) override {
+    std::string line = "requeue";
+    std::deque<Message> back;
+    for (std::uint64_t tag : tags) {
+      line += " " + std::to_string(tag);
+      auto it = unacked.find(tag);
+      EXPECT_NE(it, unacked.end()) << "requeue of a tag that is not unacked: " << tag;
+      if (it == unacked.end()) continue;
+      back.push_back(it->second);
+      unacked.erase(it);
+    }
+    ready.insert(ready.begin(), back.begin(), back.end());
+    log.push_back(line);
+  }
+  void wait_until(Clock::time_point until, const std::function<bool()>&) override {
+    waits.push_back(until - start);
+    now = until;
+  }
+
+  std::deque<Message> ready;
+  std::map<std::uint64_t, Message> unacked;
+  std::vector<Message> published;
+  std::deque<CopyOutcome> outcomes;  // scripted; confirmed once empty
+  std::vector<std::string> log;
+  std::vector<Clock::duration> waits;
+  bool dead_letter_copies_again = false;
+  bool fail_on_get = false;
+  std::uint64_t last_tag = 0;
+  const Clock::time_point start = Clock::time_point{} + 1h;
+  Clock::time_point now = start;
+};
+
+Plan plan_for(const FakeBroker& broker) {
+  Plan plan;
+  plan.queued_at_start = broker.ready.size();
+  return plan;
+}
+
+Summary run(FakeBroker& broker, const Plan& plan, std::function<bool()> interrupted = {}) {
+  Replayer replayer(broker, plan, [&broker] { return broker.now; });
+  return replayer.run(interrupted);
+}
+
+TEST(Replayer, MovesEveryMessageAndAcksEachOnlyAfterItsConfirm) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b", "crash_loop")});
+  Summary s = run(broker, plan_for(broker));
+  EXPECT_EQ(broker.log, (std::vector<std::string>{"get a", "publish a", "ack 1", "get b",
+                                                  "publish b", "ack 2", "requeue"}));
+  EXPECT_EQ(s.moved, 2u);
+  EXPECT_EQ(s.looked_at, 2u);
+  EXPECT_EQ(s.stop, StopReason::all_looked_at);
+  EXPECT_EQ(s.by_reason["max_redeliveries"].moved, 1u);
+  EXPECT_EQ(s.by_reason["crash_loop"].moved, 1u);
+  EXPECT_TRUE(broker.ready.empty());
+  EXPECT_TRUE(broker.unacked.empty());
+  ASSERT_EQ(broker.published.size(), 2u);
+  for (const Message& copy : broker.published) {
+    EXPECT_EQ(replays_of(copy.header.properties), 1);
+    EXPECT_EQ(copy.header.properties.headers->find("x-nackguard-returns"), nullptr);
+    EXPECT_EQ(std::string(amqp::as_chars(copy.body)), id_of(copy.header));
+  }
+}
+
+TEST(Replayer, StopsAtGetEmpty) {
+  FakeBroker broker({dead_letter("a")});
+  Plan plan = plan_for(broker);
+  plan.queued_at_start = 10;  // others took messages meanwhile
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.stop, StopReason::queue_empty);
+  EXPECT_EQ(s.moved, 1u);
+}
+
+TEST(Replayer, AnEmptyQueueIsNotEvenAsked) {
+  FakeBroker broker({});
+  Summary s = run(broker, plan_for(broker));
+  EXPECT_EQ(s.stop, StopReason::queue_empty);
+  EXPECT_EQ(broker.log, (std::vector<std::string>{"requeue"}));
+}
+
+TEST(Replayer, LooksOnlyAtWhatWasQueuedAtTheStart) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b")});
+  Plan plan = plan_for(broker);
+  broker.ready.push_back(dead_letter("late"));  // dead-lettered after the run began
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.moved, 2u);
+  EXPECT_EQ(s.stop, StopReason::all_looked_at);
+  ASSERT_EQ(broker.ready.size(), 1u);
+  EXPECT_EQ(id_of(broker.ready[0].header), "late");
+}
+
+TEST(Replayer, MessagesAtTheCeilingStayUnackedUntilTheEndAndAreLookedAtOnce) {
+  FakeBroker broker({dead_letter("a", "max_redeliveries", 3), dead_letter("b"),
+                     dead_letter("c", "crash_loop", 7)});
+  Plan plan = plan_for(broker);
+  plan.queued_at_start = 100;  // only get-empty ends this run
+  Summary s = run(broker, plan);
+  EXPECT_EQ(broker.log,
+            (std::vector<std::string>{"get a", "get b", "publish b", "ack 2", "get c", "empty",
+                                      "requeue 1 3"}));
+  EXPECT_EQ(s.at_ceiling, 2u);
+  EXPECT_EQ(s.moved, 1u);
+  EXPECT_EQ(s.requeued, 2u);
+  EXPECT_EQ(s.ceiling_labels, (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(s.by_reason["crash_loop"].at_ceiling, 1u);
+  EXPECT_EQ(s.by_reason["max_redeliveries"].at_ceiling, 1u);
+  ASSERT_EQ(broker.ready.size(), 2u);  // back in the DLQ, unchanged
+  EXPECT_EQ(replays_of(broker.ready[0].header.properties), 3);
+}
+
+TEST(Replayer, MaxReplaysIsTheCeiling) {
+  FakeBroker broker({dead_letter("a", "r", 1), dead_letter("b", "r", 0)});
+  Plan plan = plan_for(broker);
+  plan.max_replays = 1;
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.at_ceiling, 1u);
+  EXPECT_EQ(s.moved, 1u);
+  ASSERT_EQ(broker.published.size(), 1u);
+  EXPECT_EQ(id_of(broker.published[0].header), "b");
+}
+
+TEST(Replayer, DryRunMovesNothingAndCountsByReason) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b", "crash_loop"), dead_letter("c"),
+                     dead_letter("d", "crash_loop", 3)});
+  Plan plan = plan_for(broker);
+  plan.dry_run = true;
+  Summary s = run(broker, plan);
+  EXPECT_TRUE(broker.published.empty());
+  EXPECT_EQ(broker.log, (std::vector<std::string>{"get a", "get b", "get c", "get d",
+                                                  "requeue 1 2 3 4"}));
+  EXPECT_TRUE(s.dry_run);
+  EXPECT_EQ(s.moved, 3u);
+  EXPECT_EQ(s.at_ceiling, 1u);
+  EXPECT_EQ(s.by_reason["max_redeliveries"].moved, 2u);
+  EXPECT_EQ(s.by_reason["crash_loop"].moved, 1u);
+  EXPECT_EQ(s.by_reason["crash_loop"].at_ceiling, 1u);
+  EXPECT_EQ(broker.ready.size(), 4u);
+}
+
+TEST(Replayer, LimitMovesAtMostNAndLeavesTheRestUntouched) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c"), dead_letter("d")});
+  Plan plan = plan_for(broker);
+  plan.limit = 2;
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.moved, 2u);
+  EXPECT_EQ(s.looked_at, 2u);
+  EXPECT_EQ(s.stop, StopReason::limit_reached);
+  EXPECT_EQ(broker.ready.size(), 2u);
+}
+
+TEST(Replayer, LimitCountsOnlyMovesNotMessagesAtTheCeiling) {
+  FakeBroker broker({dead_letter("a", "r", 3), dead_letter("b"), dead_letter("c")});
+  Plan plan = plan_for(broker);
+  plan.limit = 1;
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.moved, 1u);
+  EXPECT_EQ(s.at_ceiling, 1u);
+  EXPECT_EQ(broker.ready.size(), 2u);  // a (requeued) and c (never taken)
+}
+
+TEST(Replayer, ACopyThatIsNotAcceptedLeavesTheOriginalAndIsReported) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c")});
+  broker.outcomes = {{CopyOutcome::Kind::confirmed, ""},
+                     {CopyOutcome::Kind::returned, "the broker returned the copy: 312 NO_ROUTE"},
+                     {CopyOutcome::Kind::nacked, "the broker nacked the copy"}};
+  Summary s = run(broker, plan_for(broker));
+  EXPECT_EQ(broker.log,
+            (std::vector<std::string>{"get a", "publish a", "ack 1", "get b", "publish b",
+                                      "get c", "publish c", "requeue 2 3"}));
+  EXPECT_EQ(s.moved, 1u);
+  EXPECT_EQ(s.failed, 2u);
+  ASSERT_EQ(s.failures.size(), 2u);
+  EXPECT_EQ(s.failures[0].label, "b");
+  EXPECT_EQ(s.failures[0].why, "the broker returned the copy: 312 NO_ROUTE");
+  EXPECT_EQ(s.by_reason["max_redeliveries"].failed, 2u);
+  EXPECT_EQ(broker.ready.size(), 2u);
+}
+
+TEST(Replayer, StopsAfterTooManyFailuresInARow) {
+  std::vector<Message> messages;
+  for (int i = 0; i < 10; ++i) messages.push_back(dead_letter("m" + std::to_string(i)));
+  FakeBroker broker(messages);
+  for (int i = 0; i < 10; ++i) broker.outcomes.push_back({CopyOutcome::Kind::nacked, "nack"});
+  Summary s = run(broker, plan_for(broker));
+  EXPECT_EQ(s.failed, kMaxConsecutiveFailures);
+  EXPECT_EQ(s.stop, StopReason::too_many_failures);
+  EXPECT_EQ(broker.ready.size(), 10u);
+}
+
+TEST(Replayer, StopsWhenACopyComesBackDeadLetteredAgain) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b")});
+  broker.dead_letter_copies_again = true;  // the consumer still fails at once
+  Plan plan = plan_for(broker);
+  plan.queued_at_start = 100;
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.stop, StopReason::came_back);
+  EXPECT_EQ(s.moved, 2u);
+  EXPECT_EQ(broker.published.size(), 2u);  // not a third time
+  EXPECT_EQ(broker.ready.size(), 2u);      // both copies wait in the DLQ for the next run
+}
+
+TEST(Replayer, IdenticalMessagesAreNotMistakenForOnesThatCameBack) {
+  FakeBroker broker({dead_letter("same"), dead_letter("same"), dead_letter("same")});
+  Summary s = run(broker, plan_for(broker));
+  EXPECT_EQ(s.moved, 3u);
+  EXPECT_EQ(s.stop, StopReason::all_looked_at);
+}
+
+TEST(Replayer, RunningAgainMovesOnlyWhatCameBackSince) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b", "r", 3)});
+  Summary first = run(broker, plan_for(broker));
+  EXPECT_EQ(first.moved, 1u);
+  Summary second = run(broker, plan_for(broker));
+  EXPECT_EQ(second.moved, 0u);
+  EXPECT_EQ(second.at_ceiling, 1u);
+  EXPECT_EQ(broker.published.size(), 1u);
+
+  broker.ready.push_back(broker.published[0]);  // the moved one failed again meanwhile
+  Summary third = run(broker, plan_for(broker));
+  EXPECT_EQ(third.moved, 1u);
+  EXPECT_EQ(replays_of(broker.published.back().header.properties), 2);
+}
+
+TEST(Replayer, RateSpacesTheCopies) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c")});
+  Plan plan = plan_for(broker);
+  plan.rate = 2.0;
+  run(broker, plan);
+  EXPECT_EQ(broker.waits, (std::vector<Clock::duration>{500ms, 1000ms}));
+}
+
+TEST(Replayer, RateDoesNotSlowADryRun) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b")});
+  Plan plan = plan_for(broker);
+  plan.rate = 1.0;
+  plan.dry_run = true;
+  run(broker, plan);
+  EXPECT_TRUE(broker.waits.empty());
+}
+
+TEST(Replayer, InterruptionStopsBetweenMessagesAndRequeuesWhatItKept) {
+  FakeBroker broker({dead_letter("a", "r", 5), dead_letter("b"), dead_letter("c")});
+  int polls = 0;
+  Summary s = run(broker, plan_for(broker), [&polls] { return ++polls > 2; });
+  EXPECT_EQ(s.stop, StopReason::interrupted);
+  EXPECT_EQ(s.looked_at, 2u);
+  EXPECT_EQ(broker.log.back(), "requeue 1");
+  EXPECT_EQ(broker.ready.size(), 2u);
+}
+
+TEST(Replayer, ABrokerErrorPropagatesAndTheSummarySoFarRemains) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b")});
+  Replayer replayer(broker, plan_for(broker), [&broker] { return broker.now; });
+  int calls = 0;
+  EXPECT_THROW(replayer.run({}, [&](const Summary&) { broker.fail_on_get = ++calls == 1; }),
+               std::runtime_error);
+  EXPECT_EQ(replayer.summary().moved, 1u);
+  EXPECT_EQ(replayer.summary().stop, std::nullopt);
+}
+
+TEST(Replayer, ReportsProgressAfterEachMessage) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b")});
+  Replayer replayer(broker, plan_for(broker), [&broker] { return broker.now; });
+  std::vector<std::uint64_t> looked_at;
+  replayer.run({}, [&](const Summary& s) { looked_at.push_back(s.looked_at); });
+  EXPECT_EQ(looked_at, (std::vector<std::uint64_t>{1, 2}));
+}
+
+TEST(Fingerprint, FollowsIdentityBodyAndReplays) {
+  Message a = dead_letter("a");
+  Message copy = a;
+  copy.header = replay_copy_header(a.header);
+  EXPECT_NE(Replayer::fingerprint(a.header, a.body), Replayer::fingerprint(copy.header, a.body));
+  Message again = copy;
+  again.header.properties.headers->set("x-nackguard-returns", FieldValue::i64(6));
+  again.header.properties.headers->set("x-nackguard-reason", FieldValue::string("crash_loop"));
+  EXPECT_EQ(Replayer::fingerprint(again.header, again.body),
+            Replayer::fingerprint(copy.header, copy.body));
+  again.body.push_back('!');
+  EXPECT_NE(Replayer::fingerprint(again.header, again.body),
+            Replayer::fingerprint(copy.header, copy.body));
+}
+
+TEST(RatePacer, NoBurstAfterIdleTime) {
+  RatePacer pacer(10.0);
+  const Clock::time_point t0{};
+  EXPECT_EQ(pacer.take(t0), t0);
+  EXPECT_EQ(pacer.take(t0), t0 + 100ms);
+  EXPECT_EQ(pacer.take(t0 + 5s), t0 + 5s);
+  EXPECT_EQ(pacer.take(t0 + 5s), t0 + 5s + 100ms);
+}
+
+}  // namespace
+}  // namespace nackguard::replay

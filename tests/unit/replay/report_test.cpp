@@ -1,0 +1,114 @@
+// The summary and the progress line, as exact text.
+#include "proxy/replay/report.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace nackguard::replay {
+namespace {
+
+using namespace std::chrono_literals;
+
+const RunInfo kInfo{"orders.dlq", "orders", "rabbit:5672", "/", 3};
+
+TEST(RenderSummary, ARunWithEveryOutcome) {
+  Summary s;
+  s.queued_at_start = 12;
+  s.looked_at = 10;
+  s.moved = 7;
+  s.at_ceiling = 2;
+  s.failed = 1;
+  s.requeued = 3;
+  s.by_reason["max_redeliveries"] = {5, 2, 1};
+  s.by_reason["crash_loop"] = {2, 0, 0};
+  s.ceiling_labels = {"m-1", "m-2"};
+  s.failures = {{"m-9", "the broker returned the copy: 312 NO_ROUTE"}};
+  s.stop = StopReason::queue_empty;
+  EXPECT_EQ(render_summary(s, kInfo),
+            "nackguard replay: orders.dlq -> orders on rabbit:5672, vhost '/'\n"
+            "looked at: 10 of 12 queued at the start\n"
+            "moved: 7\n"
+            "left at ceiling (x-nackguard-replays >= 3): 2\n"
+            "  ids: m-1, m-2\n"
+            "failed: 1\n"
+            "  m-9: the broker returned the copy: 312 NO_ROUTE\n"
+            "by x-nackguard-reason:\n"
+            "  crash_loop: moved 2\n"
+            "  max_redeliveries: moved 5, at ceiling 2, failed 1\n"
+            "left in orders.dlq (requeued): 3\n"
+            "stopped: the queue is empty\n");
+}
+
+TEST(RenderSummary, ADryRunSaysNothingMoved) {
+  Summary s;
+  s.dry_run = true;
+  s.queued_at_start = 4;
+  s.looked_at = 4;
+  s.moved = 4;
+  s.requeued = 4;
+  s.by_reason["max_redeliveries"] = {4, 0, 0};
+  s.stop = StopReason::all_looked_at;
+  EXPECT_EQ(render_summary(s, kInfo),
+            "nackguard replay --dry-run: orders.dlq -> orders on rabbit:5672, vhost '/' (dry run: "
+            "nothing was moved)\n"
+            "looked at: 4 of 4 queued at the start\n"
+            "would move: 4\n"
+            "left at ceiling (x-nackguard-replays >= 3): 0\n"
+            "by x-nackguard-reason:\n"
+            "  max_redeliveries: would move 4\n"
+            "left in orders.dlq (requeued): 4\n"
+            "stopped: every message that was in the queue at the start was looked at\n");
+}
+
+TEST(RenderSummary, LongListsAreCut) {
+  Summary s;
+  for (std::size_t i = 0; i < kMaxListed + 5; ++i) s.ceiling_labels.push_back("m");
+  std::string text = render_summary(s, kInfo);
+  EXPECT_NE(text.find(", and 5 more\n"), std::string::npos);
+}
+
+TEST(RenderSummary, ABrokenOffRunHasNoStopLine) {
+  EXPECT_EQ(render_summary(Summary{}, kInfo).find("stopped:"), std::string::npos);
+}
+
+TEST(RenderProgress, DrawsABarOverWhatWasQueued) {
+  Summary s;
+  s.queued_at_start = 100;
+  s.looked_at = 50;
+  s.moved = 48;
+  s.at_ceiling = 2;
+  EXPECT_EQ(render_progress(s, 10), "[#####-----] 50/100  moved 48  at ceiling 2  failed 0");
+  s.dry_run = true;
+  EXPECT_EQ(render_progress(s, 10), "[#####-----] 50/100  would move 48  at ceiling 2");
+  s.looked_at = 120;  // more than was queued: the bar is full, not past its end
+  EXPECT_EQ(render_progress(s, 4).substr(0, 6), "[####]");
+}
+
+TEST(ProgressBar, DisabledWritesNothing) {
+  std::ostringstream out;
+  ProgressBar bar(out, false);
+  bar.update(Summary{});
+  bar.finish();
+  EXPECT_EQ(out.str(), "");
+}
+
+TEST(ProgressBar, RedrawsAtMostTenTimesASecondAndErasesItself) {
+  std::ostringstream out;
+  auto now = std::chrono::steady_clock::time_point{};
+  ProgressBar bar(out, true, [&now] { return now; });
+  Summary s;
+  bar.update(s);
+  now += 50ms;
+  bar.update(s);
+  std::string once = out.str();
+  EXPECT_EQ(once, "\r\x1b[K" + render_progress(s));
+  now += 60ms;
+  bar.update(s);
+  EXPECT_EQ(out.str(), once + once);
+  bar.finish();
+  EXPECT_EQ(out.str(), once + once + "\r\x1b[K");
+}
+
+}  // namespace
+}  // namespace nackguard::replay

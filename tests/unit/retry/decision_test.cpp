@@ -1,0 +1,282 @@
+#include "proxy/retry/decision.hpp"
+
+#include <gtest/gtest.h>
+
+#include "proxy/retry/backoff.hpp"
+
+namespace nackguard::retry {
+namespace {
+
+constexpr std::int64_t kT0 = 1'700'000'000'000;
+constexpr std::int64_t kApart = 60'000;  // further apart than the rate window
+
+Policy five_redeliveries() {
+  Policy policy;
+  policy.queue = "orders";
+  policy.max_redeliveries = 5;
+  policy.requeue = RequeueMode::immediate;
+  policy.backoff = Backoff{Millis(1000), 2.0, Millis(600'000), Backoff::Jitter::none, 0.0};
+  policy.rate.window = Millis(10'000);
+  policy.rate.per_message = 3;
+  return policy;
+}
+
+ReturnEvent nack_at(std::int64_t now_ms, std::uint32_t header_count = 0) {
+  return ReturnEvent{.now_ms = now_ms, .header_count = header_count};
+}
+
+ReturnEvent crash_at(std::int64_t now_ms) {
+  return ReturnEvent{.now_ms = now_ms, .crash = true};
+}
+
+ReturnEvent outage_at(std::int64_t now_ms, std::uint32_t header_count = 0) {
+  return ReturnEvent{.now_ms = now_ms, .header_count = header_count, .outage = true};
+}
+
+TEST(DecideReturn, ForwardsUpToMaxThenDeadLetters) {
+  const Policy policy = five_redeliveries();
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  for (std::uint32_t n = 1; n <= 5; ++n) {
+    const std::int64_t now = kT0 + n * kApart;
+    const Decision decision = decide_return(policy, entry, nack_at(now), rng);
+    EXPECT_EQ(decision.action, Action::forward) << "return " << n;
+    EXPECT_EQ(decision.delay, Millis(0));
+    EXPECT_EQ(decision.reason, DeadLetterReason::none);
+    EXPECT_EQ(decision.returns, n);
+    EXPECT_EQ(entry.returns, n);
+    EXPECT_EQ(entry.first_return_ms, kT0 + kApart);
+    EXPECT_EQ(entry.last_return_ms, now);
+    EXPECT_EQ(entry.window_start_ms, now);  // each return opens a new window
+    EXPECT_EQ(entry.window_returns, 1u);
+  }
+  const Decision sixth = decide_return(policy, entry, nack_at(kT0 + 6 * kApart), rng);
+  EXPECT_EQ(sixth.action, Action::dead_letter);
+  EXPECT_EQ(sixth.reason, DeadLetterReason::max_redeliveries);
+  EXPECT_EQ(sixth.returns, 6u);
+  EXPECT_FALSE(entry.crash_suspect);
+  EXPECT_EQ(entry.pending_action, 0u);
+}
+
+TEST(DecideReturn, CrashReturnsSetSuspectAndPending) {
+  const Policy policy = five_redeliveries();
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  const Decision first = decide_return(policy, entry, crash_at(kT0), rng);
+  EXPECT_EQ(first.action, Action::forward);
+  EXPECT_TRUE(entry.crash_suspect);
+  EXPECT_EQ(entry.pending_action, static_cast<std::uint8_t>(Action::forward));
+
+  // A nack (the message was delivered and given back normally) clears the suspicion.
+  decide_return(policy, entry, nack_at(kT0 + kApart), rng);
+  EXPECT_FALSE(entry.crash_suspect);
+
+  for (std::uint32_t n = 3; n <= 5; ++n) {
+    decide_return(policy, entry, crash_at(kT0 + n * kApart), rng);
+  }
+  const Decision sixth = decide_return(policy, entry, crash_at(kT0 + 6 * kApart), rng);
+  EXPECT_EQ(sixth.action, Action::dead_letter);
+  EXPECT_EQ(sixth.reason, DeadLetterReason::crash_loop);
+  EXPECT_EQ(sixth.returns, 6u);
+  EXPECT_TRUE(entry.crash_suspect);
+  EXPECT_EQ(entry.pending_action, static_cast<std::uint8_t>(Action::dead_letter));
+  EXPECT_EQ(entry.pending_reason, static_cast<std::uint8_t>(DeadLetterReason::crash_loop));
+  EXPECT_EQ(entry.pending_delay_ms, 0u);
+}
+
+TEST(DecideReturn, CrashUnderDelayedRequeueLeavesThePendingDelay) {
+  Policy policy = five_redeliveries();
+  policy.requeue = RequeueMode::delayed;
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  decide_return(policy, entry, nack_at(kT0), rng);
+  const Decision crash = decide_return(policy, entry, crash_at(kT0 + kApart), rng);
+  EXPECT_EQ(crash.action, Action::delay);
+  EXPECT_EQ(crash.delay, Millis(2000));
+  EXPECT_EQ(entry.pending_action, static_cast<std::uint8_t>(Action::delay));
+  EXPECT_EQ(entry.pending_reason, 0u);
+  EXPECT_EQ(entry.pending_delay_ms, 2000u);
+
+  // A later normal return's decision is carried out at once: nothing stays pending.
+  decide_return(policy, entry, nack_at(kT0 + 2 * kApart), rng);
+  EXPECT_EQ(entry.pending_action, 0u);
+  EXPECT_EQ(entry.pending_delay_ms, 0u);
+}
+
+TEST(DecideReturn, DelayedRequeueUsesExponentialBackoff) {
+  Policy policy = five_redeliveries();
+  policy.max_redeliveries = 20;
+  policy.requeue = RequeueMode::delayed;
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  const std::int64_t expected_seconds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600};
+  for (std::uint32_t n = 1; n <= 12; ++n) {
+    const Decision decision = decide_return(policy, entry, nack_at(kT0 + n * kApart), rng);
+    EXPECT_EQ(decision.action, Action::delay) << "return " << n;
+    // Without jitter the delay is exact: 600 s is not rounded to the 608.874 s tier.
+    EXPECT_EQ(decision.delay, Millis(expected_seconds[n - 1] * 1000)) << "return " << n;
+  }
+}
+
+TEST(DecideReturn, JitteredDelaysAreRoundedToTiers) {
+  Policy policy = five_redeliveries();
+  policy.max_redeliveries = 20;
+  policy.requeue = RequeueMode::delayed;
+  policy.backoff.jitter = Backoff::Jitter::full;
+  std::mt19937_64 rng(99);
+  std::mt19937_64 replay(99);
+  TrackerEntry entry;
+  for (std::uint32_t n = 1; n <= 12; ++n) {
+    const Decision decision = decide_return(policy, entry, nack_at(kT0 + n * kApart), rng);
+    const Millis expected = delay_tier(backoff_delay(policy.backoff, n, replay), false);
+    EXPECT_EQ(decision.action, Action::delay);
+    EXPECT_EQ(decision.delay, expected) << "return " << n;
+    EXPECT_EQ(delay_tier(decision.delay, false), decision.delay);  // a tier
+  }
+}
+
+TEST(DecideReturn, TooManyReturnsInTheWindowAreDelayed) {
+  const Policy policy = five_redeliveries();
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  for (std::uint32_t n = 1; n <= 3; ++n) {
+    EXPECT_EQ(decide_return(policy, entry, nack_at(kT0 + n), rng).action, Action::forward);
+  }
+  const Decision fourth = decide_return(policy, entry, nack_at(kT0 + 4), rng);
+  EXPECT_EQ(fourth.action, Action::delay);
+  EXPECT_EQ(fourth.delay, Millis(8000));  // attempt 4
+  EXPECT_EQ(entry.window_start_ms, kT0 + 1);
+  EXPECT_EQ(entry.window_returns, 4u);
+
+  // The window is fixed: it started at kT0 + 1 and ends 10 s later.
+  const Decision fifth = decide_return(policy, entry, nack_at(kT0 + 1 + 10'000), rng);
+  EXPECT_EQ(fifth.action, Action::forward);
+  EXPECT_EQ(entry.window_start_ms, kT0 + 1 + 10'000);
+  EXPECT_EQ(entry.window_returns, 1u);
+  EXPECT_EQ(entry.returns, 5u);
+}
+
+TEST(DecideReturn, OutageDelaysWithoutSpendingTheBudget) {
+  const Policy policy = five_redeliveries();
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  decide_return(policy, entry, nack_at(kT0), rng);
+  decide_return(policy, entry, nack_at(kT0 + kApart), rng);
+  ASSERT_EQ(entry.returns, 2u);
+  const std::uint32_t window_returns = entry.window_returns;
+  const std::int64_t window_start = entry.window_start_ms;
+
+  for (int i = 0; i < 100; ++i) {
+    const std::int64_t now = kT0 + 2 * kApart + i;
+    const Decision decision = decide_return(policy, entry, outage_at(now), rng);
+    ASSERT_EQ(decision.action, Action::delay) << i;
+    ASSERT_EQ(decision.delay, Millis(2000)) << i;  // attempt = the unchanged count
+    ASSERT_EQ(decision.returns, 2u) << i;
+    ASSERT_EQ(entry.returns, 2u) << i;
+    ASSERT_EQ(entry.last_return_ms, now);
+  }
+  EXPECT_EQ(entry.window_returns, window_returns);
+  EXPECT_EQ(entry.window_start_ms, window_start);
+  EXPECT_EQ(entry.first_return_ms, kT0);
+
+  // After the outage the count goes on from where it was.
+  const Decision after = decide_return(policy, entry, nack_at(kT0 + 3 * kApart), rng);
+  EXPECT_EQ(after.action, Action::forward);
+  EXPECT_EQ(after.returns, 3u);
+}
+
+TEST(DecideReturn, OutageTakesALargerHeaderCountButNeverDeadLetters) {
+  const Policy policy = five_redeliveries();
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  const Decision first = decide_return(policy, entry, outage_at(kT0), rng);
+  EXPECT_EQ(first.action, Action::delay);
+  EXPECT_EQ(first.delay, Millis(1000));  // attempt at least 1
+  EXPECT_EQ(first.returns, 0u);
+  EXPECT_EQ(entry.first_return_ms, 0);  // not counted
+
+  const Decision with_header = decide_return(policy, entry, outage_at(kT0 + 1, 9), rng);
+  EXPECT_EQ(with_header.action, Action::delay);  // 9 > 5, but the queue is failing, not it
+  EXPECT_EQ(with_header.returns, 9u);
+  EXPECT_EQ(entry.returns, 9u);
+}
+
+TEST(DecideReturn, LargerHeaderCountIsTaken) {
+  const Policy policy = five_redeliveries();
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  const Decision decision = decide_return(policy, entry, nack_at(kT0, 7), rng);
+  EXPECT_EQ(decision.action, Action::dead_letter);
+  EXPECT_EQ(decision.reason, DeadLetterReason::max_redeliveries);
+  EXPECT_EQ(decision.returns, 8u);
+
+  TrackerEntry ahead;
+  ahead.returns = 3;
+  EXPECT_EQ(decide_return(policy, ahead, nack_at(kT0, 1), rng).returns, 4u);  // smaller: ignored
+  TrackerEntry behind;
+  behind.returns = 1;
+  EXPECT_EQ(decide_return(policy, behind, nack_at(kT0, 4), rng).returns, 5u);
+}
+
+TEST(DecideDelivery, PendingDelay) {
+  const Policy policy = five_redeliveries();
+  TrackerEntry entry;
+  entry.returns = 2;
+  entry.pending_action = static_cast<std::uint8_t>(Action::delay);
+  entry.pending_delay_ms = 4000;
+  const Decision decision = decide_delivery(policy, entry, 0);
+  EXPECT_EQ(decision.action, Action::delay);
+  EXPECT_EQ(decision.delay, Millis(4000));
+  EXPECT_EQ(decision.returns, 2u);
+}
+
+TEST(DecideDelivery, PendingDeadLetter) {
+  const Policy policy = five_redeliveries();
+  TrackerEntry entry;
+  entry.returns = 6;
+  entry.pending_action = static_cast<std::uint8_t>(Action::dead_letter);
+  entry.pending_reason = static_cast<std::uint8_t>(DeadLetterReason::crash_loop);
+  const Decision decision = decide_delivery(policy, entry, 0);
+  EXPECT_EQ(decision.action, Action::dead_letter);
+  EXPECT_EQ(decision.reason, DeadLetterReason::crash_loop);
+  EXPECT_EQ(decision.returns, 6u);
+}
+
+TEST(DecideDelivery, OverTheLimit) {
+  const Policy policy = five_redeliveries();
+  TrackerEntry entry;
+  entry.returns = 6;
+  const Decision by_entry = decide_delivery(policy, entry, 0);
+  EXPECT_EQ(by_entry.action, Action::dead_letter);
+  EXPECT_EQ(by_entry.reason, DeadLetterReason::max_redeliveries);
+
+  const Decision by_header = decide_delivery(policy, TrackerEntry{}, 9);
+  EXPECT_EQ(by_header.action, Action::dead_letter);
+  EXPECT_EQ(by_header.reason, DeadLetterReason::max_redeliveries);
+  EXPECT_EQ(by_header.returns, 9u);
+}
+
+TEST(DecideDelivery, Normal) {
+  const Policy policy = five_redeliveries();
+  TrackerEntry entry;
+  entry.returns = 5;  // at the limit, not over it
+  entry.crash_suspect = true;
+  const Decision decision = decide_delivery(policy, entry, 3);
+  EXPECT_EQ(decision.action, Action::forward);
+  EXPECT_EQ(decision.reason, DeadLetterReason::none);
+  EXPECT_EQ(decision.delay, Millis(0));
+  EXPECT_EQ(decision.returns, 5u);
+  EXPECT_EQ(decide_delivery(policy, TrackerEntry{}, 0).action, Action::forward);
+}
+
+TEST(DecisionStrings, Names) {
+  EXPECT_EQ(to_string(Action::forward), "forward");
+  EXPECT_EQ(to_string(Action::delay), "delay");
+  EXPECT_EQ(to_string(Action::dead_letter), "dead_letter");
+  EXPECT_EQ(to_string(DeadLetterReason::none), "none");
+  EXPECT_EQ(to_string(DeadLetterReason::max_redeliveries), "max_redeliveries");
+  EXPECT_EQ(to_string(DeadLetterReason::crash_loop), "crash_loop");
+}
+
+}  // namespace
+}  // namespace nackguard::retry

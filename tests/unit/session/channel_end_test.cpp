@@ -1,0 +1,138 @@
+// Channels and connections that end: every delivery still outstanding is returned once.
+
+#include <gtest/gtest.h>
+
+#include "session/tracking_fixture.hpp"
+
+namespace nackguard::session::test {
+namespace {
+
+class SessionChannelEnd : public SessionTracking {};
+
+TEST_F(SessionChannelEnd, ChannelClosedByClientReturnsItsUnackedAtCloseOk) {
+  consume(1, "q", "c1");
+  consume(2, "q", "c2");
+  deliveries(1, "c1", 1, 3);
+  deliveries(2, "c2", 1, 1);
+  client_passes(ack(1, 1));
+  link.observer.take_events();
+  amqp::ChannelClose close;
+  close.reply_code = 200;
+  close.reply_text = "bye";
+  client_passes(method(1, close));
+  EXPECT_EQ(link.observer.take_events(), Events{});  // not yet: the broker may still deliver
+  broker_passes(method(1, amqp::ChannelCloseOk{}));
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"returned ch1 b2 channel_closed", "returned ch1 b3 channel_closed"}));
+  EXPECT_EQ(link.session.channel(1), nullptr);
+  ASSERT_NE(link.session.channel(2), nullptr);
+  EXPECT_EQ(link.session.channel(2)->unacked_count(), 1u);
+  // Reopened, channel 1 starts afresh.
+  client_passes(method(1, amqp::ChannelOpen{}));
+  broker_passes(method(1, amqp::ChannelOpenOk{}));
+  link.session.on_eof(Side::client);
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch2 b1 connection_closed"});
+}
+
+TEST_F(SessionChannelEnd, ChannelClosedByBrokerReturnsItsUnackedAtCloseOk) {
+  consume(3, "q", "c1");
+  deliveries(3, "c1", 1, 2);
+  link.observer.take_events();
+  amqp::ChannelClose close;
+  close.reply_code = 406;
+  close.reply_text = "PRECONDITION_FAILED - unknown delivery tag 9";
+  close.class_id = 60;
+  close.method_id = 80;
+  broker_passes(method(3, close));
+  EXPECT_EQ(link.observer.take_events(), Events{});
+  client_passes(method(3, amqp::ChannelCloseOk{}));
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"returned ch3 b1 channel_closed", "returned ch3 b2 channel_closed"}));
+  EXPECT_EQ(link.session.channel(3), nullptr);
+  link.session.on_eof(Side::broker);
+  EXPECT_EQ(link.observer.take_events(), Events{});
+}
+
+TEST_F(SessionChannelEnd, ClientEofReturnsEverythingOnceEach) {
+  consume(1, "q", "c1");
+  consume(2, "q", "c2");
+  deliveries(2, "c2", 1, 2);
+  deliveries(1, "c1", 1, 2);
+  link.observer.take_events();
+  link.session.on_eof(Side::client);
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"returned ch1 b1 connection_closed", "returned ch1 b2 connection_closed",
+                    "returned ch2 b1 connection_closed", "returned ch2 b2 connection_closed"}));
+  EXPECT_TRUE(link.session.finished());
+  EXPECT_TRUE(link.client_bytes().empty());
+  EXPECT_TRUE(link.broker_bytes().empty());
+  link.session.on_eof(Side::broker);
+  link.session.on_eof(Side::client);
+  link.broker(deliver(1, "c1", 3));
+  EXPECT_EQ(link.observer.take_events(), Events{});
+  EXPECT_TRUE(link.client_bytes().empty());
+}
+
+TEST_F(SessionChannelEnd, BrokerEofReturnsEverythingAndTellsTheClient) {
+  consume(1, "q", "c1");
+  deliveries(1, "c1", 1, 2);
+  link.observer.take_events();
+  link.session.on_eof(Side::broker);
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"returned ch1 b1 connection_closed", "returned ch1 b2 connection_closed"}));
+  std::vector<WireFrame> out = link.to_client();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(decode_as<amqp::ConnectionClose>(out[0]).reply_code, 320);
+  EXPECT_TRUE(link.broker_bytes().empty());
+  EXPECT_TRUE(link.session.finished());
+  link.session.on_eof(Side::client);
+  EXPECT_EQ(link.observer.take_events(), Events{});
+}
+
+TEST_F(SessionChannelEnd, DeliveryCutOffMidBodyIsReturned) {
+  consume(1, "q", "c1");
+  link.observer.take_events();
+  // The observer has seen the delivery and the client its method and header; the broker
+  // requeues it when the connection ends.
+  link.broker(cat({method(1, deliver_method("c1", 1)), header(1, 10), body(1, "12345")}));
+  EXPECT_EQ(link.observer.take_events(), Events{"delivery ch1 b1"});
+  link.session.on_eof(Side::broker);
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 connection_closed"});
+}
+
+TEST_F(SessionChannelEnd, ClientConnectionCloseHandshake) {
+  consume(1, "q", "c1");
+  deliveries(1, "c1", 1, 2);
+  client_passes(ack(1, 1));
+  link.observer.take_events();
+  amqp::ConnectionClose close;
+  close.reply_code = 200;
+  close.reply_text = "Goodbye";
+  client_passes(method(0, close));
+  EXPECT_FALSE(link.session.finished());
+  EXPECT_EQ(link.observer.take_events(), Events{});
+  broker_passes(method(0, amqp::ConnectionCloseOk{}));
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b2 connection_closed"});
+  EXPECT_TRUE(link.session.close_after_flush(Side::client));
+  EXPECT_TRUE(link.session.close_after_flush(Side::broker));
+  link.session.on_eof(Side::broker);
+  link.session.on_eof(Side::client);
+  EXPECT_EQ(link.observer.take_events(), Events{});
+}
+
+TEST_F(SessionChannelEnd, BrokerConnectionCloseHandshake) {
+  consume(1, "q", "c1");
+  deliveries(1, "c1", 1, 1);
+  link.observer.take_events();
+  amqp::ConnectionClose close;
+  close.reply_code = 320;
+  close.reply_text = "CONNECTION_FORCED - broker forced connection closure";
+  broker_passes(method(0, close));
+  EXPECT_EQ(link.observer.take_events(), Events{});
+  client_passes(method(0, amqp::ConnectionCloseOk{}));
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 connection_closed"});
+  EXPECT_TRUE(link.session.finished());
+}
+
+}  // namespace
+}  // namespace nackguard::session::test

@@ -1,0 +1,221 @@
+// Dead-lettering through a real Session and Guard: the return over the limit never reaches
+// the broker; the proxy's own channel declares the DLQ, publishes a copy with confirms, and
+// only the confirm lets the original's ack go out.
+
+#include <gtest/gtest.h>
+
+#include "session/guard_script.hpp"
+
+namespace nackguard::session::guard_test {
+namespace {
+
+using retry::DeadLetterReason;
+
+class GuardDeadLetter : public GuardTest {};
+
+// The seconds of a wall-clock time in milliseconds, as the x-nackguard-*-return headers carry.
+std::uint64_t seconds(std::int64_t ms) {
+  return static_cast<std::uint64_t>(ms / 1000);
+}
+
+TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) {
+  start(policy(2));
+  const Message m = message("m1");
+
+  // Returns 1 and 2 are within the limit: the client's own nack bytes reach the broker.
+  for (std::uint64_t tag = 1; tag <= 2; ++tag) {
+    deliver_passes(delivery(tag, m, tag > 1));
+    now += 1000;
+    client_passes(nack(tag));
+  }
+  const std::int64_t first_return = kT0 + 1000;
+  deliver_passes(delivery(3, m, true));
+  now += 1000;
+  const std::int64_t last_return = now;
+
+  // Return 3 is past max_redeliveries 2: the nack is kept; the proxy opens its channel.
+  client(nack(3));
+  std::vector<Wire> sent = open_proxy_channel();
+  // The DLQ may exist with arguments of its own: a passive declare first.
+  EXPECT_EQ(sent, frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+
+  // 404: absent. The channel is closed by it; the proxy answers, reopens and declares it.
+  broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
+  EXPECT_EQ(reopen_proxy_channel(), frames({method(kProxyChannel, durable_declare("q.dlq"))}));
+
+  broker(declare_ok("q.dlq"));
+  sent = to_broker();
+  Copy copy = take_copy(sent);
+  EXPECT_EQ(copy.frames, sent.size());  // the copy, and no ack of the original yet
+  EXPECT_EQ(copy.publish.exchange, "");
+  EXPECT_EQ(copy.publish.routing_key, "q.dlq");
+  EXPECT_TRUE(copy.publish.mandatory);
+  EXPECT_FALSE(copy.publish.immediate);
+  EXPECT_EQ(copy.body, bytes_of(m.body));
+  // Every property as it was; the original headers first, in order, then nackguard's.
+  EXPECT_EQ(without_headers(copy.header.properties), without_headers(m.properties));
+  ASSERT_TRUE(copy.header.properties.headers);
+  const auto& entries = copy.header.properties.headers->entries;
+  ASSERT_EQ(entries.size(), 2u + 7u);
+  EXPECT_EQ(entries[0], m.properties.headers->entries[0]);
+  EXPECT_EQ(entries[1], m.properties.headers->entries[1]);
+  EXPECT_EQ(entries[1].second.type, 's');
+  using amqp::FieldValue;
+  const auto expect_header = [&](const char* name, const FieldValue& value) {
+    const FieldValue* got = copy.header_value(name);
+    ASSERT_NE(got, nullptr) << name;
+    EXPECT_EQ(*got, value) << name;
+  };
+  expect_header("x-nackguard-reason", FieldValue::string("max_redeliveries"));
+  expect_header("x-nackguard-returns", FieldValue::i64(3));
+  expect_header("x-nackguard-queue", FieldValue::string("q"));
+  expect_header("x-nackguard-first-return", FieldValue::timestamp(seconds(first_return)));
+  expect_header("x-nackguard-last-return", FieldValue::timestamp(seconds(last_return)));
+  expect_header("x-original-exchange", FieldValue::string("ex"));
+  expect_header("x-original-routingKey", FieldValue::string("rk"));
+  EXPECT_TRUE(listener.dead_letters.empty());
+
+  // The confirm of publish 1: now the original is acked, under the broker's tag.
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  EXPECT_TRUE(client_bytes().empty());  // the client never saw any of the proxy's traffic
+  using Dl = RecordingListener::DeadLettered;
+  EXPECT_EQ(listener.dead_letters,
+            (std::vector<Dl>{{"q", "message_id:m1", 3, DeadLetterReason::max_redeliveries}}));
+  EXPECT_EQ(listener.requeues,
+            (std::vector<retry::Action>{retry::Action::forward, retry::Action::forward,
+                                        retry::Action::dead_letter}));
+  EXPECT_TRUE(listener.fallbacks.empty());
+  EXPECT_EQ(listener.returns, 3);
+  EXPECT_FALSE(tracked("m1"));  // dead-lettered: forgotten
+}
+
+TEST_F(GuardDeadLetter, ExistingDlqIsUsedAsItIsAndDeclaredOncePerChannel) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  deliver_passes(delivery(2, message("m2")));
+
+  client(nack(1));
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  broker(declare_ok("q.dlq"));  // it exists: no declaration of the proxy's own
+  std::vector<Wire> sent = to_broker();
+  EXPECT_EQ(take_copy(sent).frames, sent.size());
+
+  // The next dead-letter on this channel publishes at once, as publish 2.
+  client(nack(2));
+  sent = to_broker();
+  Copy second = take_copy(sent);
+  EXPECT_EQ(second.frames, sent.size());
+  EXPECT_EQ(second.publish.routing_key, "q.dlq");
+  EXPECT_EQ(second.body, bytes_of(message("m2").body));
+
+  confirm(2, true);  // one multiple confirm for both
+  EXPECT_EQ(to_broker(), frames({ack(1), ack(2)}));
+  ASSERT_EQ(listener.dead_letters.size(), 2u);
+  EXPECT_EQ(listener.dead_letters[0].identity, "message_id:m1");
+  EXPECT_EQ(listener.dead_letters[1].identity, "message_id:m2");
+  EXPECT_EQ(listener.dead_letters[1].returns, 1u);
+}
+
+TEST_F(GuardDeadLetter, HeaderCountFromAnEarlierTripCountsAgainstTheLimit) {
+  start(policy(3));
+  // x-nackguard-returns 5 already: its first nack here is its sixth return.
+  const Message m = message("m1", 5);
+  deliver_passes(delivery(1, m));
+  client(nack(1));
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  broker(declare_ok("q.dlq"));
+  Copy copy = take_copy(to_broker());
+  EXPECT_EQ(*copy.header_value("x-nackguard-returns"), amqp::FieldValue::i64(6));
+  EXPECT_EQ(*copy.header_value("x-nackguard-reason"), amqp::FieldValue::string("max_redeliveries"));
+  // The header is replaced where it was, not appended twice.
+  EXPECT_EQ(copy.header.properties.headers->entries.size(), 3u + 6u);
+  EXPECT_EQ(copy.header.properties.headers->entries[2].first, "x-nackguard-returns");
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  ASSERT_EQ(listener.dead_letters.size(), 1u);
+  EXPECT_EQ(listener.dead_letters[0].returns, 6u);
+}
+
+TEST_F(GuardDeadLetter, ViaRejectRejectsWithoutRequeueAtOnceAndUsesNoProxyChannel) {
+  retry::Policy p = policy(1);
+  p.dead_letter.via = retry::DeadLetter::Via::reject;
+  start(p);
+  const Message m = message("m1");
+  deliver_passes(delivery(1, m));
+  client_passes(nack(1));
+  deliver_passes(delivery(2, m, true));
+
+  client(nack(2));
+  // The broker's own dead-lettering (the queue's x-dead-letter-exchange) takes it.
+  EXPECT_EQ(to_broker(), frames({reject(2, false)}));
+  EXPECT_TRUE(client_bytes().empty());
+  using Dl = RecordingListener::DeadLettered;
+  EXPECT_EQ(listener.dead_letters,
+            (std::vector<Dl>{{"q", "message_id:m1", 2, DeadLetterReason::max_redeliveries}}));
+  EXPECT_FALSE(tracked("m1"));
+
+  // Later deliveries on the channel keep their tags mapped.
+  deliver_passes(delivery(3, message("m3")));
+  client(ack(3));
+  EXPECT_EQ(to_broker(), frames({ack(3)}));
+}
+
+TEST_F(GuardDeadLetter, ClientRejectWithRequeueIsDeadLetteredToo) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(reject(1, true));
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  broker(declare_ok("q.dlq"));
+  EXPECT_EQ(take_copy(to_broker()).publish.routing_key, "q.dlq");
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1)}));
+}
+
+TEST_F(GuardDeadLetter, ExchangeOfThePolicyIsUsedWithoutDeclaringAnything) {
+  retry::Policy p = policy(0);
+  p.dead_letter.exchange = "dlx";
+  p.dead_letter.routing_key = "dead.{queue}";
+  start(p);
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  std::vector<Wire> sent = open_proxy_channel();
+  Copy copy = take_copy(sent);
+  EXPECT_EQ(copy.frames, sent.size());
+  EXPECT_EQ(copy.publish.exchange, "dlx");
+  EXPECT_EQ(copy.publish.routing_key, "dead.q");
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1)}));
+}
+
+TEST_F(GuardDeadLetter, NackWithoutRequeueIsTheConsumersOwnAndPassesUncounted) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client_passes(nack(1, false));
+  EXPECT_EQ(listener.returns, 0);
+  EXPECT_TRUE(listener.requeues.empty());
+  EXPECT_FALSE(tracked("m1"));
+}
+
+TEST_F(GuardDeadLetter, AckOfTheOriginalWaitsForTheClientsPublishToEnd) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  open_proxy_channel();
+  broker(declare_ok("q.dlq"));
+  to_broker();
+
+  // The client is in the middle of a publish on channel 1 when the confirm comes.
+  amqp::BasicPublish publish;
+  publish.routing_key = "elsewhere";
+  Bytes started = cat({method(kCh, publish), content_header(kCh, 6, {}), body_frame(kCh, "abc")});
+  client_passes(started);
+  confirm(1);
+  EXPECT_TRUE(broker_bytes().empty());
+  // Its last body frame, then the proxy's ack: never inside the content sequence.
+  client(body_frame(kCh, "def"));
+  EXPECT_EQ(to_broker(), frames({body_frame(kCh, "def"), ack(1)}));
+}
+
+}  // namespace
+}  // namespace nackguard::session::guard_test

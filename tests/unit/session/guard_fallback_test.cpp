@@ -1,0 +1,232 @@
+// When the proxy cannot complete a copy (refused, unroutable, not confirmed in time, its
+// channel closed, the body not kept), it gives the message back to the broker the way the
+// consumer asked, under the broker's tag, and reports the fallback with its cause.
+
+#include <gtest/gtest.h>
+
+#include "session/guard_script.hpp"
+
+namespace nackguard::session::guard_test {
+namespace {
+
+class GuardFallback : public GuardTest {
+ protected:
+  // max_redeliveries 0: the first nack of m1 (broker tag 1) is to be dead-lettered; the
+  // proxy's channel is opened and the DLQ found; returns what the proxy sent next.
+  std::vector<Wire> dead_letter_first_nack(const retry::Policy& p = policy(0)) {
+    start(p);
+    deliver_passes(delivery(1, message("m1")));
+    now += 1000;
+    client(nack(1));
+    EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+    broker(declare_ok("q.dlq"));
+    return to_broker();
+  }
+
+  void expect_one_fallback(const std::string& cause, const std::string& detail) {
+    ASSERT_EQ(listener.fallbacks.size(), 1u);
+    EXPECT_EQ(listener.fallbacks[0].queue, "q");
+    EXPECT_EQ(listener.fallbacks[0].cause, cause);
+    EXPECT_EQ(listener.fallbacks[0].detail, detail);
+    EXPECT_TRUE(listener.dead_letters.empty());
+    EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::forward});
+  }
+};
+
+TEST_F(GuardFallback, RefusedCopyGivesTheConsumersNackToTheBroker) {
+  std::vector<Wire> sent = dead_letter_first_nack();
+  EXPECT_EQ(take_copy(sent).frames, sent.size());
+  refuse(1);
+  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  expect_one_fallback("republish_failed", "the broker refused the copy (basic.nack)");
+  EXPECT_TRUE(client_bytes().empty());
+  // The count stays: it was not dead-lettered.
+  ASSERT_TRUE(tracked("m1"));
+  EXPECT_EQ(tracked("m1")->returns, 1u);
+}
+
+TEST_F(GuardFallback, RefusedCopyOfARejectGivesTheRejectBack) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(reject(1, true));
+  open_proxy_channel();
+  broker(declare_ok("q.dlq"));
+  to_broker();
+  refuse(1);
+  EXPECT_EQ(to_broker(), frames({reject(1, true)}));
+  ASSERT_EQ(listener.fallbacks.size(), 1u);
+}
+
+TEST_F(GuardFallback, AccessRefusedOnTheDeclareFallsBack) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  const std::string refused =
+      "ACCESS_REFUSED - access to queue 'q.dlq' in vhost '/' refused for user 'guest'";
+  broker(channel_close(403, refused, 50, 10));
+  // The proxy answers the close. Its channel is reopened (the publish is still queued), and
+  // once ready the queue is known to have failed: the consumer's nack goes through.
+  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelCloseOk{}),
+                                 method(kProxyChannel, amqp::ChannelOpen{})}));
+  broker(method(kProxyChannel, amqp::ChannelOpenOk{}));
+  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ConfirmSelect{})}));
+  broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
+  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  expect_one_fallback("republish_failed", "cannot declare queue q.dlq: " + refused);
+
+  // Within 30 s the queue is not tried again: the next dead-letter falls back at once.
+  deliver_passes(delivery(2, message("m2")));
+  now += 29999;
+  client(nack(2));
+  EXPECT_EQ(to_broker(), frames({nack(2, true)}));
+  EXPECT_EQ(listener.fallbacks.size(), 2u);
+
+  // After 30 s it is.
+  deliver_passes(delivery(3, message("m3")));
+  now += 1;
+  client(nack(3));
+  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+}
+
+TEST_F(GuardFallback, AccessRefusedOnTheProxysOwnDeclarationFallsBack) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  open_proxy_channel();
+  broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
+  EXPECT_EQ(reopen_proxy_channel(), frames({method(kProxyChannel, durable_declare("q.dlq"))}));
+  broker(channel_close(403, "ACCESS_REFUSED - configure access refused", 50, 10));
+  EXPECT_EQ(reopen_proxy_channel(), frames({nack(1, true)}));
+  ASSERT_EQ(listener.fallbacks.size(), 1u);
+  EXPECT_EQ(listener.fallbacks[0].detail,
+            "cannot declare queue q.dlq: ACCESS_REFUSED - configure access refused");
+}
+
+TEST_F(GuardFallback, NoConfirmWithinTheTimeoutFallsBackAndALateConfirmDoesNothing) {
+  std::vector<Wire> sent = dead_letter_first_nack();
+  EXPECT_EQ(take_copy(sent).frames, sent.size());
+  // The deadline counts from the nack that started the copy (kT0 + 1000).
+  now = kT0 + 1000 + 29999;
+  conn->guard.on_tick();
+  EXPECT_TRUE(broker_bytes().empty());
+  EXPECT_TRUE(listener.fallbacks.empty());
+
+  now += 1;
+  conn->guard.on_tick();
+  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  expect_one_fallback("republish_failed", "no publisher confirm in time");
+
+  // The confirm comes after all: the original was given back already; nothing is acked.
+  confirm(1);
+  EXPECT_TRUE(broker_bytes().empty());
+  EXPECT_TRUE(listener.dead_letters.empty());
+  EXPECT_EQ(listener.fallbacks.size(), 1u);
+}
+
+TEST_F(GuardFallback, ChannelNeverOpeningTimesOutToo) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelOpen{})}));
+  now += 30000;
+  conn->guard.on_tick();
+  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  expect_one_fallback("republish_failed",
+                      "the proxy's channel or queue declaration did not complete in time");
+}
+
+TEST_F(GuardFallback, ChannelClosedWithTheCopyInFlightFallsBack) {
+  std::vector<Wire> sent = dead_letter_first_nack();
+  EXPECT_EQ(take_copy(sent).frames, sent.size());
+  broker(channel_close(406, "PRECONDITION_FAILED - something", 60, 40));
+  // Close-ok first, then the nack; nothing else waits, so the channel stays closed.
+  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelCloseOk{}), nack(1, true)}));
+  expect_one_fallback("republish_failed",
+                      "the proxy's channel was closed: PRECONDITION_FAILED - something");
+  // A later confirm with the old number means nothing.
+  confirm(1);
+  EXPECT_TRUE(broker_bytes().empty());
+}
+
+TEST_F(GuardFallback, UnroutableCopyFallsBack) {
+  retry::Policy p = policy(0);
+  p.dead_letter.exchange = "dlx";
+  start(p);
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  std::vector<Wire> sent = open_proxy_channel();
+  Copy copy = take_copy(sent);
+  ASSERT_EQ(copy.frames, sent.size());
+  // The mandatory copy comes back, its content too, before its confirm.
+  amqp::BasicReturn returned;
+  returned.reply_code = 312;
+  returned.reply_text = "NO_ROUTE";
+  returned.exchange = "dlx";
+  returned.routing_key = "q.dlq";
+  broker(cat({method(kProxyChannel, returned),
+              content_header(kProxyChannel, copy.body.size(), copy.header.properties),
+              body_frame(kProxyChannel, amqp::as_chars(copy.body))}));
+  EXPECT_TRUE(broker_bytes().empty());
+  EXPECT_TRUE(client_bytes().empty());
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  expect_one_fallback("republish_failed",
+                      "the copy was unroutable: exchange \"dlx\" has no binding for \"q.dlq\"");
+}
+
+TEST_F(GuardFallback, BodyOverTheBudgetIsNotRetainedAndTheNackPasses) {
+  GuardSettings settings;
+  settings.retained_body_bytes = 0;
+  start(policy(0), settings, /*sessions_use_budget=*/true);
+  deliver_passes(delivery(1, message("m1")));
+  client_passes(nack(1));
+  ASSERT_EQ(listener.fallbacks.size(), 1u);
+  EXPECT_EQ(listener.fallbacks[0].cause, "body_not_retained");
+  EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::forward});
+  EXPECT_TRUE(listener.dead_letters.empty());
+  EXPECT_GE(context->budget().refusals(), 1u);
+  EXPECT_EQ(context->budget().used(), 0u);
+}
+
+TEST_F(GuardFallback, ViaRejectNeedsNoBodyAndIgnoresTheBudget) {
+  GuardSettings settings;
+  settings.retained_body_bytes = 0;
+  retry::Policy p = policy(0);
+  p.dead_letter.via = retry::DeadLetter::Via::reject;
+  start(p, settings, /*sessions_use_budget=*/true);
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  EXPECT_EQ(to_broker(), frames({reject(1, false)}));
+  EXPECT_TRUE(listener.fallbacks.empty());
+  EXPECT_EQ(listener.dead_letters.size(), 1u);
+}
+
+TEST_F(GuardFallback, AfterAFallbackTheRedeliveryIsDeadLetteredAtDelivery) {
+  dead_letter_first_nack();
+  refuse(1);
+  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+
+  // The count (1, over max 0) is still known: the redelivery is withheld from the client and
+  // dead-lettered without waiting for the consumer to fail again.
+  broker(delivery(2, message("m1"), true));
+  EXPECT_EQ(to_client(), std::vector<Wire>{});
+  Copy copy = take_copy(to_broker());
+  EXPECT_EQ(copy.publish.routing_key, "q.dlq");
+  EXPECT_EQ(*copy.header_value("x-nackguard-returns"), amqp::FieldValue::i64(1));
+  confirm(2);
+  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  ASSERT_EQ(listener.dead_letters.size(), 1u);
+  EXPECT_EQ(listener.dead_letters[0].reason, retry::DeadLetterReason::max_redeliveries);
+
+  // The client's next delivery comes under tag 2: it never saw broker tag 2.
+  broker(delivery(3, message("m3")));
+  std::vector<Wire> got = to_client();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(as<amqp::BasicDeliver>(got[0]).delivery_tag, 2u);
+  client(ack(2));
+  EXPECT_EQ(to_broker(), frames({ack(3)}));
+}
+
+}  // namespace
+}  // namespace nackguard::session::guard_test

@@ -1,0 +1,539 @@
+#pragma once
+// Scripted connections through a real Session observed by a real Guard. The broker and the
+// client are played by the test: frames are built with the codec's encoders and fed in, and
+// what the session writes to each side is decoded back into frames. The wall clock is a
+// variable the test advances; policies are built in code. A GuardListener records what the
+// guard reported.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <iomanip>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "proxy/amqp/frame.hpp"
+#include "proxy/amqp/method_codec.hpp"
+#include "proxy/retry/decision.hpp"
+#include "proxy/retry/policy.hpp"
+#include "proxy/retry/policy_set.hpp"
+#include "proxy/session/guard.hpp"
+#include "proxy/session/guard_context.hpp"
+#include "proxy/session/session.hpp"
+
+namespace nackguard::session::guard_test {
+
+using amqp::Bytes;
+using amqp::ByteView;
+using amqp::FrameType;
+namespace mid = amqp::mid;
+
+inline constexpr std::int64_t kT0 = 1'700'000'000'000;  // the wall clock when a test starts
+inline constexpr std::uint16_t kProxyChannel = 2047;    // the broker's channel_max
+inline constexpr std::uint16_t kCh = 1;                 // the client's channel
+inline constexpr const char* kQueue = "q";
+inline constexpr const char* kConsumer = "c1";
+
+// ---- frames ----
+
+struct Wire {
+  std::uint8_t type = 0;
+  std::uint16_t channel = 0;
+  Bytes payload;
+
+  std::optional<std::uint32_t> key() const {
+    if (type != static_cast<std::uint8_t>(FrameType::method)) return std::nullopt;
+    return amqp::peek_method_key(payload);
+  }
+  bool is(std::uint32_t method_key) const { return key() == method_key; }
+  bool operator==(const Wire&) const = default;
+};
+
+inline std::string_view method_label(std::uint32_t key) {
+  switch (key) {
+    case mid::channel_open:
+      return "channel.open";
+    case mid::channel_open_ok:
+      return "channel.open-ok";
+    case mid::channel_close:
+      return "channel.close";
+    case mid::channel_close_ok:
+      return "channel.close-ok";
+    case mid::queue_declare:
+      return "queue.declare";
+    case mid::queue_declare_ok:
+      return "queue.declare-ok";
+    case mid::confirm_select:
+      return "confirm.select";
+    case mid::confirm_select_ok:
+      return "confirm.select-ok";
+    case mid::basic_publish:
+      return "basic.publish";
+    case mid::basic_return:
+      return "basic.return";
+    case mid::basic_deliver:
+      return "basic.deliver";
+    case mid::basic_ack:
+      return "basic.ack";
+    case mid::basic_nack:
+      return "basic.nack";
+    case mid::basic_reject:
+      return "basic.reject";
+    default:
+      return "method";
+  }
+}
+
+inline void PrintTo(const Wire& frame, std::ostream* os) {
+  *os << "ch" << frame.channel << ' ';
+  if (auto key = frame.key()) {
+    *os << method_label(*key) << '(' << (*key >> 16) << '.' << (*key & 0xFFFF) << ')';
+  } else {
+    *os << (frame.type == 2 ? "header" : frame.type == 3 ? "body" : "frame");
+  }
+  std::ostringstream hex;
+  for (std::size_t i = 0; i < frame.payload.size() && i < 64; ++i) {
+    hex << ' ' << std::hex << std::setw(2) << std::setfill('0') << int{frame.payload[i]};
+  }
+  if (frame.payload.size() > 64) hex << " ... (" << std::dec << frame.payload.size() << " bytes)";
+  *os << hex.str();
+}
+
+inline std::ostream& operator<<(std::ostream& os, const Wire& frame) {
+  PrintTo(frame, &os);
+  return os;
+}
+
+// Every frame of `bytes`; bytes that are not whole frames fail the test.
+inline std::vector<Wire> decode_frames(ByteView bytes) {
+  std::vector<Wire> out;
+  amqp::FrameDecoder decoder(1u << 30);
+  while (!bytes.empty()) {
+    amqp::FrameResult r = decoder.decode(bytes);
+    if (r.status != amqp::FrameResult::Status::frame) {
+      ADD_FAILURE() << "not whole frames: " << bytes.size() << " bytes left after " << out.size()
+                    << " frames";
+      break;
+    }
+    out.push_back(
+        Wire{r.frame.type, r.frame.channel, Bytes(r.frame.payload.begin(), r.frame.payload.end())});
+    bytes = bytes.subspan(r.frame.raw.size());
+  }
+  return out;
+}
+
+inline Bytes cat(std::initializer_list<Bytes> parts) {
+  Bytes out;
+  for (const Bytes& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+// Expected frames, written as the bytes that encode them.
+inline std::vector<Wire> frames(std::initializer_list<Bytes> parts) {
+  return decode_frames(cat(parts));
+}
+
+template <typename M>
+Bytes method(std::uint16_t channel, const M& m) {
+  Bytes out;
+  EXPECT_TRUE(amqp::append_method_frame(out, channel, m));
+  return out;
+}
+
+// The frame decoded as method M; a frame that is not M fails the test.
+template <typename M>
+M as(const Wire& frame) {
+  M m;
+  amqp::MethodError e = amqp::decode_method(frame.payload, m);
+  EXPECT_EQ(e, amqp::MethodError::none) << amqp::to_string(e) << " in " << frame;
+  return m;
+}
+
+inline Bytes content_header(std::uint16_t channel, std::uint64_t body_size,
+                            const amqp::BasicProperties& properties) {
+  amqp::ContentHeader h;
+  h.body_size = body_size;
+  h.properties = properties;
+  Bytes out;
+  EXPECT_TRUE(amqp::append_content_header_frame(out, channel, h));
+  return out;
+}
+
+inline Bytes body_frame(std::uint16_t channel, std::string_view data) {
+  Bytes out;
+  amqp::append_frame(out, FrameType::body, channel, amqp::as_bytes(data));
+  return out;
+}
+
+inline Bytes ack(std::uint64_t tag, bool multiple = false, std::uint16_t channel = kCh) {
+  return method(channel, amqp::BasicAck{tag, multiple});
+}
+inline Bytes nack(std::uint64_t tag, bool requeue = true, bool multiple = false,
+                  std::uint16_t channel = kCh) {
+  return method(channel, amqp::BasicNack{tag, multiple, requeue});
+}
+inline Bytes reject(std::uint64_t tag, bool requeue = true, std::uint16_t channel = kCh) {
+  return method(channel, amqp::BasicReject{tag, requeue});
+}
+inline Bytes channel_close(std::uint16_t code, std::string text, std::uint16_t class_id = 0,
+                           std::uint16_t method_id = 0, std::uint16_t channel = kProxyChannel) {
+  amqp::ChannelClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  close.class_id = class_id;
+  close.method_id = method_id;
+  return method(channel, close);
+}
+inline Bytes declare_ok(std::string queue, std::uint16_t channel = kProxyChannel) {
+  return method(channel, amqp::QueueDeclareOk{std::move(queue), 0, 0});
+}
+
+// What the proxy declares: a passive check, or its own durable queue with `arguments`.
+inline amqp::QueueDeclare passive_declare(std::string queue) {
+  amqp::QueueDeclare d;
+  d.queue = std::move(queue);
+  d.passive = true;
+  return d;
+}
+inline amqp::QueueDeclare durable_declare(std::string queue, amqp::FieldTable arguments = {}) {
+  amqp::QueueDeclare d;
+  d.queue = std::move(queue);
+  d.durable = true;
+  d.arguments = std::move(arguments);
+  return d;
+}
+// The arguments of a delay queue with `ttl_ms` in front of queue "q".
+inline amqp::FieldTable delay_arguments(std::int64_t ttl_ms) {
+  amqp::FieldTable args;
+  args.set("x-message-ttl", amqp::FieldValue::i64(ttl_ms));
+  args.set("x-dead-letter-exchange", amqp::FieldValue::string(""));
+  args.set("x-dead-letter-routing-key", amqp::FieldValue::string(kQueue));
+  args.set("x-expires", amqp::FieldValue::i64(2 * ttl_ms + 60000));
+  return args;
+}
+
+// ---- messages ----
+
+struct Message {
+  std::string id;
+  std::string body;
+  amqp::BasicProperties properties;
+};
+
+// A message with most properties set, a header table whose type letters must survive, and a
+// body holding the frame-end octet and zeros.
+inline Message message(const std::string& id, std::optional<std::int64_t> returns_header = {}) {
+  Message m;
+  m.id = id;
+  m.body = std::string("body of ") + id + std::string("\0\xCE\x01\xFF", 4);
+  amqp::BasicProperties& p = m.properties;
+  p.content_type = "application/json";
+  p.delivery_mode = 2;
+  p.priority = 3;
+  p.correlation_id = "corr-" + id;
+  p.message_id = id;
+  p.timestamp = 1690000000;
+  p.app_id = "orders";
+  amqp::FieldTable headers;
+  headers.set("trace", amqp::FieldValue::string("t-" + id));
+  headers.set("x-small", amqp::FieldValue::i16(7));
+  if (returns_header) headers.set("x-nackguard-returns", amqp::FieldValue::i64(*returns_header));
+  p.headers = std::move(headers);
+  return m;
+}
+
+inline amqp::BasicProperties without_headers(amqp::BasicProperties p) {
+  p.headers.reset();
+  return p;
+}
+
+// basic.deliver, content header and body frames (of at most `chunk` bytes each).
+inline Bytes delivery(std::uint64_t tag, const amqp::BasicProperties& properties,
+                      std::string_view body, bool redelivered = false, std::string exchange = "ex",
+                      std::string routing_key = "rk", std::size_t chunk = 1 << 16) {
+  amqp::BasicDeliver d;
+  d.consumer_tag = kConsumer;
+  d.delivery_tag = tag;
+  d.redelivered = redelivered;
+  d.exchange = std::move(exchange);
+  d.routing_key = std::move(routing_key);
+  Bytes out = cat({method(kCh, d), content_header(kCh, body.size(), properties)});
+  for (std::size_t at = 0; at < body.size(); at += chunk) {
+    Bytes b = body_frame(kCh, body.substr(at, chunk));
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  return out;
+}
+inline Bytes delivery(std::uint64_t tag, const Message& m, bool redelivered = false) {
+  return delivery(tag, m.properties, m.body, redelivered);
+}
+
+// A copy the proxy published: its method, header and the body of its body frames.
+struct Copy {
+  amqp::BasicPublish publish;
+  amqp::ContentHeader header;
+  Bytes body;
+  std::size_t frames = 0;  // method, header and body frames
+
+  const amqp::FieldValue* header_value(std::string_view name) const {
+    return header.properties.headers ? header.properties.headers->find(name) : nullptr;
+  }
+};
+
+// The publish starting at frames[at], all of it on the proxy's channel.
+inline Copy take_copy(const std::vector<Wire>& frames, std::size_t at = 0) {
+  Copy copy;
+  if (frames.size() < at + 2 || !frames[at].is(mid::basic_publish)) {
+    ADD_FAILURE() << "no basic.publish at frame " << at << " of " << frames.size();
+    return copy;
+  }
+  copy.publish = as<amqp::BasicPublish>(frames[at]);
+  EXPECT_EQ(frames[at].channel, kProxyChannel);
+  const Wire& header = frames[at + 1];
+  EXPECT_EQ(header.type, static_cast<std::uint8_t>(FrameType::header));
+  EXPECT_EQ(header.channel, kProxyChannel);
+  EXPECT_EQ(amqp::decode_content_header(header.payload, copy.header), amqp::HeaderError::none);
+  std::size_t i = at + 2;
+  while (copy.body.size() < copy.header.body_size && i < frames.size() &&
+         frames[i].type == static_cast<std::uint8_t>(FrameType::body)) {
+    EXPECT_EQ(frames[i].channel, kProxyChannel);
+    copy.body.insert(copy.body.end(), frames[i].payload.begin(), frames[i].payload.end());
+    ++i;
+  }
+  EXPECT_EQ(copy.body.size(), copy.header.body_size);
+  copy.frames = i - at;
+  return copy;
+}
+
+inline Bytes bytes_of(std::string_view text) {
+  ByteView view = amqp::as_bytes(text);
+  return Bytes(view.begin(), view.end());
+}
+
+// ---- policies ----
+
+// A policy for queue "q" that forwards every return up to `max_redeliveries`, never sees an
+// outage, never rate-limits, and identifies messages by message_id.
+inline retry::Policy policy(std::uint32_t max_redeliveries) {
+  retry::Policy p;
+  p.queue = kQueue;
+  p.max_redeliveries = max_redeliveries;
+  p.identity = {{retry::IdentitySource::Kind::message_id, ""}};
+  p.requeue = retry::RequeueMode::immediate;
+  p.backoff.initial = retry::Millis(1000);
+  p.backoff.multiplier = 2.0;
+  p.backoff.jitter = retry::Backoff::Jitter::none;
+  p.rate.per_message = 1000;
+  p.rate.min_deliveries = 1000000;
+  return p;
+}
+
+// ---- what the guard reported ----
+
+class RecordingListener : public GuardListener {
+ public:
+  struct DeadLettered {
+    std::string queue;
+    std::string identity;
+    std::uint32_t returns = 0;
+    retry::DeadLetterReason reason = retry::DeadLetterReason::none;
+    bool operator==(const DeadLettered&) const = default;
+  };
+  struct Fallback {
+    std::string queue;
+    std::string cause;
+    std::string detail;
+  };
+  struct Outage {
+    std::string queue;
+    bool started = false;
+    double ratio = 0.0;
+  };
+
+  int deliveries = 0;
+  int returns = 0;
+  std::vector<retry::Action> requeues;
+  std::vector<DeadLettered> dead_letters;
+  std::vector<Fallback> fallbacks;
+  std::vector<Outage> outages;
+
+  void on_delivery(std::string_view) override { ++deliveries; }
+  void on_return(std::string_view) override { ++returns; }
+  void on_requeue(std::string_view queue, retry::Action action) override {
+    EXPECT_EQ(queue, kQueue);
+    requeues.push_back(action);
+  }
+  void on_dead_letter(std::string_view queue, std::string_view identity, std::uint32_t count,
+                      retry::DeadLetterReason reason) override {
+    dead_letters.push_back({std::string(queue), std::string(identity), count, reason});
+  }
+  void on_fallback(std::string_view queue, std::string_view cause,
+                   std::string_view detail) override {
+    fallbacks.push_back({std::string(queue), std::string(cause), std::string(detail)});
+  }
+  void on_outage(std::string_view queue, bool started, double ratio) override {
+    outages.push_back({std::string(queue), started, ratio});
+  }
+};
+
+inline void PrintTo(const RecordingListener::DeadLettered& d, std::ostream* os) {
+  *os << "{" << d.queue << ", " << d.identity << ", " << d.returns << ", "
+      << retry::to_string(d.reason) << "}";
+}
+
+// ---- a connection through Session and Guard ----
+
+// One client connection: the session and the guard observing it. Constructing it runs
+// nothing; GuardTest::connect drives the handshake.
+struct Connection {
+  Connection(GuardContext& context, SessionOptions options, std::uint64_t seed)
+      : guard(context, seed), session(options, &guard) {
+    guard.attach(session);
+  }
+  Guard guard;
+  Session session;
+};
+
+class GuardTest : public ::testing::Test {
+ protected:
+  // A shared context with `p` as the only policy, and a first connection.
+  void start(const retry::Policy& p, GuardSettings settings = {},
+             bool sessions_use_budget = false) {
+    context = std::make_unique<GuardContext>(
+        settings, std::make_shared<const retry::PolicySet>(std::vector<retry::Policy>{p}),
+        &listener, [this] { return now; });
+    if (sessions_use_budget) options.body_budget = &context->budget();
+    connect();
+  }
+
+  // A new connection on the same context: handshake (broker channel_max 2047, frame_max
+  // 131072), channel 1 open, and consumer "c1" on queue "q". Outputs are left empty.
+  void connect() {
+    conn = std::make_unique<Connection>(*context, options, ++seed_);
+    Bytes header(std::begin(amqp::kProtocolHeader), std::end(amqp::kProtocolHeader));
+    client(header);
+    EXPECT_EQ(broker_bytes(), header);
+
+    amqp::ConnectionStart start;
+    start.server_properties.set("product", amqp::FieldValue::string("RabbitMQ"));
+    start.mechanisms = "PLAIN";
+    start.locales = "en_US";
+    broker(method(0, start));
+    amqp::ConnectionStartOk start_ok;
+    start_ok.mechanism = "PLAIN";
+    start_ok.response = std::string("\0guest\0guest", 12);
+    start_ok.locale = "en_US";
+    client(method(0, start_ok));
+
+    broker(method(0, amqp::ConnectionTune{2047, 131072, 60}));
+    // The client is offered one channel less: the top one is the proxy's.
+    EXPECT_EQ(to_client(),
+              frames({method(0, start), method(0, amqp::ConnectionTune{2046, 131072, 60})}));
+    client(method(0, amqp::ConnectionTuneOk{{2046, 131072, 60}}));
+    amqp::ConnectionOpen open;
+    open.virtual_host = "/";
+    client(method(0, open));
+    std::vector<Wire> to_broker_frames = to_broker();
+    EXPECT_EQ(to_broker_frames,
+              frames({method(0, start_ok), method(0, amqp::ConnectionTuneOk{{2047, 131072, 60}}),
+                      method(0, open)}));
+    broker(method(0, amqp::ConnectionOpenOk{}));
+    EXPECT_TRUE(conn->session.is_open());
+    EXPECT_EQ(conn->session.reserved_channel(), std::optional<std::uint16_t>(kProxyChannel));
+
+    client(method(kCh, amqp::ChannelOpen{}));
+    broker(method(kCh, amqp::ChannelOpenOk{}));
+    amqp::BasicConsume consume;
+    consume.queue = kQueue;
+    consume.consumer_tag = kConsumer;
+    client(method(kCh, consume));
+    broker(method(kCh, amqp::BasicConsumeOk{kConsumer}));
+    client_bytes();
+    broker_bytes();
+  }
+
+  // The client's TCP connection ends; the guard is told, as the relay does.
+  void client_eof() {
+    conn->session.on_eof(Side::client);
+    conn->guard.on_connection_end();
+    client_bytes();
+    broker_bytes();
+  }
+
+  void client(const Bytes& bytes) { conn->session.feed(Side::client, bytes); }
+  void broker(const Bytes& bytes) { conn->session.feed(Side::broker, bytes); }
+
+  Bytes client_bytes() {
+    Bytes out;
+    out.swap(conn->session.output(Side::client));
+    return out;
+  }
+  Bytes broker_bytes() {
+    Bytes out;
+    out.swap(conn->session.output(Side::broker));
+    return out;
+  }
+  std::vector<Wire> to_client() { return decode_frames(client_bytes()); }
+  std::vector<Wire> to_broker() { return decode_frames(broker_bytes()); }
+
+  // The broker delivers `bytes`; the client is expected to get them as they are.
+  void deliver_passes(const Bytes& bytes) {
+    broker(bytes);
+    EXPECT_EQ(client_bytes(), bytes);
+  }
+  // The client sends `bytes`; the broker is expected to get them as they are.
+  void client_passes(const Bytes& bytes) {
+    client(bytes);
+    EXPECT_EQ(broker_bytes(), bytes);
+  }
+
+  // Plays the broker's side of opening the proxy's channel: checks that the proxy asked for
+  // channel.open and then confirm.select, answers both, and returns what it sent next.
+  std::vector<Wire> open_proxy_channel() {
+    EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelOpen{})}));
+    broker(method(kProxyChannel, amqp::ChannelOpenOk{}));
+    EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ConfirmSelect{})}));
+    broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
+    return to_broker();
+  }
+
+  // After the broker closed the proxy's channel: checks that the proxy answered close-ok and
+  // opened it again, plays the open as open_proxy_channel does, and returns what came next.
+  std::vector<Wire> reopen_proxy_channel() {
+    EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelCloseOk{}),
+                                   method(kProxyChannel, amqp::ChannelOpen{})}));
+    broker(method(kProxyChannel, amqp::ChannelOpenOk{}));
+    EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ConfirmSelect{})}));
+    broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
+    return to_broker();
+  }
+
+  // The proxy's confirm of publish `seq`.
+  void confirm(std::uint64_t seq, bool multiple = false) {
+    broker(method(kProxyChannel, amqp::BasicAck{seq, multiple}));
+  }
+  void refuse(std::uint64_t seq, bool multiple = false) {
+    broker(method(kProxyChannel, amqp::BasicNack{seq, multiple, false}));
+  }
+
+  std::optional<retry::TrackerEntry> tracked(const std::string& id) {
+    return context->tracker().find(retry::make_key(kQueue, "message_id:" + id), now);
+  }
+
+  std::int64_t now = kT0;
+  RecordingListener listener;
+  SessionOptions options;
+  std::unique_ptr<GuardContext> context;
+  std::unique_ptr<Connection> conn;
+
+ private:
+  std::uint64_t seed_ = 0;
+};
+
+}  // namespace nackguard::session::guard_test

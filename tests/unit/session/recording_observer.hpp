@@ -1,0 +1,120 @@
+#pragma once
+// A SessionObserver that records every callback, both as values (for field checks) and as
+// one line per callback in `events` (for checking order and "exactly once" at a glance):
+//   "open /", "delivery ch1 b3", "withheld ch1 b3 <body>", "settled ch1 b3 c2 ack",
+//   "client-return ch1 b3 c2 nack", "taken-over ch1 b3", "returned ch1 b3 recover",
+//   "proxy-frame ch2047 type1". on_returns_done, which ends every batch of returns (even an
+// empty one), is only counted, in `returns_done`.
+// It withholds the deliveries named in `withhold`, and takes over the client's requeues of
+// those named in `take_over`, both by (channel, broker tag). Withheld bodies are retained so
+// the events can show them.
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "proxy/session/observer.hpp"
+
+namespace nackguard::session::test {
+
+inline std::string_view to_string(SettleKind kind) {
+  switch (kind) {
+    case SettleKind::ack:
+      return "ack";
+    case SettleKind::nack:
+      return "nack";
+    case SettleKind::reject:
+      return "reject";
+  }
+  return "?";
+}
+
+class RecordingObserver : public SessionObserver {
+ public:
+  using Key = std::pair<std::uint16_t, std::uint64_t>;  // channel, broker tag
+  struct Settled {
+    Delivery delivery;
+    SettleKind kind;
+  };
+  struct Returned {
+    Delivery delivery;
+    ReturnCause cause;
+  };
+  struct ProxyFrame {
+    std::uint8_t type;
+    std::uint16_t channel;
+    amqp::Bytes raw;
+  };
+
+  std::set<Key> withhold;
+  std::set<Key> take_over;
+
+  std::vector<std::string> events;
+  std::vector<std::string> opens;
+  std::vector<Delivery> deliveries;
+  std::vector<Delivery> withheld;
+  std::vector<Settled> settled;
+  std::vector<Returned> client_returns;
+  std::vector<Returned> returned;
+  std::vector<ProxyFrame> proxy_frames;
+  int returns_done = 0;
+
+  void on_open(const std::string& vhost) override {
+    opens.push_back(vhost);
+    events.push_back("open " + vhost);
+  }
+  DeliveryPlan on_delivery(const Delivery& d) override {
+    deliveries.push_back(d);
+    events.push_back("delivery " + name(d));
+    DeliveryPlan plan;
+    if (withhold.count({d.channel, d.broker_tag})) {
+      plan.action = DeliveryPlan::Action::withhold;
+      plan.retain_body = true;
+    }
+    return plan;
+  }
+  void on_withheld(const Delivery& d) override {
+    withheld.push_back(d);
+    std::string body = d.body ? std::string(amqp::as_chars(d.body->bytes)) : "<no body>";
+    events.push_back("withheld " + name(d) + " " + body);
+  }
+  void on_settled(const Delivery& d, SettleKind kind) override {
+    settled.push_back({d, kind});
+    events.push_back("settled " + name(d) + " c" + std::to_string(d.client_tag) + " " +
+                     std::string(to_string(kind)));
+  }
+  ReturnAction on_client_return(const Delivery& d, ReturnCause cause) override {
+    client_returns.push_back({d, cause});
+    events.push_back("client-return " + name(d) + " c" + std::to_string(d.client_tag) + " " +
+                     std::string(session::to_string(cause)));
+    return take_over.count({d.channel, d.broker_tag}) ? ReturnAction::take_over
+                                                      : ReturnAction::forward;
+  }
+  void on_taken_over(const Delivery& d) override { events.push_back("taken-over " + name(d)); }
+  void on_returned(const Delivery& d, ReturnCause cause) override {
+    returned.push_back({d, cause});
+    events.push_back("returned " + name(d) + " " + std::string(session::to_string(cause)));
+  }
+  void on_returns_done() override { ++returns_done; }
+  void on_proxy_channel_frame(const amqp::Frame& frame) override {
+    proxy_frames.push_back(
+        {frame.type, frame.channel, amqp::Bytes(frame.raw.begin(), frame.raw.end())});
+    events.push_back("proxy-frame ch" + std::to_string(frame.channel) + " type" +
+                     std::to_string(frame.type));
+  }
+
+  // The events recorded since the last call, which forgets them.
+  std::vector<std::string> take_events() {
+    std::vector<std::string> out;
+    out.swap(events);
+    return out;
+  }
+
+  static std::string name(const Delivery& d) {
+    return "ch" + std::to_string(d.channel) + " b" + std::to_string(d.broker_tag);
+  }
+};
+
+}  // namespace nackguard::session::test

@@ -1,0 +1,74 @@
+#pragma once
+// The fixture of the delivery tracking tests: a session past its handshake, with helpers
+// for consumers, gets and deliveries.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "session/script.hpp"
+
+namespace nackguard::session::test {
+
+using Events = std::vector<std::string>;
+
+inline amqp::BasicConsume consume_method(std::string queue, std::string tag, bool no_ack = false,
+                                         bool no_wait = false) {
+  amqp::BasicConsume m;
+  m.queue = std::move(queue);
+  m.consumer_tag = std::move(tag);
+  m.no_ack = no_ack;
+  m.no_wait = no_wait;
+  return m;
+}
+
+inline amqp::BasicGet get_method(std::string queue, bool no_ack = false) {
+  amqp::BasicGet m;
+  m.queue = std::move(queue);
+  m.no_ack = no_ack;
+  return m;
+}
+
+inline amqp::BasicGetOk get_ok_method(std::uint64_t tag) {
+  amqp::BasicGetOk m;
+  m.delivery_tag = tag;
+  m.exchange = "ex";
+  m.routing_key = "rk";
+  return m;
+}
+
+class SessionTracking : public ::testing::Test {
+ protected:
+  void SetUp() override { handshake(link); }
+
+  // consume and consume-ok; the broker names the consumer `server_tag` if the client did not.
+  void consume(std::uint16_t ch, std::string queue, std::string tag, bool no_ack = false,
+               std::string server_tag = "") {
+    link.client(method(ch, consume_method(std::move(queue), tag, no_ack)));
+    link.broker(method(ch, amqp::BasicConsumeOk{tag.empty() ? server_tag : tag}));
+    drain();
+  }
+  void deliveries(std::uint16_t ch, const std::string& consumer, std::uint64_t first,
+                  std::uint64_t last) {
+    for (std::uint64_t tag = first; tag <= last; ++tag) link.broker(deliver(ch, consumer, tag));
+    drain();
+  }
+  void drain() {
+    link.client_bytes();
+    link.broker_bytes();
+  }
+  // Feeds a client frame and checks that it reaches the broker as it is.
+  void client_passes(const Bytes& frame) {
+    link.client(frame);
+    EXPECT_EQ(link.broker_bytes(), frame);
+  }
+  void broker_passes(const Bytes& frame) {
+    link.broker(frame);
+    EXPECT_EQ(link.client_bytes(), frame);
+  }
+
+  Link link;
+};
+
+}  // namespace nackguard::session::test
