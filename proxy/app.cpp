@@ -28,6 +28,21 @@ net::RelayOptions relay_options(const config::Config& cfg, session::GuardContext
   options.upstream_port = cfg.upstream.port;
   options.connect_timeout = cfg.upstream_connect_timeout;
   options.handshake_timeout = cfg.handshake_timeout;
+  options.tls = net::load_tls(cfg);
+  if (cfg.listen_tls) {
+    spdlog::info("clients must connect with TLS (certificate {}; client certificates {})",
+                 cfg.listen_tls->cert_file.path.string(),
+                 cfg.listen_tls->require_client_cert ? "required"
+                 : cfg.listen_tls->ca_file.empty()   ? "not asked for"
+                                                     : "verified when presented");
+  }
+  if (cfg.upstream_tls) {
+    spdlog::info("connecting to the broker with TLS ({}{})",
+                 cfg.upstream_tls->verify
+                     ? "its certificate verified for " + cfg.upstream_tls->server_name
+                     : std::string("its certificate NOT verified: upstream.tls.verify is false"),
+                 cfg.upstream_tls->cert_file.empty() ? "" : "; presenting a client certificate");
+  }
   options.buffer_bytes = cfg.buffer_bytes;
   options.session.max_frame_bytes = cfg.max_frame_bytes;
   options.session.body_budget = &guard.budget();
@@ -65,18 +80,37 @@ std::vector<std::string> keys_needing_restart(const config::Config& now,
 
 App::App(config::Config config, retry::PolicySet policies)
     : config_(std::move(config)),
+      registry_(metrics::RegistryOptions{kVersion, config_.metrics_max_queue_labels}),
+      metrics_listener_(registry_, &log_listener_),
       guard_(guard_settings(config_), std::make_shared<const retry::PolicySet>(std::move(policies)),
-             &log_listener_),
+             &metrics_listener_),
       io_(static_cast<int>(config_.threads)),
       stop_signals_(io_, SIGINT, SIGTERM),
       reload_signal_(io_, SIGHUP),
       drain_timer_(io_) {
-  server_ = std::make_unique<net::Server>(io_, config_.listen.host, config_.listen.port,
-                                          relay_options(config_, guard_));
+  net::RelayOptions options = relay_options(config_, guard_);
+  options.metrics = &registry_;
+  server_ = std::make_unique<net::Server>(io_, config_.listen.host, config_.listen.port, options);
+  metrics::watch_guard_context(registry_, guard_);
+  metrics::HttpHandlers handlers;
+  handlers.metrics = [this] { return registry_.render(); };
+  handlers.not_ready_reason = [this] { return not_ready_reason(); };
+  metrics::HttpServerOptions http;
+  http.on_error = [](const std::string& what) { spdlog::warn("metrics endpoint: {}", what); };
+  metrics_server_ = std::make_unique<metrics::HttpServer>(io_, config_.metrics.host,
+                                                          config_.metrics.port, handlers, http);
+}
+
+std::optional<std::string> App::not_ready_reason() const {
+  if (shutting_down_) return "draining: shutting down";
+  std::optional<std::string> upstream = server_->upstream_unreachable();
+  if (upstream) return upstream;
+  return std::nullopt;
 }
 
 int App::run() {
   server_->start();
+  metrics_server_->start();
   spdlog::info("nackguard {} listening on {}:{}, forwarding to {}:{} ({} threads)", kVersion,
                config_.listen.host, config_.listen.port, config_.upstream.host,
                config_.upstream.port, config_.threads);
@@ -125,8 +159,10 @@ void App::reload() {
     config_.policies_dir = loaded.policies_dir;
     config_.log_level = loaded.log_level;
     spdlog::info("reload: {} policies loaded from {}", count, config_.policies_dir.string());
+    registry_.policy_reload(true);
   } catch (const config::ConfigError& e) {
     spdlog::error("reload failed, the previous policies stay in force: {}", e.what());
+    registry_.policy_reload(false);
   }
 }
 
@@ -143,6 +179,7 @@ void App::watch_drain() {
   drain_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     if (server_->live_connections() == 0) {
+      metrics_server_->stop();
       stop_signals_.cancel();
       reload_signal_.cancel();
       io_.stop();

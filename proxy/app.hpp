@@ -5,10 +5,15 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "proxy/config/config.hpp"
+#include "proxy/metrics/http_server.hpp"
+#include "proxy/metrics/metrics_listener.hpp"
+#include "proxy/metrics/registry.hpp"
 #include "proxy/net/log_listener.hpp"
 #include "proxy/net/server.hpp"
 #include "proxy/retry/policy_set.hpp"
@@ -29,15 +34,20 @@ class App {
   void begin_shutdown(int signal);
   void watch_drain();
 
+  std::optional<std::string> not_ready_reason() const;
+
   config::Config config_;
   net::LogListener log_listener_;
+  metrics::Registry registry_;
+  metrics::MetricsListener metrics_listener_;
   session::GuardContext guard_;
   boost::asio::io_context io_;
   std::unique_ptr<net::Server> server_;
+  std::unique_ptr<metrics::HttpServer> metrics_server_;
   boost::asio::signal_set stop_signals_;
   boost::asio::signal_set reload_signal_;
   boost::asio::steady_timer drain_timer_;
-  bool shutting_down_ = false;
+  std::atomic<bool> shutting_down_{false};
 };
 
 }  // namespace nackguard

@@ -56,7 +56,7 @@ std::optional<http::status> status_for(const boost::system::error_code& ec) {
 }
 
 http::response<http::string_body> make_response(const HttpReply& reply, unsigned version,
-                                                 bool keep_alive) {
+                                                bool keep_alive) {
   http::response<http::string_body> response{static_cast<http::status>(reply.status), version};
   response.set(http::field::server, "nackguard");
   response.set(http::field::content_type, reply.content_type);
@@ -204,16 +204,15 @@ asio::awaitable<void> HttpServer::State::accept_loop(std::shared_ptr<State> self
     }
     open.fetch_add(1, std::memory_order_relaxed);
     auto executor = connection->stream.get_executor();
-    asio::co_spawn(executor, serve(self, std::move(connection), id),
-                   [self](std::exception_ptr error) {
-                     if (!error) return;
-                     try {
-                       std::rethrow_exception(error);
-                     } catch (const std::exception& e) {
-                       self->report(std::string("metrics endpoint: connection ended by: ") +
-                                    e.what());
-                     }
-                   });
+    asio::co_spawn(
+        executor, serve(self, std::move(connection), id), [self](std::exception_ptr error) {
+          if (!error) return;
+          try {
+            std::rethrow_exception(error);
+          } catch (const std::exception& e) {
+            self->report(std::string("metrics endpoint: connection ended by: ") + e.what());
+          }
+        });
   }
 }
 
@@ -241,7 +240,8 @@ asio::awaitable<void> HttpServer::State::serve(std::shared_ptr<State> self,
     auto [read_ec, read_bytes] = co_await http::async_read(stream, buffer, parser, kUseTuple);
     if (read_ec) {
       if (auto status = status_for(read_ec)) {
-        co_await answer_and_close(stream, static_cast<unsigned>(*status), explain(*status, read_ec));
+        co_await answer_and_close(stream, static_cast<unsigned>(*status),
+                                  explain(*status, read_ec));
       } else {
         stream.close();
       }
@@ -274,8 +274,7 @@ std::string HttpServer::State::explain(http::status status,
       return "request header fields too large: at most " + std::to_string(options.header_limit) +
              " bytes\n";
     case http::status::payload_too_large:
-      return "request body too large: at most " + std::to_string(options.body_limit) +
-             " bytes\n";
+      return "request body too large: at most " + std::to_string(options.body_limit) + " bytes\n";
     default:
       return "bad request: " + ec.message() + "\n";
   }

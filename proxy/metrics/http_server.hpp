@@ -37,7 +37,7 @@ class HttpServer {
   // std::runtime_error naming address:port if that fails.
   HttpServer(boost::asio::io_context& io, const std::string& address, std::uint16_t port,
              HttpHandlers handlers, HttpServerOptions options = {});
-  // Stops accepting; connections still open finish on their own (or when the io_context goes).
+  // Calls stop(). Destroy it before its io_context.
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -15,46 +15,46 @@
 // X(id, type, help, labels...). Types: counter, gauge, histogram, and counter_source and
 // gauge_source, whose value is read at scrape time through Registry::set_source.
 // clang-format off
-#define NACKGUARD_METRICS(X)                                                                     \
-  X(build_info, gauge,                                                                          \
-    "Always 1; the version label names the running nackguard.", version)                       \
-  X(client_connections, gauge,                                                                  \
-    "Client connections open now.")                                                             \
-  X(upstream_connect_failures_total, counter,                                                   \
-    "Connections to the broker that could not be resolved, failed or timed out.")               \
-  X(frames_total, counter,                                                                      \
-    "AMQP frames relayed, by the direction they travelled.", direction)                         \
-  X(bytes_total, counter,                                                                       \
-    "Bytes of the AMQP frames relayed, by the direction they travelled.", direction)            \
-  X(deliveries_total, counter,                                                                  \
-    "Messages delivered by the broker to consumers, by queue.", queue)                          \
-  X(returns_total, counter,                                                                     \
-    "Messages the consumer gave back: nacks, rejects and recovers with requeue, and messages "  \
-    "unacked when its channel or connection ended.", queue)                                     \
-  X(requeues_total, counter,                                                                    \
-    "What became of each return: forwarded to the broker, republished with a delay, or "       \
-    "dead-lettered.", queue, action)                                                            \
-  X(dead_letters_total, counter,                                                                \
-    "Messages dead-lettered by nackguard, by reason.", queue, reason)                          \
-  X(fallbacks_total, counter,                                                                   \
-    "Republishes or dead-letters that could not be completed, so the consumer's requeue went "  \
-    "to the broker unchanged, by cause.", queue, cause)                                         \
-  X(outage, gauge,                                                                              \
-    "1 while most messages of the queue fail: returns are delayed and not counted towards "     \
-    "dead-lettering.", queue)                                                                   \
-  X(tracker_entries, gauge_source,                                                              \
-    "Return counts held in the redelivery tracker.")                                            \
-  X(tracker_evictions_total, counter_source,                                                    \
-    "Return counts dropped, least recently used first, to stay within tracker.max_entries.")   \
-  X(tracker_expiries_total, counter_source,                                                     \
-    "Return counts forgotten after tracker.idle_ttl without a return.")                         \
-  X(retained_body_bytes, gauge_source,                                                          \
-    "Message bytes held in memory for republishing and for deliveries held back.")              \
-  X(retained_body_bytes_limit, gauge_source,                                                    \
-    "limits.retained_body_bytes: past it, nackguard falls back to forwarding requeues.")        \
-  X(policy_reloads_total, counter,                                                              \
-    "Policy reloads, by result.", result)                                                       \
-  X(returns_before_dead_letter, histogram,                                                      \
+#define NACKGUARD_METRICS(X)                                                                       \
+  X(build_info, gauge,                                                                             \
+    "Always 1; the version label names the running nackguard.", version)                           \
+  X(client_connections, gauge,                                                                     \
+    "Client connections open now.")                                                                \
+  X(upstream_connect_failures_total, counter,                                                      \
+    "Connections to the broker that could not be resolved, failed or timed out.")                  \
+  X(frames_total, counter,                                                                         \
+    "AMQP frames relayed, by the direction they travelled.", direction)                            \
+  X(bytes_total, counter,                                                                          \
+    "Bytes of the AMQP frames relayed, by the direction they travelled.", direction)               \
+  X(deliveries_total, counter,                                                                     \
+    "Messages delivered by the broker to consumers, by queue.", queue)                             \
+  X(returns_total, counter,                                                                        \
+    "Messages the consumer gave back: nacks, rejects and recovers with requeue, and messages "     \
+    "unacked when its channel or connection ended.", queue)                                        \
+  X(requeues_total, counter,                                                                       \
+    "What became of each return: forwarded to the broker, republished with a delay, or "           \
+    "dead-lettered.", queue, action)                                                               \
+  X(dead_letters_total, counter,                                                                   \
+    "Messages dead-lettered by nackguard, by reason.", queue, reason)                              \
+  X(fallbacks_total, counter,                                                                      \
+    "Republishes or dead-letters that could not be completed, so the consumer's requeue went "     \
+    "to the broker unchanged, by cause.", queue, cause)                                            \
+  X(outage, gauge,                                                                                 \
+    "1 while most messages of the queue fail: returns are delayed and not counted towards "        \
+    "dead-lettering.", queue)                                                                      \
+  X(tracker_entries, gauge_source,                                                                 \
+    "Return counts held in the redelivery tracker.")                                               \
+  X(tracker_evictions_total, counter_source,                                                       \
+    "Return counts dropped, least recently used first, to stay within tracker.max_entries.")       \
+  X(tracker_expiries_total, counter_source,                                                        \
+    "Return counts forgotten after tracker.idle_ttl without a return.")                            \
+  X(retained_body_bytes, gauge_source,                                                             \
+    "Message bytes held in memory for republishing and for deliveries held back.")                 \
+  X(retained_body_bytes_limit, gauge_source,                                                       \
+    "limits.retained_body_bytes: past it, nackguard falls back to forwarding requeues.")           \
+  X(policy_reloads_total, counter,                                                                 \
+    "Policy reloads, by result.", result)                                                          \
+  X(returns_before_dead_letter, histogram,                                                         \
     "The return count of each message when it was dead-lettered.")
 // clang-format on
 
@@ -66,13 +66,7 @@ enum class Metric : std::uint8_t {
 #undef NACKGUARD_METRIC_ID
 };
 
-enum class MetricType : std::uint8_t {
-  counter,
-  gauge,
-  histogram,
-  counter_source,
-  gauge_source
-};
+enum class MetricType : std::uint8_t { counter, gauge, histogram, counter_source, gauge_source };
 
 // The Prometheus TYPE of a metric type.
 constexpr std::string_view prometheus_type(MetricType type) {

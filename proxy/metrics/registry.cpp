@@ -63,8 +63,8 @@ Registry::Registry(RegistryOptions options)
     if (family->def->type == MetricType::histogram) {
       family->histogram = std::make_unique<Histogram>();
       family->histogram->bounds = histogram_bounds(static_cast<Metric>(i));
-      family->histogram->buckets = std::make_unique<std::atomic<std::uint64_t>[]>(
-          family->histogram->bounds.size() + 1);
+      family->histogram->buckets =
+          std::make_unique<std::atomic<std::uint64_t>[]>(family->histogram->bounds.size() + 1);
     } else if (family->def->type == MetricType::counter || family->def->type == MetricType::gauge) {
       family->values =
           std::make_unique<std::atomic<std::uint64_t>[]>(family->queue_slots * family->fixed_count);

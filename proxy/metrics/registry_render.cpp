@@ -100,7 +100,8 @@ void Registry::render_family(std::string& out, const Family& family,
   const bool gauge = def.type == MetricType::gauge;
   const auto render_slot = [&](std::string_view queue, std::size_t queue_index) {
     for (std::size_t fixed = 0; fixed < family.fixed_count; ++fixed) {
-      const std::uint64_t value = family.values[queue_index * family.fixed_count + fixed].load(kRelaxed);
+      const std::uint64_t value =
+          family.values[queue_index * family.fixed_count + fixed].load(kRelaxed);
       append_series_name(out, def, queue, fixed, options_.version);
       out += ' ';
       if (gauge) {

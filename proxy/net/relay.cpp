@@ -35,22 +35,26 @@ Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
                                     : nullptr),
       session_(options_.session, guard_.get()),
       started_(Clock::now()) {
-  client_.socket = std::move(client);
+  client_.stream.tcp() = std::move(client);
   if (guard_) guard_->attach(session_);
 }
 
 asio::awaitable<void> Relay::run() {
   auto keep_alive = shared_from_this();
   boost::system::error_code ec;
-  client_.socket.set_option(tcp::no_delay(true), ec);
-  tcp::endpoint peer = client_.socket.remote_endpoint(ec);
+  client_.stream.tcp().set_option(tcp::no_delay(true), ec);
+  tcp::endpoint peer = client_.stream.tcp().remote_endpoint(ec);
   spdlog::debug("conn {}: accepted from {}:{}", id_, peer.address().to_string(), peer.port());
-  if (!co_await connect_upstream()) {
+  bool connected = co_await accept_tls(peer);
+  if (connected && !co_await connect_upstream()) {
+    connected = false;
+    if (options_.metrics) options_.metrics->upstream_connect_failed();
+  }
+  if (!connected) {
     close_socket(Side::client);
     done_ = true;
     co_return;
   }
-  broker_.socket.set_option(tcp::no_delay(true), ec);
   client_.last_read = broker_.last_read = Clock::now();
   co_await (reader(Side::client) && reader(Side::broker) && writer(Side::client) &&
             writer(Side::broker) && watchdog());
@@ -62,13 +66,47 @@ asio::awaitable<void> Relay::run() {
 }
 
 void Relay::begin_shutdown(std::chrono::milliseconds grace) {
-  asio::post(client_.socket.get_executor(), [self = shared_from_this(), grace] {
+  asio::post(client_.stream.get_executor(), [self = shared_from_this(), grace] {
     if (self->shutdown_at_) return;
     auto now = Clock::now();
     self->shutdown_at_ = now + grace;
     // Confirms that never come are given up after their own timeout; do not wait longer.
     self->shutdown_forced_at_ = now + grace + std::chrono::seconds(35);
   });
+}
+
+// Before any AMQP byte, within timeouts.handshake counted from the accept.
+asio::awaitable<bool> Relay::accept_tls(const tcp::endpoint& peer) {
+  if (!options_.tls.listen) co_return true;
+  client_.stream.start_tls(*options_.tls.listen);
+  auto failure = co_await client_.stream.handshake(
+      asio::ssl::stream_base::server, started_ + options_.handshake_timeout, TlsPeer::client);
+  if (!failure) co_return true;
+  std::string from = peer.address().to_string() + ":" + std::to_string(peer.port());
+  if (failure->timed_out) {
+    spdlog::info(
+        "conn {}: closed: the TLS handshake with client {} did not complete within {} ms "
+        "(timeouts.handshake)",
+        id_, from, options_.handshake_timeout.count());
+  } else if (failure->peer_closed) {
+    // A TCP health check, most likely: not worth a warning every few seconds.
+    spdlog::debug("conn {}: client {} closed the connection during the TLS handshake", id_, from);
+  } else {
+    spdlog::warn("conn {}: TLS handshake with client {} failed: {}", id_, from, failure->reason);
+  }
+  co_return false;
+}
+
+void Relay::report_traffic(Side side) {
+  if (!options_.metrics) return;
+  const session::SessionStats& stats = session_.stats();
+  auto i = static_cast<std::size_t>(side);
+  options_.metrics->add_traffic(side == Side::client ? metrics::Direction::client_to_broker
+                                                     : metrics::Direction::broker_to_client,
+                                stats.frames[i] - reported_frames_[i],
+                                stats.bytes[i] - reported_bytes_[i]);
+  reported_frames_[i] = stats.frames[i];
+  reported_bytes_[i] = stats.bytes[i];
 }
 
 asio::awaitable<bool> Relay::connect_upstream() {
@@ -82,7 +120,7 @@ asio::awaitable<bool> Relay::connect_upstream() {
     co_return false;
   }
   asio::steady_timer deadline(executor, options_.connect_timeout);
-  auto result = co_await (asio::async_connect(broker_.socket, endpoints, kUseTuple) ||
+  auto result = co_await (asio::async_connect(broker_.stream.tcp(), endpoints, kUseTuple) ||
                           deadline.async_wait(kUseTuple));
   std::string target = options_.upstream_host + ":" + std::to_string(options_.upstream_port);
   if (result.index() == 1) {
@@ -96,7 +134,24 @@ asio::awaitable<bool> Relay::connect_upstream() {
                  connect_ec.message());
     co_return false;
   }
-  co_return true;
+  boost::system::error_code ignored;
+  broker_.stream.tcp().set_option(tcp::no_delay(true), ignored);
+  if (!options_.tls.upstream) co_return true;
+  expect_broker_identity(broker_.stream.start_tls(*options_.tls.upstream).native_handle(),
+                         options_.tls);
+  auto failure = co_await broker_.stream.handshake(asio::ssl::stream_base::client,
+                                                   deadline.expiry(), TlsPeer::broker);
+  if (!failure) co_return true;
+  if (failure->timed_out) {
+    spdlog::warn(
+        "conn {}: the TLS handshake with upstream {} did not complete within {} ms "
+        "(upstream.connect_timeout)",
+        id_, target, options_.connect_timeout.count());
+  } else {
+    spdlog::warn("conn {}: TLS handshake with upstream {} failed: {}", id_, target,
+                 failure->reason);
+  }
+  co_return false;
 }
 
 bool Relay::now_ready_to_close() const {
@@ -118,9 +173,7 @@ void Relay::close_socket(Side side) {
   Endpoint& e = end(side);
   if (e.closed) return;
   e.closed = true;
-  boost::system::error_code ignored;
-  e.socket.shutdown(tcp::socket::shutdown_both, ignored);
-  e.socket.close(ignored);
+  e.stream.close();
   e.wake_reader.cancel();
   e.wake_writer.cancel();
   end(other(side)).wake_reader.cancel();
@@ -137,7 +190,7 @@ asio::awaitable<void> Relay::reader(Side side) {
       peer.wake_reader.expires_at(Clock::time_point::max());
       co_await peer.wake_reader.async_wait(kUseTuple);
     }
-    auto [ec, n] = co_await self.socket.async_read_some(asio::buffer(buffer), kUseTuple);
+    auto [ec, n] = co_await self.stream.async_read_some(asio::buffer(buffer), kUseTuple);
     if (ec) {
       if (!session_.input_closed(side)) {
         spdlog::debug("conn {}: {} side closed: {}", id_, session::to_string(side), ec.message());
@@ -148,6 +201,7 @@ asio::awaitable<void> Relay::reader(Side side) {
     }
     self.last_read = Clock::now();
     session_.feed(side, amqp::ByteView(buffer.data(), n));
+    report_traffic(side);
     wake_writers();
   }
 }
@@ -160,7 +214,7 @@ asio::awaitable<void> Relay::writer(Side side) {
     if (!pending.empty()) {
       writing.swap(pending);
       self.writing = writing.size();
-      auto [ec, n] = co_await asio::async_write(self.socket, asio::buffer(writing), kUseTuple);
+      auto [ec, n] = co_await asio::async_write(self.stream, asio::buffer(writing), kUseTuple);
       self.writing = 0;
       writing.clear();
       self.wake_reader.cancel();
@@ -174,8 +228,7 @@ asio::awaitable<void> Relay::writer(Side side) {
       continue;
     }
     if (session_.close_after_flush(side)) {
-      boost::system::error_code ignored;
-      self.socket.shutdown(tcp::socket::shutdown_send, ignored);
+      co_await self.stream.shutdown_send(kLinger);
       self.wake_writer.expires_after(kLinger);
       co_await self.wake_writer.async_wait(kUseTuple);
       close_socket(side);

@@ -12,6 +12,9 @@
 #include <memory>
 #include <string>
 
+#include "proxy/net/stream.hpp"
+#include "proxy/net/tls.hpp"
+#include "proxy/metrics/registry.hpp"
 #include "proxy/session/guard.hpp"
 #include "proxy/session/session.hpp"
 
@@ -20,13 +23,15 @@ namespace nackguard::net {
 struct RelayOptions {
   std::string upstream_host;
   std::uint16_t upstream_port = 5672;
-  std::chrono::milliseconds connect_timeout{5000};
-  std::chrono::milliseconds handshake_timeout{10000};
+  std::chrono::milliseconds connect_timeout{5000};     // the TLS handshake included
+  std::chrono::milliseconds handshake_timeout{10000};  // the client's TLS handshake included
+  TlsContexts tls;                                     // no context: plain TCP on that side
   // Output buffered towards one side beyond this stops reading from the other side.
   std::size_t buffer_bytes = 1 << 20;
   session::SessionOptions session;
   // Shared by every connection's guard; nullptr: forward everything, bound nothing.
   session::GuardContext* guard_context = nullptr;
+  metrics::Registry* metrics = nullptr;  // nullptr: nothing counted
 };
 
 class Relay : public std::enable_shared_from_this<Relay> {
@@ -39,7 +44,7 @@ class Relay : public std::enable_shared_from_this<Relay> {
   // in, the client is closed with connection.close 320. Thread-safe.
   void begin_shutdown(std::chrono::milliseconds grace);
   bool finished() const { return done_.load(); }
-  boost::asio::any_io_executor executor() { return client_.socket.get_executor(); }
+  boost::asio::any_io_executor executor() { return client_.stream.get_executor(); }
 
  private:
   using Side = session::Side;
@@ -47,8 +52,8 @@ class Relay : public std::enable_shared_from_this<Relay> {
 
   struct Endpoint {
     explicit Endpoint(boost::asio::any_io_executor executor)
-        : socket(executor), wake_writer(executor), wake_reader(executor) {}
-    boost::asio::ip::tcp::socket socket;
+        : stream(Stream::Tcp(executor)), wake_writer(executor), wake_reader(executor) {}
+    Stream stream;
     boost::asio::steady_timer wake_writer;  // cancelled when there is output for this side
     boost::asio::steady_timer wake_reader;  // cancelled when this side's writer drained output
     std::chrono::steady_clock::time_point last_read;
@@ -57,7 +62,10 @@ class Relay : public std::enable_shared_from_this<Relay> {
   };
 
   Endpoint& end(Side side) { return side == Side::client ? client_ : broker_; }
+  boost::asio::awaitable<bool> accept_tls(const boost::asio::ip::tcp::endpoint& peer);
   boost::asio::awaitable<bool> connect_upstream();
+  // Adds what the session counted since the last call to the metrics.
+  void report_traffic(Side side);
   boost::asio::awaitable<void> reader(Side side);
   boost::asio::awaitable<void> writer(Side side);
   boost::asio::awaitable<void> watchdog();
@@ -76,6 +84,8 @@ class Relay : public std::enable_shared_from_this<Relay> {
   std::optional<std::chrono::steady_clock::time_point> shutdown_at_;
   std::chrono::steady_clock::time_point shutdown_forced_at_;
   std::atomic<bool> done_{false};
+  std::array<std::uint64_t, 2> reported_frames_{};
+  std::array<std::uint64_t, 2> reported_bytes_{};
 };
 
 }  // namespace nackguard::net

@@ -3,6 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/strand.hpp>
@@ -12,6 +16,7 @@ namespace nackguard::net {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using namespace asio::experimental::awaitable_operators;
 
 Server::Server(asio::io_context& io, const std::string& address, std::uint16_t port,
                RelayOptions options)
@@ -33,6 +38,50 @@ Server::Server(asio::io_context& io, const std::string& address, std::uint16_t p
 
 void Server::start() {
   asio::co_spawn(acceptor_.get_executor(), accept_loop(), asio::detached);
+  asio::co_spawn(acceptor_.get_executor(), probe_upstream(), asio::detached);
+}
+
+std::optional<std::string> Server::upstream_unreachable() const {
+  std::lock_guard lock(probe_mutex_);
+  return upstream_problem_;
+}
+
+asio::awaitable<void> Server::probe_upstream() {
+  // A bare TCP connect, closed at once: enough to know the broker's port answers, and cheap
+  // for the broker. Until the first probe ends, the broker counts as unreachable.
+  {
+    std::lock_guard lock(probe_mutex_);
+    upstream_problem_ = "the broker has not been reached yet";
+  }
+  auto executor = co_await asio::this_coro::executor;
+  asio::steady_timer pause(executor);
+  std::string target = options_.upstream_host + ":" + std::to_string(options_.upstream_port);
+  while (acceptor_.is_open()) {
+    tcp::resolver resolver(executor);
+    auto [resolve_ec, endpoints] = co_await resolver.async_resolve(
+        options_.upstream_host, std::to_string(options_.upstream_port),
+        asio::as_tuple(asio::use_awaitable));
+    std::optional<std::string> problem;
+    if (resolve_ec) {
+      problem = "cannot resolve upstream " + target + ": " + resolve_ec.message();
+    } else {
+      tcp::socket socket(executor);
+      asio::steady_timer deadline(executor, options_.connect_timeout);
+      auto result = co_await (asio::async_connect(socket, endpoints, asio::as_tuple(asio::use_awaitable)) ||
+                              deadline.async_wait(asio::as_tuple(asio::use_awaitable)));
+      if (result.index() == 1) {
+        problem = "upstream " + target + " did not answer within upstream.connect_timeout";
+      } else if (auto [connect_ec, endpoint] = std::get<0>(result); connect_ec) {
+        problem = "upstream " + target + " does not answer: " + connect_ec.message();
+      }
+    }
+    {
+      std::lock_guard lock(probe_mutex_);
+      upstream_problem_ = problem;
+    }
+    pause.expires_after(std::chrono::seconds(5));
+    co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
 }
 
 void Server::stop() {
@@ -80,7 +129,10 @@ asio::awaitable<void> Server::accept_loop() {
       relays_.push_back(relay);
     }
     auto executor = relay->executor();
-    asio::co_spawn(executor, relay->run(), [id](std::exception_ptr error) {
+    metrics::Registry* metrics = options_.metrics;
+    if (metrics) metrics->client_connected();
+    asio::co_spawn(executor, relay->run(), [id, metrics](std::exception_ptr error) {
+      if (metrics) metrics->client_disconnected();
       if (!error) return;
       try {
         std::rethrow_exception(error);

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -26,10 +28,14 @@ class Server {
   void shutdown(std::chrono::milliseconds grace);
   // Connections still running.
   std::size_t live_connections();
+  // Why the broker looks unreachable (a TCP connect to upstream, tried every few seconds,
+  // failed), or nullopt while it answers.
+  std::optional<std::string> upstream_unreachable() const;
   boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
 
  private:
   boost::asio::awaitable<void> accept_loop();
+  boost::asio::awaitable<void> probe_upstream();
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
@@ -37,6 +43,9 @@ class Server {
   std::atomic<std::uint64_t> next_id_{1};
   std::mutex relays_mutex_;
   std::vector<std::weak_ptr<Relay>> relays_;
+  mutable std::mutex probe_mutex_;
+  std::optional<std::string> upstream_problem_;  // guarded by probe_mutex_
+  bool stopped_ = false;
 };
 
 }  // namespace nackguard::net

@@ -17,8 +17,8 @@ class RecordingListener : public session::GuardListener {
   }
   void on_dead_letter(std::string_view queue, std::string_view identity, std::uint32_t returns,
                       retry::DeadLetterReason reason) override {
-    events.push_back("dead_letter " + s(queue) + " " + s(identity) + " " +
-                     std::to_string(returns) + " " + s(retry::to_string(reason)));
+    events.push_back("dead_letter " + s(queue) + " " + s(identity) + " " + std::to_string(returns) +
+                     " " + s(retry::to_string(reason)));
   }
   void on_fallback(std::string_view queue, std::string_view cause,
                    std::string_view detail) override {
@@ -100,9 +100,8 @@ TEST(WatchGuardContext, ReadsTrackerAndBudgetAtScrapeTime) {
   EXPECT_TRUE(has_line(page, "nackguard_retained_body_bytes_limit 1000"));
 
   for (int i = 0; i < 3; ++i) {
-    context.tracker().upsert(retry::make_key("q", std::to_string(i)), 1000, [](auto& e) {
-      ++e.returns;
-    });
+    context.tracker().upsert(retry::make_key("q", std::to_string(i)), 1000,
+                             [](auto& e) { ++e.returns; });
   }
   ASSERT_TRUE(context.budget().try_reserve(300));
   page = registry.render();

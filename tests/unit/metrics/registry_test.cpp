@@ -48,7 +48,8 @@ TEST(Registry, RendersEveryMetricInDeclaredOrder) {
   registry.policy_reload(true);
   registry.set_source(Metric::tracker_entries, [] { return 7.0; });
 
-  const std::string expected = R"(# HELP nackguard_build_info Always 1; the version label names the running nackguard.
+  const std::string expected =
+      R"(# HELP nackguard_build_info Always 1; the version label names the running nackguard.
 # TYPE nackguard_build_info gauge
 nackguard_build_info{version="1.2.3"} 1
 # HELP nackguard_client_connections Client connections open now.
@@ -268,7 +269,8 @@ TEST(Registry, CountersNeverDecreaseUnderConcurrentUpdates) {
   std::map<std::string, double> last;
   auto check = [&] {
     for (const auto& [series, text] : samples(registry.render())) {
-      if (series.find("_total") == std::string::npos && series.find("_bucket") == std::string::npos &&
+      if (series.find("_total") == std::string::npos &&
+          series.find("_bucket") == std::string::npos &&
           series.find("_count") == std::string::npos && series.find("_sum") == std::string::npos) {
         continue;
       }

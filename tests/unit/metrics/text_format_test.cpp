@@ -41,21 +41,20 @@ TEST_P(LabelValueEscaping, EscapesPerTextFormat) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, LabelValueEscaping,
-    testing::Values(EscapeCase{"plain", "orders.eu-1", "orders.eu-1"},
-                    EscapeCase{"empty", "", ""},
-                    EscapeCase{"backslash", R"(a\b)", R"(a\\b)"},
-                    EscapeCase{"double_quote", R"(say "hi")", R"(say \"hi\")"},
-                    EscapeCase{"newline", "two\nlines", R"(two\nlines)"},
-                    EscapeCase{"all_three", "\\\"\n", R"(\\\"\n)"},
-                    EscapeCase{"tab_and_cr_kept", "a\tb\rc", "a\tb\rc"},
-                    EscapeCase{"utf8_kept", "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x90\x87",
-                               "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x90\x87"},
-                    EscapeCase{"invalid_byte_replaced", "a\xFFz", "a\xEF\xBF\xBDz"},
-                    EscapeCase{"truncated_sequence_replaced", "a\xE2\x82", "a\xEF\xBF\xBD\xEF\xBF\xBD"},
-                    EscapeCase{"overlong_replaced", "\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},
-                    EscapeCase{"surrogate_replaced", "\xED\xA0\x80",
-                               "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
-                    EscapeCase{"nul_kept", std::string("a\0b", 3), std::string("a\0b", 3)}),
+    testing::Values(
+        EscapeCase{"plain", "orders.eu-1", "orders.eu-1"}, EscapeCase{"empty", "", ""},
+        EscapeCase{"backslash", R"(a\b)", R"(a\\b)"},
+        EscapeCase{"double_quote", R"(say "hi")", R"(say \"hi\")"},
+        EscapeCase{"newline", "two\nlines", R"(two\nlines)"},
+        EscapeCase{"all_three", "\\\"\n", R"(\\\"\n)"},
+        EscapeCase{"tab_and_cr_kept", "a\tb\rc", "a\tb\rc"},
+        EscapeCase{"utf8_kept", "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x90\x87",
+                   "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x90\x87"},
+        EscapeCase{"invalid_byte_replaced", "a\xFFz", "a\xEF\xBF\xBDz"},
+        EscapeCase{"truncated_sequence_replaced", "a\xE2\x82", "a\xEF\xBF\xBD\xEF\xBF\xBD"},
+        EscapeCase{"overlong_replaced", "\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},
+        EscapeCase{"surrogate_replaced", "\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        EscapeCase{"nul_kept", std::string("a\0b", 3), std::string("a\0b", 3)}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Help, EscapesBackslashAndNewlineButNotQuotes) {

@@ -1,0 +1,62 @@
+#include "proxy/net/stream.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace nackguard::net {
+
+namespace asio = boost::asio;
+using namespace asio::experimental::awaitable_operators;
+
+namespace {
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+}  // namespace
+
+Stream::Tcp& Stream::tcp() {
+  if (Tls* secure = tls()) return secure->next_layer();
+  return std::get<Tcp>(stream_);
+}
+
+Stream::Tls& Stream::start_tls(asio::ssl::context& context) {
+  Tcp socket = std::move(std::get<Tcp>(stream_));
+  return stream_.emplace<Tls>(std::move(socket), context);
+}
+
+asio::awaitable<std::optional<HandshakeFailure>> Stream::handshake(
+    asio::ssl::stream_base::handshake_type type, std::chrono::steady_clock::time_point deadline,
+    TlsPeer peer) {
+  Tls* secure = tls();
+  if (secure == nullptr) co_return std::nullopt;
+  asio::steady_timer timer(get_executor(), deadline);
+  auto result = co_await (secure->async_handshake(type, kUseTuple) || timer.async_wait(kUseTuple));
+  HandshakeFailure failure;
+  if (result.index() == 1) {
+    failure.timed_out = true;
+    co_return failure;
+  }
+  auto [error] = std::get<0>(result);
+  if (!error) co_return std::nullopt;
+  failure.peer_closed = error == asio::ssl::error::stream_truncated || error == asio::error::eof;
+  failure.reason = describe_handshake_error(error, secure->native_handle(), peer);
+  co_return failure;
+}
+
+asio::awaitable<void> Stream::shutdown_send(std::chrono::milliseconds limit) {
+  if (Tls* secure = tls()) {
+    asio::steady_timer timer(get_executor(), limit);
+    co_await (secure->async_shutdown(kUseTuple) || timer.async_wait(kUseTuple));
+  }
+  boost::system::error_code ignored;
+  tcp().shutdown(Tcp::shutdown_send, ignored);
+}
+
+void Stream::close() {
+  boost::system::error_code ignored;
+  Tcp& socket = tcp();
+  socket.shutdown(Tcp::shutdown_both, ignored);
+  socket.close(ignored);
+}
+
+}  // namespace nackguard::net

@@ -1,0 +1,78 @@
+#pragma once
+// One side's byte stream: a TCP socket, or TLS over one. The relay reads and writes through a
+// Stream on both sides and never needs to know which it is.
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "proxy/net/tls.hpp"
+
+namespace nackguard::net {
+
+// Why a TLS handshake did not complete.
+struct HandshakeFailure {
+  bool timed_out = false;
+  // The peer hung up without a word, as a TCP health check does.
+  bool peer_closed = false;
+  std::string reason;  // describe_handshake_error's text; empty when timed out
+};
+
+class Stream {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+  using Tcp = boost::asio::ip::tcp::socket;
+  using Tls = boost::asio::ssl::stream<Tcp>;
+
+  explicit Stream(Tcp socket) : stream_(std::in_place_type<Tcp>, std::move(socket)) {}
+
+  executor_type get_executor() { return tcp().get_executor(); }
+  // The TCP connection underneath: for connect, options, addresses.
+  Tcp& tcp();
+  // nullptr while the stream is plain TCP.
+  Tls* tls() { return std::get_if<Tls>(&stream_); }
+
+  // Puts TLS over the TCP connection, before any byte has been read or written.
+  Tls& start_tls(boost::asio::ssl::context& context);
+  // The TLS handshake, given up at `deadline`; nullopt when it completed.
+  boost::asio::awaitable<std::optional<HandshakeFailure>> handshake(
+      boost::asio::ssl::stream_base::handshake_type type,
+      std::chrono::steady_clock::time_point deadline, TlsPeer peer);
+
+  template <typename Buffers, typename Token>
+  auto async_read_some(const Buffers& buffers, Token&& token) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+        [this](auto handler, const Buffers& b) {
+          std::visit([&](auto& s) { s.async_read_some(b, std::move(handler)); }, stream_);
+        },
+        token, buffers);
+  }
+
+  template <typename Buffers, typename Token>
+  auto async_write_some(const Buffers& buffers, Token&& token) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+        [this](auto handler, const Buffers& b) {
+          std::visit([&](auto& s) { s.async_write_some(b, std::move(handler)); }, stream_);
+        },
+        token, buffers);
+  }
+
+  // Nothing more will be sent: with TLS a close_notify first (waiting at most `limit` for the
+  // peer's), then the TCP FIN. Reading goes on.
+  boost::asio::awaitable<void> shutdown_send(std::chrono::milliseconds limit);
+  // Both ways at once, without a close_notify; errors are ignored, so it is safe twice.
+  void close();
+
+ private:
+  std::variant<Tcp, Tls> stream_;
+};
+
+}  // namespace nackguard::net

@@ -1,0 +1,45 @@
+#pragma once
+// TLS for both sides (docs/tls.md): OpenSSL contexts built from listen.tls and upstream.tls at
+// start, so that a certificate or key OpenSSL refuses stops the start like any other config
+// error; and the words a person needs when a handshake fails.
+
+#include <openssl/ssl.h>
+
+#include <boost/asio/ssl/context.hpp>
+#include <boost/system/error_code.hpp>
+#include <memory>
+#include <string>
+
+#include "proxy/config/config.hpp"
+
+namespace nackguard::net {
+
+struct TlsContexts {
+  // listen.tls: every client must speak TLS. nullptr: plain TCP.
+  std::shared_ptr<boost::asio::ssl::context> listen;
+  // upstream.tls. nullptr: plain TCP to the broker.
+  std::shared_ptr<boost::asio::ssl::context> upstream;
+  // Sent as SNI (unless an IP address), and the name the broker's certificate must carry.
+  std::string upstream_server_name;
+  bool upstream_verify = true;
+};
+
+// TLS 1.2 and later only. Throws config::ConfigError naming the key (file:line:column), the
+// file and OpenSSL's reason: a file that is not PEM, an encrypted key, a key that does not
+// match its certificate. Contexts are shared by every connection (OpenSSL allows that).
+TlsContexts load_tls(const config::Config& config);
+
+// Before the handshake with the broker: SNI, and the host name (or IP address) its certificate
+// is checked against when verifying.
+void expect_broker_identity(SSL* ssl, const TlsContexts& tls);
+
+// Which end of the proxy a handshake was with; it decides what a person should check.
+enum class TlsPeer { client, broker };
+
+// Why a handshake failed in OpenSSL's words, with the certificate check's result when that
+// failed and what to check, e.g. "certificate verify failed: certificate has expired; renew
+// the broker's certificate".
+std::string describe_handshake_error(const boost::system::error_code& error, const SSL* ssl,
+                                     TlsPeer peer);
+
+}  // namespace nackguard::net
