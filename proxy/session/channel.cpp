@@ -16,6 +16,8 @@ std::string_view to_string(ReturnCause cause) {
       return "channel_closed";
     case ReturnCause::connection_closed:
       return "connection_closed";
+    case ReturnCause::broker_lost:
+      return "broker_lost";
   }
   return "unknown";
 }

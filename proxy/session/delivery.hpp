@@ -40,7 +40,9 @@ struct Delivery {
 };
 
 // Why the broker will deliver a message again.
-enum class ReturnCause { nack, reject, recover, channel_closed, connection_closed };
+// connection_closed: the client's connection ended (it closed, crashed or sent garbage);
+// broker_lost: the broker's side ended or closed the connection, which is no consumer's doing.
+enum class ReturnCause { nack, reject, recover, channel_closed, connection_closed, broker_lost };
 std::string_view to_string(ReturnCause cause);
 
 enum class SettleKind { ack, nack, reject };

@@ -248,6 +248,7 @@ void Guard::on_returned(const Delivery& d, ReturnCause cause) {
     return;
   }
   if (d.held) return;  // never handed out: not the consumer's doing
+  if (cause == ReturnCause::broker_lost) return;  // a broker restart is no consumer's crash
   Identified id;
   if (!identify(d, id) || !id.identity) return;
   Intent intent;
@@ -300,14 +301,17 @@ void Guard::execute(const Delivery& d) {
   if (!props.headers) props.headers.emplace();
   amqp::FieldTable& headers = *props.headers;
   headers.set(kReturnsHeader, amqp::FieldValue::i64(intent.decision.returns));
-  headers.set(kFirstReturnHeader, amqp::FieldValue::timestamp(to_seconds(intent.first_return_ms)));
+  // A return during an outage is not counted and may have no first return time yet.
+  std::int64_t first_return = intent.first_return_ms != 0 ? intent.first_return_ms : now;
+  std::int64_t last_return = intent.last_return_ms != 0 ? intent.last_return_ms : now;
+  headers.set(kFirstReturnHeader, amqp::FieldValue::timestamp(to_seconds(first_return)));
   set_if_absent(headers, kOriginalExchangeHeader, amqp::FieldValue::string(d.exchange));
   set_if_absent(headers, kOriginalRoutingKeyHeader, amqp::FieldValue::string(d.routing_key));
 
   if (dead_letter) {
     headers.set(kReasonHeader,
                 amqp::FieldValue::string(std::string(retry::to_string(intent.decision.reason))));
-    headers.set(kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(intent.last_return_ms)));
+    headers.set(kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return)));
     headers.set(kQueueHeader, amqp::FieldValue::string(intent.queue));
     request.exchange = policy.dead_letter.exchange;
     request.routing_key = policy.dead_letter.routing_key_for(intent.queue);

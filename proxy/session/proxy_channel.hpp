@@ -71,6 +71,7 @@ class ProxyChannel {
     std::string routing_key;
     std::int64_t deadline_ms = 0;
     bool returned = false;
+    std::string ensured_queue;  // the queue declared for it, if any
   };
 
   void pump(std::int64_t now_ms);

@@ -195,7 +195,8 @@ void Session::protocol_error(Side offender, std::uint16_t code, std::string text
     amqp::append_method_frame(forced, 0, to_client);
     emit(Side::client, forced);
   }
-  end_all_channels(ReturnCause::connection_closed);
+  end_all_channels(offender == Side::broker ? ReturnCause::broker_lost
+                                            : ReturnCause::connection_closed);
   close_both_after_flush();
 }
 
@@ -217,7 +218,8 @@ void Session::on_eof(Side side) {
     amqp::append_method_frame(frame, 0, close);
     emit(Side::client, frame);
   }
-  end_all_channels(ReturnCause::connection_closed);
+  end_all_channels(side == Side::broker ? ReturnCause::broker_lost
+                                        : ReturnCause::connection_closed);
   close_both_after_flush();
 }
 
@@ -420,8 +422,9 @@ void Session::handle_client_connection_method(const Frame& frame, std::uint32_t 
       break;
     }
     case mid::connection_close_ok:
+      // The client answers the broker's connection.close: the broker ended it.
       emit(Side::broker, frame.raw);
-      end_all_channels(ReturnCause::connection_closed);
+      end_all_channels(ReturnCause::broker_lost);
       close_both_after_flush();
       return;
     default:

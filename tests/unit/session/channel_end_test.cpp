@@ -79,7 +79,7 @@ TEST_F(SessionChannelEnd, BrokerEofReturnsEverythingAndTellsTheClient) {
   link.observer.take_events();
   link.session.on_eof(Side::broker);
   EXPECT_EQ(link.observer.take_events(),
-            (Events{"returned ch1 b1 connection_closed", "returned ch1 b2 connection_closed"}));
+            (Events{"returned ch1 b1 broker_lost", "returned ch1 b2 broker_lost"}));
   std::vector<WireFrame> out = link.to_client();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(decode_as<amqp::ConnectionClose>(out[0]).reply_code, 320);
@@ -97,7 +97,7 @@ TEST_F(SessionChannelEnd, DeliveryCutOffMidBodyIsReturned) {
   link.broker(cat({method(1, deliver_method("c1", 1)), header(1, 10), body(1, "12345")}));
   EXPECT_EQ(link.observer.take_events(), Events{"delivery ch1 b1"});
   link.session.on_eof(Side::broker);
-  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 connection_closed"});
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 broker_lost"});
 }
 
 TEST_F(SessionChannelEnd, ClientConnectionCloseHandshake) {
@@ -130,7 +130,7 @@ TEST_F(SessionChannelEnd, BrokerConnectionCloseHandshake) {
   broker_passes(method(0, close));
   EXPECT_EQ(link.observer.take_events(), Events{});
   client_passes(method(0, amqp::ConnectionCloseOk{}));
-  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 connection_closed"});
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 broker_lost"});
   EXPECT_TRUE(link.session.finished());
 }
 

@@ -62,9 +62,7 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   EXPECT_EQ(entries[1].second.type, 's');
   using amqp::FieldValue;
   const auto expect_header = [&](const char* name, const FieldValue& value) {
-    const FieldValue* got = copy.header_value(name);
-    ASSERT_NE(got, nullptr) << name;
-    EXPECT_EQ(*got, value) << name;
+    EXPECT_EQ(copy.header_text(name), text(value)) << name;
   };
   expect_header("x-nackguard-reason", FieldValue::string("max_redeliveries"));
   expect_header("x-nackguard-returns", FieldValue::i64(3));
@@ -126,8 +124,9 @@ TEST_F(GuardDeadLetter, HeaderCountFromAnEarlierTripCountsAgainstTheLimit) {
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   Copy copy = take_copy(to_broker());
-  EXPECT_EQ(*copy.header_value("x-nackguard-returns"), amqp::FieldValue::i64(6));
-  EXPECT_EQ(*copy.header_value("x-nackguard-reason"), amqp::FieldValue::string("max_redeliveries"));
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(6)));
+  EXPECT_EQ(copy.header_text("x-nackguard-reason"),
+            text(amqp::FieldValue::string("max_redeliveries")));
   // The header is replaced where it was, not appended twice.
   EXPECT_EQ(copy.header.properties.headers->entries.size(), 3u + 6u);
   EXPECT_EQ(copy.header.properties.headers->entries[2].first, "x-nackguard-returns");
@@ -186,6 +185,65 @@ TEST_F(GuardDeadLetter, ExchangeOfThePolicyIsUsedWithoutDeclaringAnything) {
   EXPECT_EQ(copy.publish.routing_key, "dead.q");
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(1)}));
+}
+
+TEST_F(GuardDeadLetter, MultipleNackIsSplitBetweenTheBrokerAndTheProxy) {
+  start(policy(1));
+  deliver_passes(delivery(1, message("m1")));     // its first return: within the limit
+  deliver_passes(delivery(2, message("m2", 1)));  // its second: past it
+  deliver_passes(delivery(3, message("m3", 1)));
+  client(nack(3, true, /*multiple=*/true));
+  // Only m1's requeue reaches the broker, as a single nack: a multiple one would take the
+  // deliveries the proxy now owns with it. (The proxy's channel.open was sent while the
+  // client's frame was being taken apart.)
+  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelOpen{}), nack(1, true)}));
+  broker(method(kProxyChannel, amqp::ChannelOpenOk{}));
+  broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
+  broker(declare_ok("q.dlq"));
+  std::vector<Wire> sent = to_broker();
+  ASSERT_EQ(sent.size(), 2u + 3u + 3u);  // select and declare, then two copies
+  Copy first = take_copy(sent, 2), second = take_copy(sent, 5);
+  EXPECT_EQ(first.body, bytes_of(message("m2").body));
+  EXPECT_EQ(second.body, bytes_of(message("m3").body));
+  confirm(2, true);
+  EXPECT_EQ(to_broker(), frames({ack(2), ack(3)}));
+  EXPECT_EQ(listener.dead_letters.size(), 2u);
+}
+
+TEST_F(GuardDeadLetter, CopyIsSplitByTheNegotiatedFrameMax) {
+  start(policy(0));
+  connect(kProxyChannel, /*frame_max=*/4096);
+  Message m = message("big");
+  m.body.assign(10000, 'x');
+  for (std::size_t i = 0; i < m.body.size(); ++i) m.body[i] = static_cast<char>(i % 251);
+  deliver_passes(delivery(1, m.properties, m.body, false, "ex", "rk", 4088));
+  client(nack(1));
+  open_proxy_channel();
+  broker(declare_ok("q.dlq"));
+  std::vector<Wire> sent = to_broker();
+  Copy copy = take_copy(sent);
+  ASSERT_EQ(copy.frames, 2u + 3u);
+  for (std::size_t i = 2; i < sent.size(); ++i) {
+    EXPECT_LE(sent[i].payload.size() + amqp::kFrameOverhead, 4096u) << "frame " << i;
+  }
+  EXPECT_EQ(copy.body, bytes_of(m.body));
+}
+
+TEST_F(GuardDeadLetter, PolicyReloadWhileACopyIsInFlight) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  open_proxy_channel();
+  broker(declare_ok("q.dlq"));
+  to_broker();
+  // The new policies allow 5 returns; the copy in flight finishes under the old decision.
+  context->set_policies(
+      std::make_shared<const retry::PolicySet>(std::vector<retry::Policy>{policy(5)}));
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  ASSERT_EQ(listener.dead_letters.size(), 1u);
+  deliver_passes(delivery(2, message("m2")));
+  client_passes(nack(2));
 }
 
 TEST_F(GuardDeadLetter, NackWithoutRequeueIsTheConsumersOwnAndPassesUncounted) {

@@ -63,15 +63,15 @@ TEST_F(GuardDelay, EachReturnGoesToTheDelayQueueOfItsBackoff) {
   EXPECT_TRUE(first.publish.mandatory);
   EXPECT_EQ(first.body, bytes_of(m.body));
   EXPECT_EQ(without_headers(first.header.properties), without_headers(m.properties));
-  EXPECT_EQ(*first.header_value("x-nackguard-returns"), FieldValue::i64(1));
-  EXPECT_EQ(*first.header_value("x-nackguard-first-return"),
-            FieldValue::timestamp(seconds(first_return)));
-  EXPECT_EQ(*first.header_value("x-original-exchange"), FieldValue::string("ex"));
-  EXPECT_EQ(*first.header_value("x-original-routingKey"), FieldValue::string("rk"));
+  EXPECT_EQ(first.header_text("x-nackguard-returns"), text(FieldValue::i64(1)));
+  EXPECT_EQ(first.header_text("x-nackguard-first-return"),
+            text(FieldValue::timestamp(seconds(first_return))));
+  EXPECT_EQ(first.header_text("x-original-exchange"), text(FieldValue::string("ex")));
+  EXPECT_EQ(first.header_text("x-original-routingKey"), text(FieldValue::string("rk")));
   // Not a dead-letter: no reason, queue or last-return.
-  EXPECT_EQ(first.header_value("x-nackguard-reason"), nullptr);
-  EXPECT_EQ(first.header_value("x-nackguard-queue"), nullptr);
-  EXPECT_EQ(first.header_value("x-nackguard-last-return"), nullptr);
+  EXPECT_EQ(first.header_text("x-nackguard-reason"), "absent");
+  EXPECT_EQ(first.header_text("x-nackguard-queue"), "absent");
+  EXPECT_EQ(first.header_text("x-nackguard-last-return"), "absent");
   EXPECT_EQ(first.header.properties.headers->entries.size(), 2u + 4u);
   EXPECT_TRUE(listener.requeues.empty());
 
@@ -91,12 +91,12 @@ TEST_F(GuardDelay, EachReturnGoesToTheDelayQueueOfItsBackoff) {
   Copy second = take_copy(sent);
   EXPECT_EQ(second.frames, sent.size());
   EXPECT_EQ(second.publish.routing_key, "nackguard.delay.q.2000ms");
-  EXPECT_EQ(*second.header_value("x-nackguard-returns"), FieldValue::i64(2));
-  EXPECT_EQ(*second.header_value("x-nackguard-first-return"),
-            FieldValue::timestamp(seconds(first_return)));
+  EXPECT_EQ(second.header_text("x-nackguard-returns"), text(FieldValue::i64(2)));
+  EXPECT_EQ(second.header_text("x-nackguard-first-return"),
+            text(FieldValue::timestamp(seconds(first_return))));
   // The route it first took, not the delay queue's.
-  EXPECT_EQ(*second.header_value("x-original-exchange"), FieldValue::string("ex"));
-  EXPECT_EQ(*second.header_value("x-original-routingKey"), FieldValue::string("rk"));
+  EXPECT_EQ(second.header_text("x-original-exchange"), text(FieldValue::string("ex")));
+  EXPECT_EQ(second.header_text("x-original-routingKey"), text(FieldValue::string("rk")));
   EXPECT_EQ(second.header.properties.headers->entries.size(), 2u + 4u);
   EXPECT_EQ(second.body, bytes_of(m.body));
 
@@ -148,7 +148,7 @@ TEST_F(GuardDelay, FastReturnsPastPerMessageAreDelayedUntilTheWindowEnds) {
   expect_delay_declare(open_proxy_channel(), 2000);
   broker(declare_ok("nackguard.delay.q.2000ms"));
   Copy copy = take_copy(to_broker());
-  EXPECT_EQ(*copy.header_value("x-nackguard-returns"), FieldValue::i64(2));
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(FieldValue::i64(2)));
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(2)}));
 
@@ -169,8 +169,8 @@ TEST_F(GuardDelay, PastTheLimitADelayedPolicyStillDeadLetters) {
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   Copy copy = take_copy(to_broker());
-  EXPECT_EQ(*copy.header_value("x-nackguard-reason"), FieldValue::string("max_redeliveries"));
-  EXPECT_EQ(*copy.header_value("x-nackguard-returns"), FieldValue::i64(2));
+  EXPECT_EQ(copy.header_text("x-nackguard-reason"), text(FieldValue::string("max_redeliveries")));
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(FieldValue::i64(2)));
 }
 
 class GuardOutage : public GuardTest {
@@ -209,7 +209,7 @@ TEST_F(GuardOutage, ReturnsPastTheRatioAreDelayedWithoutSpendingTheirBudget) {
     EXPECT_EQ(copy.body, bytes_of(message("m" + std::to_string(tag)).body));
     EXPECT_EQ(copy.publish.routing_key, "nackguard.delay.q.1000ms");
     // Not counted: the outage is the queue's fault, not the message's.
-    EXPECT_EQ(*copy.header_value("x-nackguard-returns"), FieldValue::i64(0));
+    EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(FieldValue::i64(0)));
   }
   EXPECT_EQ(at, sent.size());
   confirm(5, true);
@@ -221,7 +221,7 @@ TEST_F(GuardOutage, ReturnsPastTheRatioAreDelayedWithoutSpendingTheirBudget) {
   deliver_passes(delivery(21, message("m1"), true));
   client(nack(21));
   Copy copy = take_copy(to_broker());
-  EXPECT_EQ(*copy.header_value("x-nackguard-returns"), FieldValue::i64(1));
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(FieldValue::i64(1)));
   confirm(6);
   EXPECT_EQ(to_broker(), frames({ack(21)}));
   EXPECT_EQ(tracked("m1")->returns, 1u);
@@ -256,11 +256,9 @@ TEST_F(GuardOutage, CopyOfAMessageNeverCountedCarriesNoEpochFirstReturn) {
   expect_delay_declare(open_proxy_channel(), 1000);
   broker(declare_ok("nackguard.delay.q.1000ms"));
   Copy copy = take_copy(to_broker());
-  const FieldValue* first = copy.header_value("x-nackguard-first-return");
-  if (first) {
-    EXPECT_EQ(*first, FieldValue::timestamp(seconds(now)))
-        << "m11 first returned at " << seconds(now) << " s, in the outage";
-  }
+  const std::string first = copy.header_text("x-nackguard-first-return");
+  EXPECT_TRUE(first == "absent" || first == text(FieldValue::timestamp(seconds(now))))
+      << "m11 first returned at " << seconds(now) << " s, in the outage; the copy says " << first;
 }
 
 }  // namespace

@@ -75,18 +75,22 @@ TEST_F(GuardFallback, AccessRefusedOnTheDeclareFallsBack) {
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
   expect_one_fallback("republish_failed", "cannot declare queue q.dlq: " + refused);
 
-  // Within 30 s the queue is not tried again: the next dead-letter falls back at once.
+  // For 30 s the queue's copies are known to fail: the next return over the limit is not
+  // taken over at all, and its nack passes as the client sent it.
   deliver_passes(delivery(2, message("m2")));
   now += 29999;
-  client(nack(2));
-  EXPECT_EQ(to_broker(), frames({nack(2, true)}));
-  EXPECT_EQ(listener.fallbacks.size(), 2u);
+  client_passes(nack(2));
+  ASSERT_EQ(listener.fallbacks.size(), 2u);
+  EXPECT_EQ(listener.fallbacks[1].cause, "republish_failed");
+  EXPECT_EQ(listener.fallbacks[1].detail,
+            "copies for this queue failed moments ago (see the earlier fallback line)");
 
-  // After 30 s it is.
+  // After 30 s the DLQ is tried again, passively as at first.
   deliver_passes(delivery(3, message("m3")));
   now += 1;
   client(nack(3));
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  EXPECT_EQ(listener.fallbacks.size(), 2u);
 }
 
 TEST_F(GuardFallback, AccessRefusedOnTheProxysOwnDeclarationFallsBack) {
@@ -202,30 +206,68 @@ TEST_F(GuardFallback, ViaRejectNeedsNoBodyAndIgnoresTheBudget) {
   EXPECT_EQ(listener.dead_letters.size(), 1u);
 }
 
-TEST_F(GuardFallback, AfterAFallbackTheRedeliveryIsDeadLetteredAtDelivery) {
-  dead_letter_first_nack();
+TEST_F(GuardFallback, BrokerWithOneChannelLeavesNoneForTheProxy) {
+  start(policy(0));
+  connect(/*channel_max=*/1);
+  deliver_passes(delivery(1, message("m1")));
+  client_passes(nack(1));
+  ASSERT_EQ(listener.fallbacks.size(), 1u);
+  EXPECT_EQ(listener.fallbacks[0].cause, "no_channel");
+  EXPECT_EQ(listener.fallbacks[0].detail,
+            "the broker's channel_max leaves no channel for the proxy");
+}
+
+TEST_F(GuardFallback, ViaRejectWorksWithoutAProxyChannel) {
+  retry::Policy p = policy(0);
+  p.dead_letter.via = retry::DeadLetter::Via::reject;
+  start(p);
+  connect(/*channel_max=*/1);
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  EXPECT_EQ(to_broker(), frames({reject(1, false)}));
+  EXPECT_TRUE(listener.fallbacks.empty());
+}
+
+TEST_F(GuardFallback, AfterAFailedCopyTheQueueGoesWithoutCopiesFor30Seconds) {
+  dead_letter_first_nack();  // at kT0 + 1000
   refuse(1);
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
 
-  // The count (1, over max 0) is still known: the redelivery is withheld from the client and
-  // dead-lettered without waiting for the consumer to fail again.
-  broker(delivery(2, message("m1"), true));
-  EXPECT_EQ(to_client(), std::vector<Wire>{});
-  Copy copy = take_copy(to_broker());
-  EXPECT_EQ(copy.publish.routing_key, "q.dlq");
-  EXPECT_EQ(*copy.header_value("x-nackguard-returns"), amqp::FieldValue::i64(1));
-  confirm(2);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
-  ASSERT_EQ(listener.dead_letters.size(), 1u);
-  EXPECT_EQ(listener.dead_letters[0].reason, retry::DeadLetterReason::max_redeliveries);
+  // Its count (1) is over max 0, but copies for "q" fail: rather than taking the redelivery
+  // from the consumer and handing it straight back to the broker, the proxy lets it through.
+  const Message m1 = message("m1");
+  deliver_passes(delivery(2, m1, true));
+  now = kT0 + 1000 + 29999;
+  client_passes(nack(2));
+  ASSERT_EQ(listener.fallbacks.size(), 2u);
+  EXPECT_EQ(listener.fallbacks[1].detail,
+            "copies for this queue failed moments ago (see the earlier fallback line)");
+  EXPECT_EQ(tracked("m1")->returns, 2u);
 
-  // The client's next delivery comes under tag 2: it never saw broker tag 2.
-  broker(delivery(3, message("m3")));
+  // 30 s after the failure: the redelivery is withheld and dead-lettered at once, without
+  // waiting for the consumer to fail again.
+  now += 1;
+  broker(delivery(3, m1, true));
+  EXPECT_TRUE(client_bytes().empty());
+  std::vector<Wire> sent = to_broker();
+  Copy copy = take_copy(sent);
+  EXPECT_EQ(copy.frames, sent.size());
+  EXPECT_EQ(copy.publish.routing_key, "q.dlq");
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
+  confirm(2);
+  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  using Dl = RecordingListener::DeadLettered;
+  EXPECT_EQ(
+      listener.dead_letters,
+      (std::vector<Dl>{{"q", "message_id:m1", 2, retry::DeadLetterReason::max_redeliveries}}));
+
+  // The client never saw broker tag 3: its next delivery is its tag 3, mapped to broker tag 4.
+  broker(delivery(4, message("m4")));
   std::vector<Wire> got = to_client();
   ASSERT_EQ(got.size(), 3u);
-  EXPECT_EQ(as<amqp::BasicDeliver>(got[0]).delivery_tag, 2u);
-  client(ack(2));
-  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  EXPECT_EQ(as<amqp::BasicDeliver>(got[0]).delivery_tag, 3u);
+  client(ack(3));
+  EXPECT_EQ(to_broker(), frames({ack(4)}));
 }
 
 }  // namespace

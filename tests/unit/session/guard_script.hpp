@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <iomanip>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "proxy/amqp/frame.hpp"
@@ -274,6 +276,20 @@ inline Bytes delivery(std::uint64_t tag, const Message& m, bool redelivered = fa
   return delivery(tag, m.properties, m.body, redelivered);
 }
 
+// A field value as its type letter and value, `absent` for none, so that a failed comparison
+// reads as the header it is: l 3, S "ex", T 1700000001.
+inline std::string text(const amqp::FieldValue* v) {
+  if (!v) return "absent";
+  std::string out(1, v->type);
+  if (const std::string* s = v->as_string()) return out + " \"" + *s + "\"";
+  if (const auto* t = std::get_if<std::uint64_t>(&v->value)) return out + " " + std::to_string(*t);
+  if (auto n = v->as_int()) return out + " " + std::to_string(*n);
+  return out + " (not shown)";
+}
+inline std::string text(const amqp::FieldValue& v) {
+  return text(&v);
+}
+
 // A copy the proxy published: its method, header and the body of its body frames.
 struct Copy {
   amqp::BasicPublish publish;
@@ -284,6 +300,8 @@ struct Copy {
   const amqp::FieldValue* header_value(std::string_view name) const {
     return header.properties.headers ? header.properties.headers->find(name) : nullptr;
   }
+  // The header `name` of the copy, as text().
+  std::string header_text(std::string_view name) const { return text(header_value(name)); }
 };
 
 // The publish starting at frames[at], all of it on the proxy's channel.
@@ -412,9 +430,10 @@ class GuardTest : public ::testing::Test {
     connect();
   }
 
-  // A new connection on the same context: handshake (broker channel_max 2047, frame_max
-  // 131072), channel 1 open, and consumer "c1" on queue "q". Outputs are left empty.
-  void connect() {
+  // A new connection on the same context: handshake (by default the broker offers
+  // channel_max 2047 and frame_max 131072, which the client takes), channel 1 open, and
+  // consumer "c1" on queue "q". Outputs are left empty.
+  void connect(std::uint16_t channel_max = kProxyChannel, std::uint32_t frame_max = 131072) {
     conn = std::make_unique<Connection>(*context, options, ++seed_);
     Bytes header(std::begin(amqp::kProtocolHeader), std::end(amqp::kProtocolHeader));
     client(header);
@@ -431,21 +450,26 @@ class GuardTest : public ::testing::Test {
     start_ok.locale = "en_US";
     client(method(0, start_ok));
 
-    broker(method(0, amqp::ConnectionTune{2047, 131072, 60}));
-    // The client is offered one channel less: the top one is the proxy's.
+    broker(method(0, amqp::ConnectionTune{channel_max, frame_max, 60}));
+    // The client is offered one channel less: the top one is the proxy's (with one channel
+    // there is none to spare).
+    const bool reserved = channel_max >= 2;
+    const auto offered = static_cast<std::uint16_t>(reserved ? channel_max - 1 : channel_max);
     EXPECT_EQ(to_client(),
-              frames({method(0, start), method(0, amqp::ConnectionTune{2046, 131072, 60})}));
-    client(method(0, amqp::ConnectionTuneOk{{2046, 131072, 60}}));
+              frames({method(0, start), method(0, amqp::ConnectionTune{offered, frame_max, 60})}));
+    client(method(0, amqp::ConnectionTuneOk{{offered, frame_max, 60}}));
     amqp::ConnectionOpen open;
     open.virtual_host = "/";
     client(method(0, open));
     std::vector<Wire> to_broker_frames = to_broker();
-    EXPECT_EQ(to_broker_frames,
-              frames({method(0, start_ok), method(0, amqp::ConnectionTuneOk{{2047, 131072, 60}}),
-                      method(0, open)}));
+    EXPECT_EQ(
+        to_broker_frames,
+        frames({method(0, start_ok),
+                method(0, amqp::ConnectionTuneOk{{channel_max, frame_max, 60}}), method(0, open)}));
     broker(method(0, amqp::ConnectionOpenOk{}));
     EXPECT_TRUE(conn->session.is_open());
-    EXPECT_EQ(conn->session.reserved_channel(), std::optional<std::uint16_t>(kProxyChannel));
+    EXPECT_EQ(conn->session.reserved_channel(),
+              reserved ? std::optional<std::uint16_t>(channel_max) : std::nullopt);
 
     client(method(kCh, amqp::ChannelOpen{}));
     broker(method(kCh, amqp::ChannelOpenOk{}));
@@ -482,15 +506,16 @@ class GuardTest : public ::testing::Test {
   std::vector<Wire> to_client() { return decode_frames(client_bytes()); }
   std::vector<Wire> to_broker() { return decode_frames(broker_bytes()); }
 
-  // The broker delivers `bytes`; the client is expected to get them as they are.
+  // The broker delivers `bytes`; the client is expected to get them as they are (compared
+  // frame by frame, so that a difference prints as frames).
   void deliver_passes(const Bytes& bytes) {
     broker(bytes);
-    EXPECT_EQ(client_bytes(), bytes);
+    EXPECT_EQ(to_client(), decode_frames(bytes));
   }
   // The client sends `bytes`; the broker is expected to get them as they are.
   void client_passes(const Bytes& bytes) {
     client(bytes);
-    EXPECT_EQ(broker_bytes(), bytes);
+    EXPECT_EQ(to_broker(), decode_frames(bytes));
   }
 
   // Plays the broker's side of opening the proxy's channel: checks that the proxy asked for

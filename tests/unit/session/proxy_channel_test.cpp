@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "proxy/session/proxy_channel.hpp"
 #include "session/guard_script.hpp"
 
@@ -206,6 +210,37 @@ TEST_F(ProxyChannelTest, ReturnBeforeTheAckFailsThatJobAsUnroutable) {
           {1, false, "the copy was unroutable: exchange \"x\" has no binding for \"nowhere\""},
           ok(2)}));
   EXPECT_TRUE(take_sent().empty());
+}
+
+// A queue the channel declared (or found) once is taken to exist for the channel's life. If
+// it is deleted (by an operator, or by its own x-expires), copies to it by the default
+// exchange come back unroutable; the next copy should check the queue again rather than be
+// published into the void again, or a long-lived connection never dead-letters again.
+TEST_F(ProxyChannelTest, UnroutableCopyToAnEnsuredQueueDeclaresItAgain) {
+  PublishRequest r = request(1, "q.dlq");
+  r.ensure->use_existing = true;
+  r.ensure->arguments = {};
+  publish(r);
+  open();
+  EXPECT_EQ(take_sent(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  feed(declare_ok("q.dlq"));
+  EXPECT_EQ(take_sent(), frames({publish_frames(r)}));
+
+  amqp::BasicReturn returned;
+  returned.reply_code = 312;
+  returned.reply_text = "NO_ROUTE";
+  returned.exchange = "";
+  returned.routing_key = "q.dlq";
+  feed(cat({method(kProxyChannel, returned), content_header(kProxyChannel, 4, r.header.properties),
+            body_frame(kProxyChannel, "copy"), method(kProxyChannel, amqp::BasicAck{1, false})}));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_FALSE(take_done()[0].ok);
+
+  PublishRequest next = request(2, "q.dlq");
+  next.ensure->use_existing = true;
+  next.ensure->arguments = {};
+  publish(next);
+  EXPECT_EQ(take_sent(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
 }
 
 TEST_F(ProxyChannelTest, ChannelCloseFailsEveryJobInFlightAndTheNextJobReopens) {
