@@ -13,6 +13,13 @@ namespace {
 // Bits of Delivery::cookie.
 constexpr std::uint64_t kCounted = 1;       // counted in the queue's health already
 constexpr std::uint64_t kMaybeTracked = 2;  // redelivered or a copy: the tracker may know it
+
+// Whether a content header's property flags announce a headers table (bit 13).
+bool has_headers_table(const amqp::Bytes& header_payload) {
+  constexpr std::size_t kFlagsOffset = 12;  // class, weight, body size
+  if (header_payload.size() < kFlagsOffset + 2) return false;
+  return (header_payload[kFlagsOffset] & 0x20) != 0;
+}
 // After a copy failed, how long its queue's messages go to the consumer unchanged. The proxy
 // channel retries a refused declaration after the same time.
 constexpr std::int64_t kCopiesFailingMs = 30000;
@@ -97,8 +104,12 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
     retry::HealthChange change = context_.health().on_delivery(d.queue, policy.rate, now);
     if (change.changed) context_.listener().on_outage(d.queue, change.outage, change.ratio);
   }
+  // Any return may have to be republished (a delay, an outage, a dead-letter), and the body
+  // passes only once: keep it while the delivery is unacked, within retained_body_bytes.
   plan.retain_body = true;
 
+  // Most first deliveries carry no headers table: then no count, and nothing to decode.
+  if (!d.redelivered && !has_headers_table(d.header_payload)) return plan;
   amqp::ContentHeader header;
   if (!d.decode_header(header)) return plan;
   std::uint32_t header_count = header_return_count(header.properties);
