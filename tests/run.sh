@@ -13,8 +13,16 @@
 #                             earlier run (default: wipe them when starting)
 #   NACKGUARD_TEST_NODE, NACKGUARD_TEST_BROKER_PORT, NACKGUARD_TEST_DIST_PORT,
 #   NACKGUARD_TEST_EPMD_PORT  see tests/rabbitmq-node.sh
+#   NACKGUARD_EXTRA_CHECKS    which checks run after the main suite, comma-separated:
+#                             asan (unit and integration tests built with AddressSanitizer
+#                             and UndefinedBehaviorSanitizer), tsan (tracker and session
+#                             tests under ThreadSanitizer), fuzz (each libFuzzer target for
+#                             NACKGUARD_FUZZ_SECONDS, default 45, from the committed corpus).
+#                             Default: asan,tsan,fuzz when ctest arguments are not given,
+#                             none when they are (tests/run.sh -L unit runs only that).
 #
-# The exit status is ctest's, and ctest's summary is the last thing printed.
+# The exit status is non-zero if any test failed. Each phase prints ctest's summary; the last
+# line is the total over all phases: "N passed, N failed".
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -95,10 +103,85 @@ node_env=$("$node_script" env "$node_dir" 9>&-)
 eval "$node_env"
 echo "$node_env"
 
-step "ctest"
-ctest_status=0
-ctest --test-dir "$build_dir" --output-on-failure "$@" 9>&- || ctest_status=$?
+total_passed=0
+total_failed=0
+any_failed=0
+# Runs ctest in a build directory and adds its counts to the totals.
+run_ctest() {
+  local dir=$1
+  shift
+  local log="$dir/ctest-summary.log" status=0
+  ctest --test-dir "$dir" --output-on-failure "$@" 9>&- | tee "$log" || status=$?
+  local line passed failed total
+  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+  if [[ -n $line ]]; then
+    failed=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    total=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+    passed=$((total - failed))
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+  elif ((status != 0)); then
+    total_failed=$((total_failed + 1))
+  fi
+  ((status == 0)) || any_failed=1
+}
 
-# Stop the node now, quietly, so that ctest's summary stays the last output.
+step "ctest"
+run_ctest "$build_dir" "$@"
+
+if (($# == 0)); then
+  extra_checks=${NACKGUARD_EXTRA_CHECKS-asan,tsan,fuzz}
+else
+  extra_checks=${NACKGUARD_EXTRA_CHECKS-}
+fi
+
+# A phase whose build fails counts as one failed test and the run goes on.
+build_phase() {
+  local dir=$1
+  shift
+  if ! "$@"; then
+    echo "tests/run.sh: the build in $dir failed" >&2
+    total_failed=$((total_failed + 1))
+    any_failed=1
+    return 1
+  fi
+}
+
+if [[ ,$extra_checks, == *,asan,* ]]; then
+  step "AddressSanitizer and UndefinedBehaviorSanitizer: unit and integration tests"
+  asan_dir="$build_dir-asan"
+  if build_phase "$asan_dir" cmake -S "$root" -B "$asan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DNACKGUARD_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" &&
+     build_phase "$asan_dir" cmake --build "$asan_dir" -j"$jobs" --target nackguard unit_amqp \
+      unit_retry unit_session unit_config unit_metrics unit_replay; then
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      run_ctest "$asan_dir" -L 'unit|integration'
+  fi
+fi
+
+if [[ ,$extra_checks, == *,tsan,* ]]; then
+  step "ThreadSanitizer: tracker and session tests"
+  tsan_dir="$build_dir-tsan"
+  if build_phase "$tsan_dir" cmake -S "$root" -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DNACKGUARD_SANITIZE=thread &&
+     build_phase "$tsan_dir" cmake --build "$tsan_dir" -j"$jobs" --target unit_retry unit_session; then
+    TSAN_OPTIONS=halt_on_error=1 run_ctest "$tsan_dir" -R '^(retry|session)\.'
+  fi
+fi
+
+if [[ ,$extra_checks, == *,fuzz,* ]]; then
+  step "libFuzzer: each target for ${NACKGUARD_FUZZ_SECONDS:-45} s from the committed corpus"
+  fuzz_dir="$build_dir-fuzz"
+  if build_phase "$fuzz_dir" cmake -S "$root" -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_COMPILER=clang++ -DNACKGUARD_FUZZ=ON \
+      -DNACKGUARD_FUZZ_SECONDS="${NACKGUARD_FUZZ_SECONDS:-45}" &&
+     build_phase "$fuzz_dir" cmake --build "$fuzz_dir" -j"$jobs" --target fuzz_targets; then
+    run_ctest "$fuzz_dir" -L fuzz
+  fi
+fi
+
+# Stop the node now, quietly, so that the totals stay the last output.
 stop_node
-exit "$ctest_status"
+echo
+echo "$total_passed passed, $total_failed failed"
+exit "$any_failed"
