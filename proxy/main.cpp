@@ -9,15 +9,20 @@
 #include "proxy/config/config.hpp"
 #include "proxy/config/policy_loader.hpp"
 #include "proxy/logging.hpp"
+#include "proxy/net/tls.hpp"
 #include "proxy/app.hpp"
+#include "proxy/replay/replay.hpp"
 
 namespace po = boost::program_options;
 using namespace nackguard;
 
-
-
 int main(int argc, char** argv) {
-  po::options_description options("Usage: nackguard --config FILE [--check-config]\nOptions");
+  if (argc >= 2 && std::string_view(argv[1]) == "replay") {
+    return nackguard::replay::main(argc - 1, argv + 1);
+  }
+  po::options_description options(
+      "Usage: nackguard --config FILE [--check-config]\n"
+      "       nackguard replay --help   (move dead-lettered messages back)\nOptions");
   options.add_options()("config,c", po::value<std::string>()->default_value("conf/nackguard.yaml"),
                         "the proxy's config file")(
       "check-config", "validate the config file, print the effective settings, and exit")(
@@ -44,6 +49,7 @@ int main(int argc, char** argv) {
   try {
     cfg = config::load_config(args["config"].as<std::string>());
     policies = config::load_policies(cfg.policies_dir);
+    net::load_tls(cfg);  // a certificate or key OpenSSL refuses is a config error too
   } catch (const config::ConfigError& e) {
     std::cerr << "nackguard: " << e.what() << "\n";
     return 1;

@@ -1,6 +1,7 @@
 #include "proxy/replay/amqp_client.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "proxy/amqp/method_codec.hpp"
 #include "proxy/replay/errors.hpp"
@@ -12,10 +13,6 @@ namespace {
 constexpr auto kCloseWait = std::chrono::seconds(2);
 constexpr auto kIdleSlice = std::chrono::milliseconds(200);
 
-std::string method_name(std::uint32_t key) {
-  return std::to_string(key >> 16) + "." + std::to_string(key & 0xFFFF);
-}
-
 }  // namespace
 
 Client::Client(ClientSettings settings) : settings_(std::move(settings)) {}
@@ -25,7 +22,14 @@ Client::~Client() {
 }
 
 void Client::send(const amqp::Bytes& bytes) {
-  transport_.write(bytes, reply_deadline());
+  queued_.insert(queued_.end(), bytes.begin(), bytes.end());
+  flush();
+}
+
+void Client::flush() {
+  if (queued_.empty()) return;
+  amqp::Bytes out = std::exchange(queued_, {});
+  transport_.write(out, reply_deadline());
   last_sent_ = Clock::now();
 }
 
@@ -70,8 +74,8 @@ void Client::open() {
     }
     out.clear();
     handshake.on_frame(decoded.frame, out);
-    input_.erase(input_.begin(), input_.begin() + static_cast<std::ptrdiff_t>(
-                                                      decoded.frame.raw.size()));
+    input_.erase(input_.begin(),
+                 input_.begin() + static_cast<std::ptrdiff_t>(decoded.frame.raw.size()));
     if (!out.empty()) send(out);
   }
   if (handshake.state() == Handshake::State::failed) {
@@ -80,6 +84,7 @@ void Client::open() {
   }
   tuning_ = handshake.tuning();
   decoder_.set_frame_max(tuning_.frame_max);
+  last_received_ = Clock::now();
   open_ = true;
 
   out.clear();
@@ -118,14 +123,17 @@ std::optional<Delivery> Client::get(const std::string& queue) {
   amqp::append_method_frame(out, kChannel, request);
   send(out);
 
-  Inbound unit = next_or_throw(reply_deadline(), "basic.get-ok");
+  const auto deadline = reply_deadline();
+  Inbound unit = next_or_throw(deadline, "basic.get-ok");
+  while (on_publisher_event(unit)) unit = next_or_throw(deadline, "basic.get-ok");
   if (unit.kind == Inbound::Kind::method && unit.method_key == amqp::mid::basic_get_empty) {
     return std::nullopt;
   }
   amqp::BasicGetOk ok;
   if (unit.kind != Inbound::Kind::content || unit.method_key != amqp::mid::basic_get_ok ||
       amqp::decode_method(unit.method, ok) != amqp::MethodError::none) {
-    throw Failure(endpoint() + " answered basic.get with method " + method_name(unit.method_key));
+    throw Failure(endpoint() + " answered basic.get with method " +
+                  describe_method(unit.method_key));
   }
   Delivery delivery;
   delivery.delivery_tag = ok.delivery_tag;
@@ -136,80 +144,11 @@ std::optional<Delivery> Client::get(const std::string& queue) {
   return delivery;
 }
 
-PublishOutcome Client::publish(const std::string& exchange, const std::string& routing_key,
-                               const amqp::ContentHeader& header, amqp::ByteView body) {
-  amqp::BasicPublish method;
-  method.exchange = exchange;
-  method.routing_key = routing_key;
-  method.mandatory = true;
-  amqp::Bytes out;
-  if (!append_publish(out, kChannel, method, header, body, tuning_.frame_max)) {
-    throw Failure("a message's properties could not be encoded for publishing");
-  }
-  send(out);
-  const std::uint64_t seq = ++publish_seq_;
-
-  std::optional<std::string> returned;
-  const auto deadline = reply_deadline();
-  for (;;) {
-    std::optional<Inbound> unit = next(deadline);
-    if (!unit) {
-      throw Failure(endpoint() + " sent no publisher confirm within " +
-                    std::to_string(settings_.reply_timeout.count() / 1000) + " s" +
-                    (blocked_ ? " (it has blocked publishing: a memory or disk alarm)" : ""));
-    }
-    if (unit->kind == Inbound::Kind::content && unit->method_key == amqp::mid::basic_return) {
-      amqp::BasicReturn ret;
-      amqp::decode_method(unit->method, ret);
-      returned = describe_reply(ret.reply_code, ret.reply_text);
-      continue;
-    }
-    if (unit->method_key == amqp::mid::basic_ack) {
-      amqp::BasicAck ack;
-      if (amqp::decode_method(unit->method, ack) == amqp::MethodError::none &&
-          (ack.delivery_tag == seq || (ack.multiple && ack.delivery_tag >= seq))) {
-        if (returned) return {PublishOutcome::Kind::returned, *returned};
-        return {PublishOutcome::Kind::confirmed, ""};
-      }
-      continue;
-    }
-    if (unit->method_key == amqp::mid::basic_nack) {
-      amqp::BasicNack nack;
-      if (amqp::decode_method(unit->method, nack) == amqp::MethodError::none &&
-          (nack.delivery_tag == seq || (nack.multiple && nack.delivery_tag >= seq))) {
-        return {PublishOutcome::Kind::nacked, "the broker nacked the copy"};
-      }
-      continue;
-    }
-    throw Failure(endpoint() + " sent method " + method_name(unit->method_key) +
-                  " while a publisher confirm was awaited");
-  }
-}
-
-void Client::ack(std::uint64_t delivery_tag) {
-  amqp::BasicAck ack;
-  ack.delivery_tag = delivery_tag;
-  amqp::Bytes out;
-  amqp::append_method_frame(out, kChannel, ack);
-  send(out);
-}
-
-void Client::requeue(std::span<const std::uint64_t> delivery_tags) {
-  if (delivery_tags.empty()) return;
-  amqp::Bytes out;
-  for (std::uint64_t tag : delivery_tags) {
-    amqp::BasicNack nack;
-    nack.delivery_tag = tag;
-    nack.requeue = true;
-    amqp::append_method_frame(out, kChannel, nack);
-  }
-  send(out);
-}
-
 void Client::idle_until(Clock::time_point until, const std::function<bool()>& stop) {
   for (auto now = Clock::now(); now < until && !(stop && stop()); now = Clock::now()) {
-    if (std::optional<Inbound> unit = next(std::min(until, now + kIdleSlice))) {
-      throw Failure(endpoint() + " sent method " + method_name(unit->method_key) +
+    std::optional<Inbound> unit = next(std::min(until, now + kIdleSlice));
+    if (unit && !on_publisher_event(*unit)) {
+      throw Failure(endpoint() + " sent method " + describe_method(unit->method_key) +
                     " while nothing was awaited");
     }
   }
@@ -237,9 +176,9 @@ void Client::close() noexcept {
         if (!transport_.read_some(input_, deadline)) break;
         continue;
       }
-      bool close_ok = decoded.frame.frame_type() == amqp::FrameType::method &&
-                      decoded.frame.channel == 0 &&
-                      amqp::peek_method_key(decoded.frame.payload) == amqp::mid::connection_close_ok;
+      bool close_ok =
+          decoded.frame.frame_type() == amqp::FrameType::method && decoded.frame.channel == 0 &&
+          amqp::peek_method_key(decoded.frame.payload) == amqp::mid::connection_close_ok;
       input_.erase(input_.begin(),
                    input_.begin() + static_cast<std::ptrdiff_t>(decoded.frame.raw.size()));
       if (close_ok) break;
@@ -252,7 +191,7 @@ void Client::close() noexcept {
 
 void Client::keep_alive(Clock::time_point now) {
   if (tuning_.heartbeat == 0) return;
-  const auto interval = std::chrono::seconds(tuning_.heartbeat);
+  const auto interval = heartbeat_interval();
   if (now - last_received_ > 2 * interval) {
     throw Failure(endpoint() + " sent nothing for " + std::to_string(2 * tuning_.heartbeat) +
                   " s (two heartbeat intervals); the connection is dead");
@@ -291,18 +230,19 @@ std::optional<Inbound> Client::next(Clock::time_point deadline) {
         continue;
       }
       if (unit.channel != kChannel) {
-        throw Failure(endpoint() + " sent method " + method_name(unit.method_key) +
+        throw Failure(endpoint() + " sent method " + describe_method(unit.method_key) +
                       " on channel " + std::to_string(unit.channel));
       }
       return std::move(unit);
     }
 
+    flush();
     auto now = Clock::now();
     keep_alive(now);
     if (now >= deadline) return std::nullopt;
     auto wake = deadline;
     if (tuning_.heartbeat != 0) {
-      const auto interval = std::chrono::seconds(tuning_.heartbeat);
+      const auto interval = heartbeat_interval();
       wake = std::min({wake, last_sent_ + interval / 2, last_received_ + 2 * interval});
     }
     if (transport_.read_some(input_, std::max(wake, now))) last_received_ = Clock::now();
@@ -313,7 +253,8 @@ Inbound Client::next_or_throw(Clock::time_point deadline, const char* waiting_fo
   std::optional<Inbound> unit = next(deadline);
   if (!unit) {
     throw Failure(endpoint() + " did not send " + waiting_for + " within " +
-                  std::to_string(settings_.reply_timeout.count() / 1000) + " s");
+                  std::to_string(settings_.reply_timeout.count() / 1000) + " s" +
+                  (blocked_ ? " (it has blocked the connection: a memory or disk alarm)" : ""));
   }
   return std::move(*unit);
 }
@@ -322,7 +263,7 @@ template <typename M>
 void Client::expect(M& out, const char* waiting_for) {
   Inbound unit = next_or_throw(reply_deadline(), waiting_for);
   if (unit.kind != Inbound::Kind::method || unit.method_key != M::kKey) {
-    throw Failure(endpoint() + " sent method " + method_name(unit.method_key) + " instead of " +
+    throw Failure(endpoint() + " sent method " + describe_method(unit.method_key) + " instead of " +
                   waiting_for);
   }
   if (amqp::decode_method(unit.method, out) != amqp::MethodError::none) {
@@ -356,9 +297,9 @@ void Client::on_close(const Inbound& unit) {
     transport_.close();
   }
   std::string reply = describe_reply(close.reply_code, close.reply_text);
-  throw BrokerClosed(endpoint() + " closed the " + (connection ? "connection" : "channel") +
-                         ": " + reply,
-                     close.reply_code, close.reply_text, connection);
+  throw BrokerClosed(
+      endpoint() + " closed the " + (connection ? "connection" : "channel") + ": " + reply,
+      close.reply_code, close.reply_text, connection);
 }
 
 }  // namespace nackguard::replay

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/properties.hpp"
@@ -35,11 +37,16 @@ struct Delivery {
   amqp::Bytes body;
 };
 
-// How the broker answered a publish with mandatory=true on a confirm channel.
+// How the broker settled a publish with mandatory=true on a confirm channel.
 struct PublishOutcome {
   enum class Kind { confirmed, nacked, returned };
   Kind kind = Kind::confirmed;
   std::string detail;  // for returned: "312 NO_ROUTE"
+};
+
+struct Confirmation {
+  std::uint64_t seq = 0;  // the publish's sequence number on the confirm channel
+  PublishOutcome outcome;
 };
 
 class Client {
@@ -58,12 +65,19 @@ class Client {
   void confirm_select();
   // basic.get no_ack=false; nullopt when the queue is empty.
   std::optional<Delivery> get(const std::string& queue);
-  // basic.publish mandatory=true, then waits for the broker's confirm (and a basic.return,
-  // which comes before it). Throws Failure when no confirm arrives within reply_timeout.
-  PublishOutcome publish(const std::string& exchange, const std::string& routing_key,
-                         const amqp::ContentHeader& header, amqp::ByteView body);
+  // basic.publish mandatory=true, without waiting: returns the publish's sequence number,
+  // which a later Confirmation names.
+  std::uint64_t publish(const std::string& exchange, const std::string& routing_key,
+                        const amqp::ContentHeader& header, amqp::ByteView body);
+  // The publishes the broker has settled since the last call (a basic.return is matched to
+  // its publish by content and reported with the confirm that follows it). With `wait`,
+  // blocks until at least one is settled if any is outstanding; throws Failure when none is
+  // within reply_timeout.
+  std::vector<Confirmation> confirms(bool wait);
+  std::size_t unconfirmed() const { return outstanding_.size(); }
+  // basic.ack, and basic.nack(requeue=true) of each tag: queued, and sent with the next write
+  // or before the next wait for the broker.
   void ack(std::uint64_t delivery_tag);
-  // basic.nack(requeue=true) of each tag, in one write.
   void requeue(std::span<const std::uint64_t> delivery_tags);
   // Waits until `until`, answering heartbeats; returns early when `stop` says so.
   void idle_until(Clock::time_point until, const std::function<bool()>& stop);
@@ -82,9 +96,18 @@ class Client {
   // Waits for the method `key` on channel 1 and decodes it into `out`.
   template <typename M>
   void expect(M& out, const char* waiting_for);
+  // Appends to the queued frames and writes them all.
   void send(const amqp::Bytes& bytes);
+  void flush();
+  // Takes basic.ack, basic.nack and basic.return for outstanding publishes; false for others.
+  bool on_publisher_event(const Inbound& unit);
+  void settle(std::uint64_t tag, bool multiple, bool acked);
   void keep_alive(Clock::time_point now);
   [[noreturn]] void on_close(const Inbound& unit);
+  // In milliseconds, so that half of it is not rounded down to nothing.
+  std::chrono::milliseconds heartbeat_interval() const {
+    return std::chrono::milliseconds(1000 * tuning_.heartbeat);
+  }
   Clock::time_point reply_deadline() const { return Clock::now() + settings_.reply_timeout; }
 
   ClientSettings settings_;
@@ -96,6 +119,13 @@ class Client {
   bool open_ = false;
   bool blocked_ = false;  // connection.blocked: the broker has stopped reading our publishes
   std::uint64_t publish_seq_ = 0;
+  struct Outstanding {
+    std::uint64_t fingerprint = 0;
+    std::optional<std::string> returned;
+  };
+  std::map<std::uint64_t, Outstanding> outstanding_;  // by sequence number
+  std::vector<Confirmation> settled_;
+  amqp::Bytes queued_;  // frames not written yet
   Clock::time_point last_sent_{};
   Clock::time_point last_received_{};
 };

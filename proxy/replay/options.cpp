@@ -25,15 +25,15 @@ po::options_description describe_options() {
   po::options_description options(kUsage);
   options.add_options()  //
       ("upstream", po::value<std::string>()->value_name("URL"),
-       "the broker: amqp://USER:PASS@HOST:PORT/VHOST (vhost percent-encoded, %2F = /)")  //
+       "the broker: amqp://USER:PASS@HOST:PORT/VHOST (vhost percent-encoded, %2F = /)")          //
       ("from", po::value<std::string>()->value_name("QUEUE"), "the dead-letter queue to empty")  //
       ("to", po::value<std::string>()->value_name("QUEUE"),
        "the queue to move messages to (published to it through the default exchange)")  //
-      ("limit", po::value<std::string>()->value_name("N"), "move at most N messages")  //
+      ("limit", po::value<std::string>()->value_name("N"), "move at most N messages")   //
       ("rate", po::value<std::string>()->value_name("MSG_PER_S"),
        "move at most this many messages per second")  //
       ("max-replays", po::value<std::string>()->value_name("N")->default_value("3"),
-       "leave a message in --from once its x-nackguard-replays reaches N")  //
+       "leave a message in --from once its x-nackguard-replays reaches N")       //
       ("dry-run", "count what would move, by x-nackguard-reason; move nothing")  //
       ("help,h", "print this help and exit");
   return options;
@@ -86,9 +86,8 @@ ParsedArgs parse_args(int argc, const char* const* argv,
   try {
     // An empty positional description makes a stray word an error instead of being ignored.
     po::positional_options_description no_positionals;
-    po::store(
-        po::command_line_parser(argc, argv).options(options).positional(no_positionals).run(),
-        args);
+    po::store(po::command_line_parser(argc, argv).options(options).positional(no_positionals).run(),
+              args);
     po::notify(args);
   } catch (const po::error& e) {
     throw UsageError(e.what());

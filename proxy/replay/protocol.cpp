@@ -37,11 +37,11 @@ bool offers_plain(const std::string& mechanisms) {
   return false;
 }
 
-std::string method_name(std::uint32_t key) {
+}  // namespace
+
+std::string describe_method(std::uint32_t key) {
   return std::to_string(key >> 16) + "." + std::to_string(key & 0xFFFF);
 }
-
-}  // namespace
 
 std::string describe_reply(std::uint16_t code, const std::string& text) {
   return std::to_string(code) + " " + text;
@@ -95,7 +95,7 @@ void Handshake::on_frame(const amqp::Frame& frame, amqp::Bytes& out) {
     state_ = State::done;
     return;
   }
-  fail(params_.endpoint + " sent method " + (key ? method_name(*key) : "(truncated)") +
+  fail(params_.endpoint + " sent method " + (key ? describe_method(*key) : "(truncated)") +
        " out of order during the AMQP handshake");
 }
 
@@ -218,8 +218,8 @@ InboundAssembler::Result InboundAssembler::on_content_frame(const amqp::Frame& f
       return result;
     }
     if (pending_->header.body_size > kMaxBodyBytes) {
-      result.error = "a message announces a body of " +
-                     std::to_string(pending_->header.body_size) + " bytes, above 512 MiB";
+      result.error = "a message announces a body of " + std::to_string(pending_->header.body_size) +
+                     " bytes, above 512 MiB";
       return result;
     }
     have_header_ = true;

@@ -26,7 +26,7 @@ struct HandshakeParams {
   std::string user;
   std::string password;  // sent in connection.start-ok only; never in a message
   std::string vhost = "/";
-  std::string endpoint;  // "host:port", for messages
+  std::string endpoint;                            // "host:port", for messages
   std::uint16_t max_heartbeat = kWantedHeartbeat;  // 0 turns heartbeats off
   std::uint32_t max_frame = kWantedFrameMax;
   std::string version;  // reported in the client properties
@@ -108,6 +108,9 @@ class InboundAssembler {
 // into frames that fit `frame_max`. False if a property does not fit its length prefix.
 bool append_publish(amqp::Bytes& out, std::uint16_t channel, const amqp::BasicPublish& method,
                     amqp::ContentHeader header, amqp::ByteView body, std::uint32_t frame_max);
+
+// A method's ids as "class.method", e.g. "60.71" for basic.get-ok.
+std::string describe_method(std::uint32_t key);
 
 // "404 NOT_FOUND - no queue 'q' in vhost '/'": a reply code and the broker's own text.
 std::string describe_reply(std::uint16_t code, const std::string& text);

@@ -54,20 +54,30 @@ class ClientBroker final : public Broker {
   std::optional<Message> get() override {
     std::optional<Delivery> delivery = client_.get(from_);
     if (!delivery) return std::nullopt;
-    return Message{delivery->delivery_tag, std::move(delivery->header),
+    return Message{delivery->delivery_tag, delivery->message_count, std::move(delivery->header),
                    std::move(delivery->body)};
   }
-  CopyOutcome publish_copy(const amqp::ContentHeader& header, amqp::ByteView body) override {
-    PublishOutcome outcome = client_.publish("", to_, header, body);
-    switch (outcome.kind) {
-      case PublishOutcome::Kind::confirmed:
-        return {CopyOutcome::Kind::confirmed, ""};
-      case PublishOutcome::Kind::nacked:
-        return {CopyOutcome::Kind::nacked, "the broker nacked the copy"};
-      case PublishOutcome::Kind::returned:
-        return {CopyOutcome::Kind::returned, "the broker returned the copy: " + outcome.detail};
+  std::uint64_t publish_copy(const amqp::ContentHeader& header, amqp::ByteView body) override {
+    return client_.publish("", to_, header, body);
+  }
+  std::vector<Confirm> confirms(bool wait) override {
+    std::vector<Confirm> out;
+    for (const Confirmation& c : client_.confirms(wait)) {
+      switch (c.outcome.kind) {
+        case PublishOutcome::Kind::confirmed:
+          out.push_back({c.seq, {CopyOutcome::Kind::confirmed, ""}});
+          break;
+        case PublishOutcome::Kind::nacked:
+          out.push_back({c.seq, {CopyOutcome::Kind::nacked, "the broker nacked the copy"}});
+          break;
+        case PublishOutcome::Kind::returned:
+          out.push_back(
+              {c.seq,
+               {CopyOutcome::Kind::returned, "the broker returned the copy: " + c.outcome.detail}});
+          break;
+      }
     }
-    return {CopyOutcome::Kind::nacked, "unknown outcome"};
+    return out;
   }
   void ack(std::uint64_t delivery_tag) override { client_.ack(delivery_tag); }
   void requeue(std::span<const std::uint64_t> delivery_tags) override {

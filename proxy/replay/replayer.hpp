@@ -3,10 +3,14 @@
 // which stay (at the replay ceiling, in a dry run, after a failed copy), and when the run
 // stops. The AMQP client is plugged in by replay_main.cpp; tests plug in a fake.
 //
+// No loss: an original is acked only after the broker has confirmed its copy. Copies are
+// published in a window of up to Plan::window unconfirmed ones, so the run is not bound by
+// one confirm's latency (a persistent message is confirmed once it is on disk).
+//
 // Every message is looked at once per run: a message that stays is kept unacked until the run
-// ends and only then requeued, so basic.get cannot hand it out again; and the run stops when
-// the queue is empty, once it has looked at as many messages as the queue held at the start,
-// or when a copy made in this run comes back (dead-lettered again while the run goes on).
+// ends and only then requeued, so basic.get cannot hand it out again; and the run stops at
+// basic.get-empty, or when a copy made in this run comes back (dead-lettered again while the
+// run goes on).
 
 #include <chrono>
 #include <cstdint>
@@ -25,6 +29,7 @@ namespace nackguard::replay {
 
 struct Message {
   std::uint64_t delivery_tag = 0;
+  std::uint32_t remaining = 0;  // left in --from after this one (basic.get-ok's message_count)
   amqp::ContentHeader header;
   amqp::Bytes body;
 };
@@ -35,6 +40,11 @@ struct CopyOutcome {
   std::string detail;
 };
 
+struct Confirm {
+  std::uint64_t seq = 0;  // as returned by Broker::publish_copy
+  CopyOutcome outcome;
+};
+
 // The broker as the replay sees it: --from and --to are bound in.
 class Broker {
  public:
@@ -42,8 +52,11 @@ class Broker {
   virtual ~Broker() = default;
   // basic.get on --from without auto-ack; nullopt when it is empty.
   virtual std::optional<Message> get() = 0;
-  // Publishes the copy to --to (mandatory) and waits for the publisher confirm.
-  virtual CopyOutcome publish_copy(const amqp::ContentHeader& header, amqp::ByteView body) = 0;
+  // Publishes the copy to --to (mandatory) without waiting; returns its sequence number.
+  virtual std::uint64_t publish_copy(const amqp::ContentHeader& header, amqp::ByteView body) = 0;
+  // The copies settled since the last call; with `wait`, blocks until there is at least one
+  // (when any is outstanding).
+  virtual std::vector<Confirm> confirms(bool wait) = 0;
   virtual void ack(std::uint64_t delivery_tag) = 0;
   // basic.nack(requeue=true) of each tag.
   virtual void requeue(std::span<const std::uint64_t> delivery_tags) = 0;
@@ -51,17 +64,19 @@ class Broker {
   virtual void wait_until(Clock::time_point until, const std::function<bool()>& stop) = 0;
 };
 
+inline constexpr std::size_t kConfirmWindow = 128;
+
 struct Plan {
-  std::uint64_t queued_at_start = 0;  // ready messages in --from when the run began
+  std::uint64_t queued_at_start = 0;  // ready messages in --from at the start (for progress)
   std::optional<std::uint64_t> limit;
   std::optional<double> rate;
   std::int64_t max_replays = 3;
   bool dry_run = false;
+  std::size_t window = kConfirmWindow;  // unconfirmed copies at most
 };
 
 enum class StopReason {
   queue_empty,        // basic.get-empty
-  all_looked_at,      // looked at as many messages as --from held at the start
   limit_reached,      // --limit messages moved (or would move, in a dry run)
   came_back,          // a copy made in this run was dead-lettered again
   interrupted,        // SIGINT or SIGTERM
@@ -84,12 +99,12 @@ struct Failed {
 
 struct Summary {
   bool dry_run = false;
-  std::uint64_t queued_at_start = 0;
   std::uint64_t looked_at = 0;
-  std::uint64_t moved = 0;  // or would move, in a dry run
+  std::uint64_t remaining = 0;  // ready in --from after the last get: for the progress bar
+  std::uint64_t moved = 0;      // or would move, in a dry run
   std::uint64_t at_ceiling = 0;
   std::uint64_t failed = 0;
-  std::uint64_t requeued = 0;  // originals given back to --from at the end
+  std::uint64_t requeued = 0;                     // originals given back to --from at the end
   std::map<std::string, ReasonCounts> by_reason;  // by x-nackguard-reason
   std::vector<std::string> ceiling_labels;        // message ids of those left at the ceiling
   std::vector<Failed> failures;
@@ -110,22 +125,28 @@ class Replayer {
                      const std::function<void(const Summary&)>& progress = {});
   const Summary& summary() const { return summary_; }
 
-  // Identifies a message across its trips: message_id, correlation_id, timestamp, body and
-  // x-nackguard-replays (nackguard keeps all of them when it dead-letters a message again).
-  static std::uint64_t fingerprint(const amqp::ContentHeader& header, amqp::ByteView body);
-
  private:
-  std::optional<StopReason> should_stop(const std::function<bool()>& interrupted) const;
+  struct Pending {
+    std::uint64_t delivery_tag = 0;  // of the original
+    std::string reason;
+    std::string label;
+  };
+
+  std::optional<StopReason> should_stop();
   void handle(Message& message);
-  void move(Message& message, const std::string& reason);
-  void keep(const Message& message) { kept_.push_back(message.delivery_tag); }
+  void move(Message& message, std::string reason);
+  void settle(const std::vector<Confirm>& confirms);
+  void drain();
+  void keep(std::uint64_t delivery_tag) { kept_.push_back(delivery_tag); }
+  bool interrupted() const { return interrupted_ && interrupted_(); }
 
   Broker& broker_;
   Plan plan_;
   std::function<Clock::time_point()> now_;
   std::function<bool()> interrupted_;
   Summary summary_;
-  std::vector<std::uint64_t> kept_;
+  std::vector<std::uint64_t> kept_;           // originals to requeue at the end
+  std::map<std::uint64_t, Pending> pending_;  // unconfirmed copies, by sequence number
   std::unordered_set<std::uint64_t> copies_;  // fingerprints of the copies made in this run
   std::uint64_t consecutive_failures_ = 0;
   bool came_back_ = false;

@@ -35,11 +35,10 @@ void reason_line(std::ostream& out, const std::string& reason, const ReasonCount
 
 std::string render_summary(const Summary& summary, const RunInfo& info) {
   std::ostringstream out;
-  out << "nackguard replay" << (summary.dry_run ? " --dry-run" : "") << ": " << info.from
-      << " -> " << info.to << " on " << info.endpoint << ", vhost '" << info.vhost << "'"
+  out << "nackguard replay" << (summary.dry_run ? " --dry-run" : "") << ": " << info.from << " -> "
+      << info.to << " on " << info.endpoint << ", vhost '" << info.vhost << "'"
       << (summary.dry_run ? " (dry run: nothing was moved)" : "") << "\n";
-  out << "looked at: " << summary.looked_at << " of " << summary.queued_at_start
-      << " queued at the start\n";
+  out << "looked at: " << summary.looked_at << "\n";
   out << (summary.dry_run ? "would move: " : "moved: ") << summary.moved << "\n";
   out << "left at ceiling (x-nackguard-replays >= " << info.max_replays
       << "): " << summary.at_ceiling << "\n";
@@ -68,7 +67,7 @@ std::string render_summary(const Summary& summary, const RunInfo& info) {
 }
 
 std::string render_progress(const Summary& summary, std::size_t bar_width) {
-  const std::uint64_t total = std::max(summary.queued_at_start, summary.looked_at);
+  const std::uint64_t total = summary.looked_at + summary.remaining;
   std::size_t filled =
       total == 0 ? bar_width : static_cast<std::size_t>(summary.looked_at * bar_width / total);
   std::ostringstream out;

@@ -26,7 +26,8 @@ inline constexpr std::size_t kMaxListed = 100;
 
 std::string render_summary(const Summary& summary, const RunInfo& info);
 
-// One line, e.g. "[#######-------] 50/100  moved 48  at ceiling 2  failed 0".
+// One line, e.g. "[#######-------] 50/100  moved 48  at ceiling 2  failed 0", where 100 is
+// what was looked at plus what the last basic.get-ok said was left.
 std::string render_progress(const Summary& summary, std::size_t bar_width = 30);
 
 // Redraws the progress line on a terminal, at most 10 times a second; does nothing when

@@ -35,8 +35,8 @@ std::string label_of(const amqp::BasicProperties& properties) {
 amqp::ContentHeader replay_copy_header(const amqp::ContentHeader& original) {
   amqp::ContentHeader copy = original;
   std::int64_t replays = replays_of(original.properties);
-  amqp::FieldTable& headers = copy.properties.headers.emplace(
-      original.properties.headers.value_or(amqp::FieldTable{}));
+  amqp::FieldTable& headers =
+      copy.properties.headers.emplace(original.properties.headers.value_or(amqp::FieldTable{}));
   std::erase_if(headers.entries, [](const auto& entry) {
     return entry.first == kReturnsHeader || entry.first == kDeliveryCountHeader;
   });

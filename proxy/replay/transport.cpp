@@ -45,8 +45,8 @@ Transport::~Transport() {
 }
 
 void Transport::connect(const std::string& host, std::uint16_t port, Clock::duration timeout) {
-  endpoint_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-              std::to_string(port);
+  endpoint_ =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
   tcp::resolver resolver(impl_->io);
   error_code ec;
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
@@ -61,9 +61,10 @@ void Transport::connect(const std::string& host, std::uint16_t port, Clock::dura
       deadline);
   if (!result) {
     close();
-    throw Failure("cannot connect to " + endpoint_ + ": no answer within " +
-                  std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) +
-                  " s; is the broker up and the address right?");
+    throw Failure(
+        "cannot connect to " + endpoint_ + ": no answer within " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) +
+        " s; is the broker up and the address right?");
   }
   if (*result) {
     close();

@@ -159,8 +159,8 @@ Upstream resolve_upstream(const std::optional<std::string>& cli,
 
   const ParsedUrl* address = from_cli ? &*from_cli : from_env ? &*from_env : nullptr;
   if (address == nullptr) {
-    throw UsageError("no broker given: pass --upstream amqp://HOST:PORT/VHOST, or set " +
-                     env_name + " to a whole amqp:// URL");
+    throw UsageError("no broker given: pass --upstream amqp://HOST:PORT/VHOST, or set " + env_name +
+                     " to a whole amqp:// URL");
   }
   Upstream upstream;
   upstream.host = address->host;

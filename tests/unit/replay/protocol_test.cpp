@@ -82,7 +82,8 @@ TEST(Handshake, BeginsWithTheProtocolHeader) {
   Handshake handshake(params());
   Bytes out;
   handshake.begin(out);
-  EXPECT_EQ(amqp::test::as_hex(out), amqp::test::as_hex(amqp::test::hex("41 4d 51 50 00 00 09 01")));
+  EXPECT_EQ(amqp::test::as_hex(out),
+            amqp::test::as_hex(amqp::test::hex("41 4d 51 50 00 00 09 01")));
 }
 
 TEST(Handshake, LogsInWithPlainAndOpensTheVhost) {
@@ -252,7 +253,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "below AMQP's minimum"},
         BadStep{"method_on_a_channel", {method_frame(rabbit_start(), 1)}, "unexpected frame"},
         BadStep{"body_frame", {body_frame()}, "unexpected frame"},
-        BadStep{"truncated_start", {amqp::test::hex("01 00 00 00 00 00 04 00 0a 00 0a ce")},
+        BadStep{"truncated_start",
+                {amqp::test::hex("01 00 00 00 00 00 04 00 0a 00 0a ce")},
                 "malformed connection.start"}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "proxy/replay/rewrite.hpp"
 
@@ -47,23 +48,38 @@ class FakeBroker : public Broker {
     Message m = std::move(ready.front());
     ready.pop_front();
     m.delivery_tag = ++last_tag;
+    m.remaining = static_cast<std::uint32_t>(ready.size());
     unacked[m.delivery_tag] = m;
     log.push_back("get " + id_of(m.header));
     return m;
   }
-  CopyOutcome publish_copy(const amqp::ContentHeader& header, amqp::ByteView body) override {
+  std::uint64_t publish_copy(const amqp::ContentHeader& header, amqp::ByteView body) override {
     log.push_back("publish " + id_of(header));
-    CopyOutcome outcome;
-    if (!outcomes.empty()) {
-      outcome = outcomes.front();
-      outcomes.pop_front();
+    unconfirmed.push_back(
+        {++last_seq, Message{0, 0, header, amqp::Bytes(body.begin(), body.end())}});
+    max_unconfirmed = std::max(max_unconfirmed, unconfirmed.size());
+    return last_seq;
+  }
+  // Settles every unconfirmed copy, with the scripted outcomes, when asked to wait, or at
+  // once when `eager`.
+  std::vector<Confirm> confirms(bool wait) override {
+    std::vector<Confirm> out;
+    if (!wait && !eager) return out;
+    for (auto& [seq, copy] : unconfirmed) {
+      CopyOutcome outcome;
+      if (!outcomes.empty()) {
+        outcome = outcomes.front();
+        outcomes.pop_front();
+      }
+      log.push_back("confirm " + std::to_string(seq));
+      if (outcome.kind == CopyOutcome::Kind::confirmed) {
+        published.push_back(copy);
+        if (dead_letter_copies_again) ready.push_back(copy);
+      }
+      out.push_back({seq, outcome});
     }
-    if (outcome.kind == CopyOutcome::Kind::confirmed) {
-      Message copy{0, header, amqp::Bytes(body.begin(), body.end())};
-      published.push_back(copy);
-      if (dead_letter_copies_again) ready.push_back(copy);
-    }
-    return outcome;
+    unconfirmed.clear();
+    return out;
   }
   void ack(std::uint64_t tag) override {
     log.push_back("ack " + std::to_string(tag));
@@ -92,6 +108,10 @@ class FakeBroker : public Broker {
   std::map<std::uint64_t, Message> unacked;
   std::vector<Message> published;
   std::deque<CopyOutcome> outcomes;  // scripted; confirmed once empty
+  std::vector<std::pair<std::uint64_t, Message>> unconfirmed;
+  std::size_t max_unconfirmed = 0;
+  bool eager = true;
+  std::uint64_t last_seq = 0;
   std::vector<std::string> log;
   std::vector<Clock::duration> waits;
   bool dead_letter_copies_again = false;
@@ -112,14 +132,16 @@ Summary run(FakeBroker& broker, const Plan& plan, std::function<bool()> interrup
   return replayer.run(interrupted);
 }
 
+using Log = std::vector<std::string>;
+
 TEST(Replayer, MovesEveryMessageAndAcksEachOnlyAfterItsConfirm) {
   FakeBroker broker({dead_letter("a"), dead_letter("b", "crash_loop")});
   Summary s = run(broker, plan_for(broker));
-  EXPECT_EQ(broker.log, (std::vector<std::string>{"get a", "publish a", "ack 1", "get b",
-                                                  "publish b", "ack 2", "requeue"}));
+  EXPECT_EQ(broker.log, (Log{"get a", "publish a", "confirm 1", "ack 1", "get b", "publish b",
+                             "confirm 2", "ack 2", "empty", "requeue"}));
   EXPECT_EQ(s.moved, 2u);
   EXPECT_EQ(s.looked_at, 2u);
-  EXPECT_EQ(s.stop, StopReason::all_looked_at);
+  EXPECT_EQ(s.stop, StopReason::queue_empty);
   EXPECT_EQ(s.by_reason["max_redeliveries"].moved, 1u);
   EXPECT_EQ(s.by_reason["crash_loop"].moved, 1u);
   EXPECT_TRUE(broker.ready.empty());
@@ -132,42 +154,52 @@ TEST(Replayer, MovesEveryMessageAndAcksEachOnlyAfterItsConfirm) {
   }
 }
 
-TEST(Replayer, StopsAtGetEmpty) {
-  FakeBroker broker({dead_letter("a")});
-  Plan plan = plan_for(broker);
-  plan.queued_at_start = 10;  // others took messages meanwhile
-  Summary s = run(broker, plan);
-  EXPECT_EQ(s.stop, StopReason::queue_empty);
-  EXPECT_EQ(s.moved, 1u);
+TEST(Replayer, KeepsCopiesInFlightAndAcksOriginalsAsTheirConfirmsArrive) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c")});
+  broker.eager = false;  // confirms come only when the replayer waits for them
+  Summary s = run(broker, plan_for(broker));
+  EXPECT_EQ(broker.log,
+            (Log{"get a", "publish a", "get b", "publish b", "get c", "publish c", "empty",
+                 "confirm 1", "confirm 2", "confirm 3", "ack 1", "ack 2", "ack 3", "requeue"}));
+  EXPECT_EQ(s.moved, 3u);
+  EXPECT_EQ(broker.max_unconfirmed, 3u);
 }
 
-TEST(Replayer, AnEmptyQueueIsNotEvenAsked) {
+TEST(Replayer, WaitsForConfirmsWhenTheWindowIsFull) {
+  std::vector<Message> messages;
+  for (int i = 0; i < 10; ++i) messages.push_back(dead_letter("m" + std::to_string(i)));
+  FakeBroker broker(messages);
+  broker.eager = false;
+  Plan plan = plan_for(broker);
+  plan.window = 4;
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.moved, 10u);
+  EXPECT_EQ(broker.max_unconfirmed, 4u);
+  EXPECT_TRUE(broker.unacked.empty());
+}
+
+TEST(Replayer, AnEmptyQueueEndsTheRunAtOnce) {
   FakeBroker broker({});
   Summary s = run(broker, plan_for(broker));
   EXPECT_EQ(s.stop, StopReason::queue_empty);
-  EXPECT_EQ(broker.log, (std::vector<std::string>{"requeue"}));
+  EXPECT_EQ(broker.log, (Log{"empty", "requeue"}));
 }
 
-TEST(Replayer, LooksOnlyAtWhatWasQueuedAtTheStart) {
-  FakeBroker broker({dead_letter("a"), dead_letter("b")});
+TEST(Replayer, AMessageDeadLetteredDuringTheRunIsMovedToo) {
+  FakeBroker broker({dead_letter("a")});
   Plan plan = plan_for(broker);
-  broker.ready.push_back(dead_letter("late"));  // dead-lettered after the run began
+  broker.ready.push_back(dead_letter("new"));  // not seen in this run: not a loop
   Summary s = run(broker, plan);
   EXPECT_EQ(s.moved, 2u);
-  EXPECT_EQ(s.stop, StopReason::all_looked_at);
-  ASSERT_EQ(broker.ready.size(), 1u);
-  EXPECT_EQ(id_of(broker.ready[0].header), "late");
+  EXPECT_EQ(s.stop, StopReason::queue_empty);
 }
 
 TEST(Replayer, MessagesAtTheCeilingStayUnackedUntilTheEndAndAreLookedAtOnce) {
   FakeBroker broker({dead_letter("a", "max_redeliveries", 3), dead_letter("b"),
                      dead_letter("c", "crash_loop", 7)});
-  Plan plan = plan_for(broker);
-  plan.queued_at_start = 100;  // only get-empty ends this run
-  Summary s = run(broker, plan);
-  EXPECT_EQ(broker.log,
-            (std::vector<std::string>{"get a", "get b", "publish b", "ack 2", "get c", "empty",
-                                      "requeue 1 3"}));
+  Summary s = run(broker, plan_for(broker));
+  EXPECT_EQ(broker.log, (Log{"get a", "get b", "publish b", "confirm 1", "ack 2", "get c", "empty",
+                             "requeue 1 3"}));
   EXPECT_EQ(s.at_ceiling, 2u);
   EXPECT_EQ(s.moved, 1u);
   EXPECT_EQ(s.requeued, 2u);
@@ -176,6 +208,7 @@ TEST(Replayer, MessagesAtTheCeilingStayUnackedUntilTheEndAndAreLookedAtOnce) {
   EXPECT_EQ(s.by_reason["max_redeliveries"].at_ceiling, 1u);
   ASSERT_EQ(broker.ready.size(), 2u);  // back in the DLQ, unchanged
   EXPECT_EQ(replays_of(broker.ready[0].header.properties), 3);
+  EXPECT_NE(broker.ready[0].header.properties.headers->find("x-nackguard-returns"), nullptr);
 }
 
 TEST(Replayer, MaxReplaysIsTheCeiling) {
@@ -196,8 +229,7 @@ TEST(Replayer, DryRunMovesNothingAndCountsByReason) {
   plan.dry_run = true;
   Summary s = run(broker, plan);
   EXPECT_TRUE(broker.published.empty());
-  EXPECT_EQ(broker.log, (std::vector<std::string>{"get a", "get b", "get c", "get d",
-                                                  "requeue 1 2 3 4"}));
+  EXPECT_EQ(broker.log, (Log{"get a", "get b", "get c", "get d", "empty", "requeue 1 2 3 4"}));
   EXPECT_TRUE(s.dry_run);
   EXPECT_EQ(s.moved, 3u);
   EXPECT_EQ(s.at_ceiling, 1u);
@@ -207,15 +239,41 @@ TEST(Replayer, DryRunMovesNothingAndCountsByReason) {
   EXPECT_EQ(broker.ready.size(), 4u);
 }
 
+TEST(Replayer, DryRunWithALimitCountsThatMany) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c")});
+  Plan plan = plan_for(broker);
+  plan.dry_run = true;
+  plan.limit = 2;
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.moved, 2u);
+  EXPECT_EQ(s.stop, StopReason::limit_reached);
+  EXPECT_EQ(broker.ready.size(), 3u);
+}
+
 TEST(Replayer, LimitMovesAtMostNAndLeavesTheRestUntouched) {
   FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c"), dead_letter("d")});
+  broker.eager = false;
   Plan plan = plan_for(broker);
   plan.limit = 2;
   Summary s = run(broker, plan);
   EXPECT_EQ(s.moved, 2u);
   EXPECT_EQ(s.looked_at, 2u);
   EXPECT_EQ(s.stop, StopReason::limit_reached);
+  EXPECT_EQ(broker.published.size(), 2u);
   EXPECT_EQ(broker.ready.size(), 2u);
+}
+
+TEST(Replayer, LimitReplacesCopiesThatFailedInFlight) {
+  FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c")});
+  broker.eager = false;
+  broker.outcomes = {{CopyOutcome::Kind::nacked, "nack"}};
+  Plan plan = plan_for(broker);
+  plan.limit = 2;
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.moved, 2u);
+  EXPECT_EQ(s.failed, 1u);
+  EXPECT_EQ(s.stop, StopReason::limit_reached);
+  EXPECT_EQ(broker.published.size(), 2u);
 }
 
 TEST(Replayer, LimitCountsOnlyMovesNotMessagesAtTheCeiling) {
@@ -235,8 +293,8 @@ TEST(Replayer, ACopyThatIsNotAcceptedLeavesTheOriginalAndIsReported) {
                      {CopyOutcome::Kind::nacked, "the broker nacked the copy"}};
   Summary s = run(broker, plan_for(broker));
   EXPECT_EQ(broker.log,
-            (std::vector<std::string>{"get a", "publish a", "ack 1", "get b", "publish b",
-                                      "get c", "publish c", "requeue 2 3"}));
+            (Log{"get a", "publish a", "confirm 1", "ack 1", "get b", "publish b", "confirm 2",
+                 "get c", "publish c", "confirm 3", "empty", "requeue 2 3"}));
   EXPECT_EQ(s.moved, 1u);
   EXPECT_EQ(s.failed, 2u);
   ASSERT_EQ(s.failures.size(), 2u);
@@ -260,20 +318,35 @@ TEST(Replayer, StopsAfterTooManyFailuresInARow) {
 TEST(Replayer, StopsWhenACopyComesBackDeadLetteredAgain) {
   FakeBroker broker({dead_letter("a"), dead_letter("b")});
   broker.dead_letter_copies_again = true;  // the consumer still fails at once
-  Plan plan = plan_for(broker);
-  plan.queued_at_start = 100;
-  Summary s = run(broker, plan);
+  Summary s = run(broker, plan_for(broker));
   EXPECT_EQ(s.stop, StopReason::came_back);
   EXPECT_EQ(s.moved, 2u);
   EXPECT_EQ(broker.published.size(), 2u);  // not a third time
   EXPECT_EQ(broker.ready.size(), 2u);      // both copies wait in the DLQ for the next run
 }
 
+TEST(Replayer, ACopyThatComesBackBeforeItsConfirmIsRecognised) {
+  FakeBroker broker({dead_letter("a")});
+  broker.eager = false;
+  Replayer replayer(broker, plan_for(broker), [&broker] { return broker.now; });
+  // The copy is consumed, fails and is dead-lettered again before its confirm.
+  bool returned = false;
+  replayer.run({}, [&broker, &returned](const Summary&) {
+    if (!returned && !broker.unconfirmed.empty()) {
+      broker.ready.push_back(broker.unconfirmed.back().second);
+      returned = true;
+    }
+  });
+  EXPECT_EQ(replayer.summary().stop, StopReason::came_back);
+  EXPECT_EQ(replayer.summary().moved, 1u);
+  EXPECT_EQ(broker.ready.size(), 1u);
+}
+
 TEST(Replayer, IdenticalMessagesAreNotMistakenForOnesThatCameBack) {
   FakeBroker broker({dead_letter("same"), dead_letter("same"), dead_letter("same")});
   Summary s = run(broker, plan_for(broker));
   EXPECT_EQ(s.moved, 3u);
-  EXPECT_EQ(s.stop, StopReason::all_looked_at);
+  EXPECT_EQ(s.stop, StopReason::queue_empty);
 }
 
 TEST(Replayer, RunningAgainMovesOnlyWhatCameBackSince) {
@@ -314,6 +387,7 @@ TEST(Replayer, InterruptionStopsBetweenMessagesAndRequeuesWhatItKept) {
   Summary s = run(broker, plan_for(broker), [&polls] { return ++polls > 2; });
   EXPECT_EQ(s.stop, StopReason::interrupted);
   EXPECT_EQ(s.looked_at, 2u);
+  EXPECT_EQ(s.moved, 1u);
   EXPECT_EQ(broker.log.back(), "requeue 1");
   EXPECT_EQ(broker.ready.size(), 2u);
 }
@@ -328,27 +402,13 @@ TEST(Replayer, ABrokerErrorPropagatesAndTheSummarySoFarRemains) {
   EXPECT_EQ(replayer.summary().stop, std::nullopt);
 }
 
-TEST(Replayer, ReportsProgressAfterEachMessage) {
+TEST(Replayer, ReportsProgressAfterEachMessageAndAtTheEnd) {
   FakeBroker broker({dead_letter("a"), dead_letter("b")});
   Replayer replayer(broker, plan_for(broker), [&broker] { return broker.now; });
-  std::vector<std::uint64_t> looked_at;
-  replayer.run({}, [&](const Summary& s) { looked_at.push_back(s.looked_at); });
-  EXPECT_EQ(looked_at, (std::vector<std::uint64_t>{1, 2}));
-}
-
-TEST(Fingerprint, FollowsIdentityBodyAndReplays) {
-  Message a = dead_letter("a");
-  Message copy = a;
-  copy.header = replay_copy_header(a.header);
-  EXPECT_NE(Replayer::fingerprint(a.header, a.body), Replayer::fingerprint(copy.header, a.body));
-  Message again = copy;
-  again.header.properties.headers->set("x-nackguard-returns", FieldValue::i64(6));
-  again.header.properties.headers->set("x-nackguard-reason", FieldValue::string("crash_loop"));
-  EXPECT_EQ(Replayer::fingerprint(again.header, again.body),
-            Replayer::fingerprint(copy.header, copy.body));
-  again.body.push_back('!');
-  EXPECT_NE(Replayer::fingerprint(again.header, again.body),
-            Replayer::fingerprint(copy.header, copy.body));
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> progress;  // looked at, remaining
+  replayer.run({}, [&](const Summary& s) { progress.emplace_back(s.looked_at, s.remaining); });
+  EXPECT_EQ(progress,
+            (std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 1}, {2, 0}, {2, 0}}));
 }
 
 TEST(RatePacer, NoBurstAfterIdleTime) {

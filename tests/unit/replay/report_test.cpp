@@ -14,7 +14,6 @@ const RunInfo kInfo{"orders.dlq", "orders", "rabbit:5672", "/", 3};
 
 TEST(RenderSummary, ARunWithEveryOutcome) {
   Summary s;
-  s.queued_at_start = 12;
   s.looked_at = 10;
   s.moved = 7;
   s.at_ceiling = 2;
@@ -27,7 +26,7 @@ TEST(RenderSummary, ARunWithEveryOutcome) {
   s.stop = StopReason::queue_empty;
   EXPECT_EQ(render_summary(s, kInfo),
             "nackguard replay: orders.dlq -> orders on rabbit:5672, vhost '/'\n"
-            "looked at: 10 of 12 queued at the start\n"
+            "looked at: 10\n"
             "moved: 7\n"
             "left at ceiling (x-nackguard-replays >= 3): 2\n"
             "  ids: m-1, m-2\n"
@@ -43,22 +42,21 @@ TEST(RenderSummary, ARunWithEveryOutcome) {
 TEST(RenderSummary, ADryRunSaysNothingMoved) {
   Summary s;
   s.dry_run = true;
-  s.queued_at_start = 4;
   s.looked_at = 4;
   s.moved = 4;
   s.requeued = 4;
   s.by_reason["max_redeliveries"] = {4, 0, 0};
-  s.stop = StopReason::all_looked_at;
+  s.stop = StopReason::queue_empty;
   EXPECT_EQ(render_summary(s, kInfo),
             "nackguard replay --dry-run: orders.dlq -> orders on rabbit:5672, vhost '/' (dry run: "
             "nothing was moved)\n"
-            "looked at: 4 of 4 queued at the start\n"
+            "looked at: 4\n"
             "would move: 4\n"
             "left at ceiling (x-nackguard-replays >= 3): 0\n"
             "by x-nackguard-reason:\n"
             "  max_redeliveries: would move 4\n"
             "left in orders.dlq (requeued): 4\n"
-            "stopped: every message that was in the queue at the start was looked at\n");
+            "stopped: the queue is empty\n");
 }
 
 TEST(RenderSummary, LongListsAreCut) {
@@ -74,14 +72,14 @@ TEST(RenderSummary, ABrokenOffRunHasNoStopLine) {
 
 TEST(RenderProgress, DrawsABarOverWhatWasQueued) {
   Summary s;
-  s.queued_at_start = 100;
   s.looked_at = 50;
+  s.remaining = 50;
   s.moved = 48;
   s.at_ceiling = 2;
   EXPECT_EQ(render_progress(s, 10), "[#####-----] 50/100  moved 48  at ceiling 2  failed 0");
   s.dry_run = true;
   EXPECT_EQ(render_progress(s, 10), "[#####-----] 50/100  would move 48  at ceiling 2");
-  s.looked_at = 120;  // more than was queued: the bar is full, not past its end
+  s.remaining = 0;  // the last one: the bar is full
   EXPECT_EQ(render_progress(s, 4).substr(0, 6), "[####]");
 }
 

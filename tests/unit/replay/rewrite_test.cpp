@@ -84,19 +84,19 @@ ContentHeader every_property() {
 
 TEST(ReplayCopyHeader, ExactBytesOfASmallCase) {
   // headers {a: I 7, x-nackguard-returns: l 6, b: S "x"}, nothing else.
-  const Bytes original = hex(
-      "00 3c 00 00  00 00 00 00 00 00 00 03  20 00"
-      "00 00 00 2c"
-      "01 61 49 00 00 00 07"
-      "13 78 2d 6e 61 63 6b 67 75 61 72 64 2d 72 65 74 75 72 6e 73 6c 00 00 00 00 00 00 00 06"
-      "01 62 53 00 00 00 01 78");
+  const Bytes original =
+      hex("00 3c 00 00  00 00 00 00 00 00 00 03  20 00"
+          "00 00 00 2c"
+          "01 61 49 00 00 00 07"
+          "13 78 2d 6e 61 63 6b 67 75 61 72 64 2d 72 65 74 75 72 6e 73 6c 00 00 00 00 00 00 00 06"
+          "01 62 53 00 00 00 01 78");
   // {a: I 7, b: S "x", x-nackguard-replays: l 1}
-  const Bytes expected = hex(
-      "00 3c 00 00  00 00 00 00 00 00 00 03  20 00"
-      "00 00 00 2c"
-      "01 61 49 00 00 00 07"
-      "01 62 53 00 00 00 01 78"
-      "13 78 2d 6e 61 63 6b 67 75 61 72 64 2d 72 65 70 6c 61 79 73 6c 00 00 00 00 00 00 00 01");
+  const Bytes expected =
+      hex("00 3c 00 00  00 00 00 00 00 00 00 03  20 00"
+          "00 00 00 2c"
+          "01 61 49 00 00 00 07"
+          "01 62 53 00 00 00 01 78"
+          "13 78 2d 6e 61 63 6b 67 75 61 72 64 2d 72 65 70 6c 61 79 73 6c 00 00 00 00 00 00 00 01");
   EXPECT_EQ(as_hex(encode(replay_copy_header(decode(original)))), as_hex(expected));
 }
 
@@ -162,8 +162,8 @@ TEST_P(ReplaysOfTest, ReadsAndCountsUp) {
   header.properties.headers.emplace();
   if (c.value) header.properties.headers->set("x-nackguard-replays", *c.value);
   EXPECT_EQ(replays_of(header.properties), c.replays);
-  std::int64_t next = c.replays == std::numeric_limits<std::int64_t>::max() ? c.replays
-                                                                             : c.replays + 1;
+  std::int64_t next =
+      c.replays == std::numeric_limits<std::int64_t>::max() ? c.replays : c.replays + 1;
   EXPECT_EQ(*replay_copy_header(header).properties.headers->find("x-nackguard-replays"),
             FieldValue::i64(next));
 }
