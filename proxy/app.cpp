@@ -50,6 +50,20 @@ net::RelayOptions relay_options(const config::Config& cfg, session::GuardContext
   return options;
 }
 
+// What the TLS keys say, as one string to compare across a reload.
+std::string tls_signature(const config::Config& cfg) {
+  std::string out;
+  if (const auto& tls = cfg.listen_tls) {
+    out += "listen:" + tls->cert_file.path.string() + "|" + tls->key_file.path.string() + "|" +
+           tls->ca_file.path.string() + (tls->require_client_cert ? "|required" : "|optional");
+  }
+  if (const auto& tls = cfg.upstream_tls) {
+    out += " upstream:" + tls->ca_file.path.string() + "|" + tls->cert_file.path.string() + "|" +
+           tls->key_file.path.string() + "|" + tls->server_name + (tls->verify ? "|verify" : "");
+  }
+  return out;
+}
+
 // Keys a reload cannot apply: they shape sockets, threads and memory set up at start.
 std::vector<std::string> keys_needing_restart(const config::Config& now,
                                               const config::Config& loaded) {
@@ -73,6 +87,7 @@ std::vector<std::string> keys_needing_restart(const config::Config& now,
   check(now.tracker_max_entries != loaded.tracker_max_entries ||
             now.tracker_idle_ttl != loaded.tracker_idle_ttl,
         "tracker");
+  check(tls_signature(now) != tls_signature(loaded), "listen.tls or upstream.tls");
   return keys;
 }
 
@@ -158,6 +173,7 @@ void App::reload() {
     }
     config_.policies_dir = loaded.policies_dir;
     config_.log_level = loaded.log_level;
+    config_.shutdown_grace = loaded.shutdown_grace;  // read only when a shutdown begins
     spdlog::info("reload: {} policies loaded from {}", count, config_.policies_dir.string());
     registry_.policy_reload(true);
   } catch (const config::ConfigError& e) {

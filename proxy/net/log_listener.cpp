@@ -4,10 +4,31 @@
 
 namespace nackguard::net {
 
+namespace {
+// Queue names and message ids come from clients: control characters are written as \xNN so
+// that one cannot split or forge a log line.
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 void LogListener::on_dead_letter(std::string_view queue, std::string_view identity,
                                  std::uint32_t returns, retry::DeadLetterReason reason) {
-  spdlog::warn("dead-lettered: queue={} identity={} returns={} reason={}", queue, identity, returns,
-               retry::to_string(reason));
+  spdlog::warn("dead-lettered: queue={} identity={} returns={} reason={}", printable(queue),
+               printable(identity), returns, retry::to_string(reason));
 }
 
 void LogListener::on_fallback(std::string_view queue, std::string_view cause,
@@ -28,16 +49,16 @@ void LogListener::on_fallback(std::string_view queue, std::string_view cause,
   }
   spdlog::warn("fallback: queue={} cause={}: {}; the message went back to the broker as the "
                "consumer asked, nothing is lost ({} similar lines suppressed)",
-               queue, cause, detail, suppressed);
+               printable(queue), cause, printable(detail), suppressed);
 }
 
 void LogListener::on_outage(std::string_view queue, bool started, double ratio) {
   if (started) {
     spdlog::warn("outage started: queue={} return ratio {:.2f}; returns are delayed and not counted "
                  "towards dead-lettering until it ends",
-                 queue, ratio);
+                 printable(queue), ratio);
   } else {
-    spdlog::info("outage ended: queue={} return ratio {:.2f}", queue, ratio);
+    spdlog::info("outage ended: queue={} return ratio {:.2f}", printable(queue), ratio);
   }
 }
 

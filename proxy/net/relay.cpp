@@ -24,6 +24,8 @@ constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // closing: closing with unread input would reset the connection and could lose our close.
 constexpr auto kLinger = std::chrono::seconds(1);
 constexpr auto kWatchdogTick = std::chrono::milliseconds(500);
+// How long a client may take to answer the proxy's own connection.close at shutdown.
+constexpr auto kCloseOkWait = std::chrono::seconds(5);
 }  // namespace
 
 Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
@@ -249,9 +251,16 @@ asio::awaitable<void> Relay::watchdog() {
                          Clock::now().time_since_epoch())
                          .count());
     if (guard_) guard_->on_tick();
-    if (shutdown_at_ && now_ready_to_close()) {
+    if (shutdown_at_ && !close_sent_at_ && now_ready_to_close()) {
       session_.close_gracefully(amqp::reply::connection_forced,
                                 "CONNECTION_FORCED - nackguard is shutting down");
+      close_sent_at_ = Clock::now();
+    } else if (close_sent_at_ && Clock::now() - *close_sent_at_ > kCloseOkWait) {
+      // A client that never answers the close (stuck in a callback, heartbeats off) does not
+      // hold the shutdown: its broker connection is closed and requeues what it held.
+      spdlog::info("conn {}: no close-ok from the client within {} s; closing", id_,
+                   kCloseOkWait.count());
+      session_.on_eof(Side::client);
     }
     wake_writers();
     auto now = Clock::now();

@@ -82,6 +82,7 @@ class Relay : public std::enable_shared_from_this<Relay> {
   session::Session session_;
   std::chrono::steady_clock::time_point started_;
   std::optional<std::chrono::steady_clock::time_point> shutdown_at_;
+  std::optional<std::chrono::steady_clock::time_point> close_sent_at_;
   std::chrono::steady_clock::time_point shutdown_forced_at_;
   std::atomic<bool> done_{false};
   std::array<std::uint64_t, 2> reported_frames_{};

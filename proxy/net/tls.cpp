@@ -33,6 +33,13 @@ std::string take_openssl_errors() {
                     take_openssl_errors() + "; " + fix);
 }
 
+// "listen.tls.cert_file, at FILE:LINE:COLUMN", from "FILE:LINE:COLUMN: listen.tls.cert_file".
+std::string key_and_location(const ConfigFile& file) {
+  const std::size_t split = file.key_location.rfind(": ");
+  if (split == std::string::npos) return file.key_location;
+  return file.key_location.substr(split + 2) + ", at " + file.key_location.substr(0, split);
+}
+
 // Without a callback OpenSSL would ask for a passphrase on the terminal and block the start.
 int refuse_passphrase(char*, int, int, void* asked) {
   *static_cast<bool*>(asked) = true;
@@ -73,8 +80,8 @@ void load_identity(SSL_CTX* native, const ConfigFile& cert, const ConfigFile& ke
     if (loaded == 1 || mismatch) {
       throw ConfigError(key.key_location + ": the private key " + key.path.string() +
                         " does not match the certificate " + cert.path.string() + " (" +
-                        cert.key_location + ") (" + reasons +
-                        "); give the key the certificate was made for");
+                        key_and_location(cert) + "): " + reasons +
+                        "; give the key the certificate was made for");
     }
     throw ConfigError(key.key_location + ": cannot load the private key " + key.path.string() +
                       ": " + reasons + "; give a PEM file with an unencrypted private key");
