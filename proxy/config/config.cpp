@@ -12,6 +12,7 @@
 #include <system_error>
 #include <thread>
 
+#include "proxy/config/tls_section.hpp"
 #include "proxy/config/yaml_section.hpp"
 #include "proxy/config/yaml_values.hpp"
 
@@ -41,8 +42,8 @@ constexpr std::uint64_t kMaxTrackerEntries = 100'000'000;
 constexpr std::array<std::string_view, 10> kTopKeys{
     "listen", "upstream", "threads",  "policies_dir", "metrics",
     "log",    "limits",   "timeouts", "tracker",      "shutdown"};
-constexpr std::array<std::string_view, 2> kListenKeys{"address", "port"};
-constexpr std::array<std::string_view, 3> kUpstreamKeys{"host", "port", "connect_timeout"};
+constexpr std::array<std::string_view, 3> kListenKeys{"address", "port", "tls"};
+constexpr std::array<std::string_view, 4> kUpstreamKeys{"host", "port", "connect_timeout", "tls"};
 constexpr std::array<std::string_view, 3> kMetricsKeys{"address", "port", "max_queue_labels"};
 constexpr std::array<std::string_view, 1> kShutdownKeys{"grace"};
 constexpr std::uint64_t kMaxQueueLabels = 100000;
@@ -152,13 +153,20 @@ void read_policies_dir(const Source& source, const Section& top, Config& config)
   check_policies_dir(source, field, config, value);
 }
 
-void read_upstream(const Section& top, Config& config) {
+void read_listen(const Source& source, const Section& top, Config& config) {
+  const Section listen = top.child("listen", kListenKeys);
+  read_endpoint(listen, "address", config.listen);
+  detail::read_listen_tls(source, listen, config);
+}
+
+void read_upstream(const Source& source, const Section& top, Config& config) {
   const Section upstream = top.child("upstream", kUpstreamKeys);
   read_endpoint(upstream, "host", config.upstream);
   if (const Field* timeout = upstream.find("connect_timeout")) {
     config.upstream_connect_timeout =
         detail::read_duration(*timeout, milliseconds(1), kLongestTimeout);
   }
+  detail::read_upstream_tls(source, upstream, config);
 }
 
 void read_log(const Section& top, Config& config) {
@@ -227,8 +235,8 @@ Config build_config(const Source& source, const YAML::Node& document,
   config.file = absolute_or_as_given(file_for_messages);
   const Section top = Section::top_level(source, document, kTopKeys);
 
-  read_endpoint(top.child("listen", kListenKeys), "address", config.listen);
-  read_upstream(top, config);
+  read_listen(source, top, config);
+  read_upstream(source, top, config);
   if (const Field* threads = top.find("threads")) {
     config.threads = static_cast<unsigned>(detail::read_integer(*threads, 1, kMaxThreads));
   }

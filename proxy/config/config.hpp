@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -22,6 +23,36 @@ struct Endpoint {
   std::uint16_t port;
 };
 
+// A file named in the config (a certificate, a key), kept with where it was named, so that a
+// problem found when OpenSSL loads it can still point at the line.
+struct ConfigFile {
+  // Absolute: a relative value is taken relative to the config file's directory.
+  std::filesystem::path path;
+  std::string key_location;  // "FILE:LINE:COLUMN: listen.tls.cert_file"
+  bool empty() const { return path.empty(); }
+};
+
+// listen.tls: clients connect with TLS. See docs/tls.md.
+struct ListenTls {
+  ConfigFile cert_file;  // PEM: the proxy's certificate, then any intermediates
+  ConfigFile key_file;   // PEM, unencrypted
+  // PEM: the CAs whose client certificates are accepted. Empty: none is asked for; set: one is
+  // asked for and, when presented, verified.
+  ConfigFile ca_file;
+  bool require_client_cert = false;  // needs ca_file
+};
+
+// upstream.tls: the proxy connects to the broker with TLS. See docs/tls.md.
+struct UpstreamTls {
+  bool verify = true;  // the broker's certificate chain, dates and name
+  ConfigFile ca_file;  // PEM; empty: the system's trust store
+  // Sent as SNI and matched against the broker's certificate; upstream.host when not set.
+  std::string server_name;
+  // Both or neither: the client certificate the proxy presents (for SASL EXTERNAL).
+  ConfigFile cert_file;
+  ConfigFile key_file;
+};
+
 // std::thread::hardware_concurrency(), at least 1 and at most 256.
 unsigned default_thread_count();
 
@@ -29,6 +60,8 @@ struct Config {
   std::filesystem::path file;  // the file it was loaded from, absolute
   Endpoint listen{"127.0.0.1", 5673};
   Endpoint upstream{"127.0.0.1", 5672};
+  std::optional<ListenTls> listen_tls;      // absent: clients connect in plain TCP
+  std::optional<UpstreamTls> upstream_tls;  // absent: plain TCP to the broker
   std::chrono::milliseconds upstream_connect_timeout{5000};
   unsigned threads = default_thread_count();  // 1..256
   // Absolute after loading: a relative value is taken relative to the config file's directory,

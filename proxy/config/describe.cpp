@@ -16,6 +16,30 @@ void append_policy(std::string& out, const retry::Policy& policy) {
   }
 }
 
+std::string file_or(const ConfigFile& file, const char* absent) {
+  return file.empty() ? absent : file.path.string();
+}
+
+// Only when set, so that a config without TLS describes as before.
+void append_tls(std::ostream& out, const Config& config) {
+  if (const auto& tls = config.listen_tls) {
+    out << "listen.tls.cert_file: " << tls->cert_file.path.string() << "\n"
+        << "listen.tls.key_file: " << tls->key_file.path.string() << "\n"
+        << "listen.tls.ca_file: "
+        << file_or(tls->ca_file, "(none: no client certificate asked for)") << "\n"
+        << "listen.tls.require_client_cert: " << (tls->require_client_cert ? "true" : "false")
+        << "\n";
+  }
+  if (const auto& tls = config.upstream_tls) {
+    out << "upstream.tls.verify: " << (tls->verify ? "true" : "false") << "\n"
+        << "upstream.tls.ca_file: "
+        << file_or(tls->ca_file, tls->verify ? "(none: the system trust store)" : "(none)") << "\n"
+        << "upstream.tls.server_name: " << tls->server_name << "\n"
+        << "upstream.tls.cert_file: " << file_or(tls->cert_file, "(none)") << "\n"
+        << "upstream.tls.key_file: " << file_or(tls->key_file, "(none)") << "\n";
+  }
+}
+
 }  // namespace
 
 std::string describe(const Config& config) {
@@ -40,6 +64,7 @@ std::string describe(const Config& config) {
       << "shutdown.grace: " << format_duration(config.shutdown_grace) << "\n"
       << "tracker.max_entries: " << config.tracker_max_entries << "\n"
       << "tracker.idle_ttl: " << format_duration(config.tracker_idle_ttl) << "\n";
+  append_tls(out, config);
   return out.str();
 }
 

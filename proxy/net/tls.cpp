@@ -42,7 +42,7 @@ std::string key_and_location(const ConfigFile& file) {
 
 // Without a callback OpenSSL would ask for a passphrase on the terminal and block the start.
 int refuse_passphrase(char*, int, int, void* asked) {
-  *static_cast<bool*>(asked) = true;
+  if (asked != nullptr) *static_cast<bool*>(asked) = true;
   return 0;
 }
 
@@ -67,6 +67,7 @@ void load_identity(SSL_CTX* native, const ConfigFile& cert, const ConfigFile& ke
   SSL_CTX_set_default_passwd_cb(native, refuse_passphrase);
   SSL_CTX_set_default_passwd_cb_userdata(native, &passphrase_asked);
   const int loaded = SSL_CTX_use_PrivateKey_file(native, key.path.c_str(), SSL_FILETYPE_PEM);
+  // At once: asio's context deletes any user data left there as its own password callback.
   SSL_CTX_set_default_passwd_cb_userdata(native, nullptr);
   if (loaded != 1 && passphrase_asked) {
     fail(key, "the private key",

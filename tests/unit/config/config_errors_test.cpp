@@ -152,7 +152,7 @@ TEST_F(ConfigErrors, TopLevelMustBeAMap) {
 
 TEST_F(ConfigErrors, SectionGivenAScalar) {
   EXPECT_EQ(error_for("threads: 2\nlisten: 5673\n"),
-            "FILE:2:9: listen: expected a map with the keys address, port, got the scalar "
+            "FILE:2:9: listen: expected a map with the keys address, port, tls, got the scalar "
             "\"5673\"; write it as \"key: value\" lines indented under listen, or as {key: "
             "value, ...}");
 }
@@ -160,7 +160,7 @@ TEST_F(ConfigErrors, SectionGivenAScalar) {
 TEST_F(ConfigErrors, SectionGivenAList) {
   EXPECT_TRUE(starts_with(error_for("upstream: [127.0.0.1, 5672]\n"),
                           "FILE:1:11: upstream: expected a map with the keys host, port, "
-                          "connect_timeout, got a list"));
+                          "connect_timeout, tls, got a list"));
 }
 
 TEST_F(ConfigErrors, ScalarGivenAMap) {
@@ -184,13 +184,13 @@ TEST_F(ConfigErrors, KeyThatIsNotAName) {
 TEST_F(ConfigErrors, UnknownNestedKeyGivesTheDottedKeyAndASuggestion) {
   EXPECT_EQ(error_for("listen:\n  adress: 0.0.0.0\n"),
             "FILE:2:3: unknown key \"listen.adress\" (did you mean \"address\"?); valid keys "
-            "here: address, port");
+            "here: address, port, tls");
 }
 
 TEST_F(ConfigErrors, UnknownKeyInEachSection) {
   EXPECT_TRUE(starts_with(error_for("upstream: {address: rabbit}\n"),
                           "FILE:1:12: unknown key \"upstream.address\"; valid keys here: host, "
-                          "port, connect_timeout"));
+                          "port, connect_timeout, tls"));
   EXPECT_TRUE(starts_with(error_for("metrics: {prot: 1}\n"),
                           "FILE:1:11: unknown key \"metrics.prot\" (did you mean \"port\"?)"));
   EXPECT_TRUE(starts_with(error_for("log: {lvl: info}\n"), "FILE:1:7: unknown key \"log.lvl\""));
