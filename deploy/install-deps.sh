@@ -17,9 +17,20 @@ packages=(
   # Integration tests: a private RabbitMQ node (tests/rabbitmq-node.sh) and
   # Debian's python3 with pika as the test client.
   rabbitmq-server python3 python3-pika
+  # Benchmarks (tests/bench/): nackguard-bench is a rabbitmq-c client, and
+  # compare.sh measures haproxy (mode tcp, its own config, never the system
+  # service) beside nackguard as the floor of a byte-forwarding proxy.
+  librabbitmq-dev haproxy
   # Used by the scripts: runuser/setsid (util-linux), ps/pgrep (procps),
   # openssl to make test certificates.
   util-linux procps openssl
+  # Deployment checks (tests/deploy): promtool for the alert rules (package prometheus; its
+  # service is not started by the tests), PyYAML to read the manifests.
+  prometheus python3-yaml
+  # Compatibility suite (tests/compat): the clients run through the proxy. Node.js for
+  # amqplib (installed from npm by tests/compat/setup.sh, which also installs Debian's npm
+  # if the nodejs package in use does not bring its own).
+  python3-celery python3-aiormq amqp-tools nodejs
 )
 
 missing=()
