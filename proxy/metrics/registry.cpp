@@ -10,7 +10,7 @@ namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
-// Histograms and scrape-time sources hold one series: labels on them are not implemented.
+// Histograms and scrape-time sources hold one series and take no labels.
 constexpr bool only_plain_metrics_have_labels() {
   for (const MetricDef& def : kMetricDefs) {
     if (def.type != MetricType::counter && def.type != MetricType::gauge && def.label_count != 0) {
