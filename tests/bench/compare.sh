@@ -1,0 +1,337 @@
+#!/usr/bin/env bash
+# Runs the same AMQP load against three targets, alternating, and prints medians and ratios:
+#   direct     the RabbitMQ broker itself
+#   nackguard  build/nackguard in front of it (a policy with limits so high nothing is
+#              dead-lettered or delayed)
+#   haproxy    Debian's haproxy in mode tcp in front of it (a plain TCP relay: the floor a
+#              proxy that forwards bytes can reach)
+#
+#   tests/bench/compare.sh [--build-dir DIR] [--broker-port PORT] [--rounds N] [--scale F]
+#                          [--only LIST] [--proxy-threads N] [--soak SECONDS] [--nice N]
+#                          [--smoke]
+#
+#   --build-dir DIR     holds nackguard and nackguard-bench (default: build)
+#   --broker-port PORT  use the broker already listening on 127.0.0.1:PORT; otherwise a private
+#                       node is started (tests/rabbitmq-node.sh: nackguard-bench@localhost,
+#                       AMQP 44672, dist 44673, epmd 44369, in DIR/bench-rabbitmq) and stopped
+#   --rounds N          rounds per scenario, each running every target once (default 3)
+#   --scale F           multiplies every scenario's message count (e.g. 0.5)
+#   --only LIST         comma-separated scenarios among 1k 64k 1m 1k-100conn 1k-nack10 latency,
+#                       or "none" (with --soak)
+#   --proxy-threads N   threads of nackguard and of haproxy (default 1)
+#   --soak SECONDS      afterwards, a steady 1 KiB load through nackguard for this long,
+#                       sampling its RSS every 10 s
+#   --nice N            run the broker (every thread, when its pid is known), both proxies
+#                       and the load generator at this niceness, e.g. -20 (root) to shield
+#                       them from other work on a shared machine
+#   --smoke             tiny sizes, one round: exits non-zero if a target fails to move every
+#                       message (registered with CTest, label bench)
+#
+# Every run's JSON line goes to DIR/bench-compare/results.jsonl, its table to run.log there.
+# Ports on 127.0.0.1: nackguard 31680 (metrics 31681), haproxy 31682: below Linux's ephemeral
+# range (32768-60999), so that no outgoing connection of another program holds them.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+
+build_dir=build
+broker_port=
+rounds=3
+scale=1
+only=
+proxy_threads=1
+soak=0
+smoke=0
+niceness=
+nackguard_port=31680
+metrics_port=31681
+haproxy_port=31682
+
+die() { echo "compare.sh: $*" >&2; exit 2; }
+while (($#)); do
+  case "$1" in
+    --build-dir) build_dir=${2:?}; shift 2 ;;
+    --broker-port) broker_port=${2:?}; shift 2 ;;
+    --rounds) rounds=${2:?}; shift 2 ;;
+    --scale) scale=${2:?}; shift 2 ;;
+    --only) only=${2:?}; shift 2 ;;
+    --proxy-threads) proxy_threads=${2:?}; shift 2 ;;
+    --soak) soak=${2:?}; shift 2 ;;
+    --nice) niceness=${2:?}; shift 2 ;;
+    --smoke) smoke=1; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive whole number"
+[[ $proxy_threads =~ ^[1-9][0-9]*$ ]] || die "--proxy-threads must be a positive whole number"
+[[ $soak =~ ^[0-9]+$ ]] || die "--soak takes whole seconds"
+[[ -z $broker_port || $broker_port =~ ^[0-9]+$ ]] || die "--broker-port must be a port number"
+[[ -z $niceness || $niceness =~ ^-?[0-9]+$ ]] || die "--nice takes a whole number"
+((smoke)) && rounds=1
+
+mkdir -p "$build_dir"
+build_dir=$(cd "$build_dir" && pwd)
+nackguard_bin=$build_dir/nackguard
+bench_bin=$build_dir/nackguard-bench
+for bin in "$nackguard_bin" "$bench_bin"; do
+  [[ -x $bin ]] || die "$bin not found: cmake --build $build_dir --target nackguard nackguard-bench"
+done
+command -v haproxy >/dev/null || die "haproxy not found: deploy/install-deps.sh installs it"
+command -v python3 >/dev/null || die "python3 not found: deploy/install-deps.sh installs it"
+
+work=$build_dir/bench-compare
+mkdir -p "$work/policies"
+exec 9>"$work/.lock"
+flock -n 9 || die "another compare.sh is running on $build_dir"
+results=$work/results.jsonl
+run_log=$work/run.log
+: >"$results"
+: >"$run_log"
+
+say() { printf 'compare.sh: %s\n' "$*" >&2; }
+
+port_answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Waits until 127.0.0.1:$1 accepts connections while process $2 lives.
+wait_port() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    port_answers "$1" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# ---- what this script started, stopped on exit ----
+node_dir=$build_dir/bench-rabbitmq
+node_env=(NACKGUARD_TEST_NODE=nackguard-bench@localhost NACKGUARD_TEST_BROKER_PORT=44672
+  NACKGUARD_TEST_DIST_PORT=44673 NACKGUARD_TEST_EPMD_PORT=44369)
+node_started=0
+nackguard_pid=
+haproxy_pid=
+cleanup() {
+  local status=$?
+  if [[ -n $nackguard_pid ]] && kill -0 "$nackguard_pid" 2>/dev/null; then
+    kill -TERM "$nackguard_pid" 2>/dev/null || true
+    wait "$nackguard_pid" 2>/dev/null || true
+  fi
+  if [[ -n $haproxy_pid ]] && kill -0 "$haproxy_pid" 2>/dev/null; then
+    kill -TERM "$haproxy_pid" 2>/dev/null || true
+    wait "$haproxy_pid" 2>/dev/null || true
+  fi
+  if ((node_started)); then
+    env "${node_env[@]}" tests/rabbitmq-node.sh stop "$node_dir" >"$work/rabbitmq-stop.log" 2>&1 ||
+      say "stopping the RabbitMQ node failed; see $work/rabbitmq-stop.log"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- the broker ----
+broker_pid=
+if [[ -z $broker_port ]]; then
+  broker_port=44672
+  if ! env "${node_env[@]}" tests/rabbitmq-node.sh status "$node_dir" >/dev/null 2>&1; then
+    say "starting a private RabbitMQ node in $node_dir"
+    node_started=1
+    env "${node_env[@]}" NACKGUARD_TEST_RABBITMQ_FRESH=1 \
+      tests/rabbitmq-node.sh start "$node_dir" >"$work/rabbitmq-start.log" 2>&1 9>&- || {
+      cat "$work/rabbitmq-start.log" >&2
+      die "could not start the RabbitMQ node"
+    }
+  else
+    say "reusing the RabbitMQ node already running in $node_dir"
+  fi
+  if [[ -s $node_dir/beam.pid ]]; then broker_pid=$(tr -dc 0-9 <"$node_dir/beam.pid"); fi
+fi
+port_answers "$broker_port" || die "nothing listens on 127.0.0.1:$broker_port"
+
+for port in "$nackguard_port" "$metrics_port" "$haproxy_port"; do
+  if port_answers "$port"; then
+    die "127.0.0.1:$port is in use (another compare.sh, or something else)"
+  fi
+done
+
+# ---- nackguard: limits so high that every requeue is forwarded ----
+cat >"$work/policies/default.yaml" <<'EOF'
+# Generated by tests/bench/compare.sh: forward every requeue, dead-letter nothing.
+queue: "*"
+max_redeliveries: 1000000
+rate: {per_message: 1000000, outage_ratio: 1, min_deliveries: 1000000}
+EOF
+cat >"$work/nackguard.yaml" <<EOF
+# Generated by tests/bench/compare.sh.
+listen: {address: 127.0.0.1, port: $nackguard_port}
+upstream: {host: 127.0.0.1, port: $broker_port}
+threads: $proxy_threads
+policies_dir: policies
+metrics: {address: 127.0.0.1, port: $metrics_port}
+log: {level: warn}
+shutdown: {grace: 1s}
+EOF
+# Starts "$@" in the background as $started_pid and waits for 127.0.0.1:$port. A port just
+# released may still be held for up to a minute (TIME_WAIT), so a failed bind is retried for
+# that long.
+start_listener() { # name port log command...
+  local name=$1 port=$2 log=$3 attempt
+  shift 3
+  for ((attempt = 1; attempt <= 35; attempt++)); do
+    "$@" >"$log" 2>&1 9>&- &
+    started_pid=$!
+    wait_port "$port" "$started_pid" && return 0
+    kill "$started_pid" 2>/dev/null || true
+    wait "$started_pid" 2>/dev/null || true
+    say "$name did not start (attempt $attempt): $(tail -n 1 "$log")"
+    sleep 2
+  done
+  cat "$log" >&2
+  die "$name did not start"
+}
+start_listener nackguard "$nackguard_port" "$work/nackguard.log" \
+  "$nackguard_bin" --config "$work/nackguard.yaml"
+nackguard_pid=$started_pid
+
+# ---- haproxy, mode tcp, its own config, in the foreground (-db) ----
+cat >"$work/haproxy.cfg" <<EOF
+# Generated by tests/bench/compare.sh: a plain TCP relay to the broker.
+global
+  nbthread $proxy_threads
+  maxconn 4096
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 1h
+  timeout server 1h
+listen amqp
+  bind 127.0.0.1:$haproxy_port
+  server broker 127.0.0.1:$broker_port
+EOF
+start_listener haproxy "$haproxy_port" "$work/haproxy.log" haproxy -f "$work/haproxy.cfg" -db
+haproxy_pid=$started_pid
+
+# Niceness is per thread: renice every thread of each process.
+renice_all() { # pid...
+  local pid task
+  for pid in "$@"; do
+    for task in /proc/"$pid"/task/*; do
+      renice -n "$niceness" -p "${task##*/}" >/dev/null 2>&1 || true
+    done
+  done
+}
+nice_cmd=()
+if [[ -n $niceness ]]; then
+  renice_all "$nackguard_pid" "$haproxy_pid" ${broker_pid:+"$broker_pid"}
+  nice_cmd=(nice -n "$niceness")
+  say "niceness $niceness for the broker${broker_pid:+ (pid $broker_pid)}, both proxies and" \
+    "the load generator"
+fi
+
+sleep 2
+idle_rss_kb=$(awk '/^VmRSS:/ {print $2}' "/proc/$nackguard_pid/status")
+say "nackguard pid $nackguard_pid (idle RSS ${idle_rss_kb} kB), haproxy pid $haproxy_pid," \
+  "broker 127.0.0.1:$broker_port${broker_pid:+ (pid $broker_pid)}"
+
+# ---- scenarios: name, messages (full, smoke), nackguard-bench arguments ----
+scenarios=(
+  "1k|200000|2000|--size 1024"
+  "64k|20000|200|--size 64k"
+  "1m|1000|20|--size 1m"
+  "1k-100conn|200000|2000|--size 1024 --connections 100"
+  "1k-nack10|200000|2000|--size 1024 --nack-fraction 0.1"
+  "latency|50000|1000|--size 1024 --mode concurrent --rate 5000"
+)
+targets=(direct nackguard haproxy)
+target_port() {
+  case "$1" in
+    direct) echo "$broker_port" ;;
+    nackguard) echo "$nackguard_port" ;;
+    haproxy) echo "$haproxy_port" ;;
+  esac
+}
+target_pid() {
+  case "$1" in
+    nackguard) echo "$nackguard_pid" ;;
+    haproxy) echo "$haproxy_pid" ;;
+  esac
+}
+
+selected() {
+  [[ -z $only ]] && return 0
+  [[ ,$only, == *,$1,* ]]
+}
+
+failures=0
+run_one() { # scenario target messages args...
+  local scenario=$1 target=$2 messages=$3
+  shift 3
+  local pids=() pid status
+  pid=$(target_pid "$target")
+  [[ -n $pid ]] && pids+=(--pid "$pid")
+  [[ -n $broker_pid ]] && pids+=(--pid "$broker_pid")
+  local out
+  status=0
+  out=$("${nice_cmd[@]}" "$bench_bin" --port "$(target_port "$target")" --messages "$messages" \
+    --label "$scenario:$target" "${pids[@]}" "$@" 9>&- 2>&1) || status=$?
+  printf '%s\n' "$out" >>"$run_log"
+  grep '^{' <<<"$out" >>"$results" || true
+  if ((status != 0)); then
+    failures=$((failures + 1))
+    say "FAILED $scenario via $target: $(grep -v '^{' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+  else
+    say "$scenario via $target: $(sed -n 's/^  \(publish\|consume\)  \([0-9]*\) msg\/s.*/\1 \2/p' \
+      <<<"$out" | tr '\n' ' ')"
+  fi
+}
+
+for entry in "${scenarios[@]}"; do
+  IFS='|' read -r name full tiny args <<<"$entry"
+  selected "$name" || continue
+  if ((smoke)); then
+    messages=$tiny
+  else
+    messages=$(python3 -c "print(max(1, round($full * $scale)))")
+  fi
+  read -r -a bench_args <<<"$args"
+  for ((round = 0; round < rounds; round++)); do
+    # Each round starts with another target, so no target always runs first or last.
+    for ((i = 0; i < ${#targets[@]}; i++)); do
+      target=${targets[$(((i + round) % ${#targets[@]}))]}
+      run_one "$name" "$target" "$messages" "${bench_args[@]}"
+    done
+  done
+done
+
+# ---- soak: RSS of nackguard under a steady load ----
+soak_file=$work/soak.tsv
+if ((soak > 0)); then
+  say "soak: 2000 msg/s of 1 KiB through nackguard for ${soak}s"
+  : >"$soak_file"
+  (
+    start=$SECONDS
+    while kill -0 "$nackguard_pid" 2>/dev/null; do
+      printf '%s\t%s\n' $((SECONDS - start)) \
+        "$(awk '/^VmRSS:/ {print $2}' "/proc/$nackguard_pid/status")" >>"$soak_file"
+      sleep 10
+    done
+  ) &
+  sampler=$!
+  run_one soak nackguard $((soak * 2000)) --size 1024 --mode concurrent --rate 2000 \
+    --timeout $((soak + 600))
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  printf '%s\t%s\n' end "$(awk '/^VmRSS:/ {print $2}' "/proc/$nackguard_pid/status")" \
+    >>"$soak_file"
+fi
+
+summary_args=(--idle-rss-kb "$idle_rss_kb")
+((soak > 0)) && summary_args+=(--soak "$soak_file")
+python3 tests/bench/summarize.py "$results" "${summary_args[@]}" | tee "$work/summary.md"
+if ((failures > 0)); then
+  say "$failures run(s) failed: see $run_log"
+  exit 1
+fi

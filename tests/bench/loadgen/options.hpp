@@ -1,0 +1,52 @@
+#pragma once
+// nackguard-bench's command line: the load to run, the target, and the processes to watch.
+
+#include <sys/types.h>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nackguard::bench {
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Mode {
+  sequential,  // publish every message, then consume them: one rate per direction
+  concurrent,  // consumers run while publishers publish: latency without queueing
+};
+
+struct Options {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 5672;
+  std::string user = "guest";
+  std::string password = "guest";
+  std::string vhost = "/";
+  std::string label;  // names the run in the report, e.g. "direct" or "nackguard"
+
+  Mode mode = Mode::sequential;
+  std::uint64_t messages = 100000;
+  std::size_t size = 1024;
+  std::uint32_t connections = 1;  // publishing connections; as many consuming ones
+  std::uint16_t prefetch = 100;
+  std::uint32_t ack_every = 1;         // >1: one basic.ack(multiple=true) per this many
+  std::uint32_t confirm_window = 512;  // unconfirmed publishes per connection
+  double nack_fraction = 0;            // first deliveries nacked once with requeue=true
+  double rate = 0;                     // total msg/s the publishers keep to; 0 = flat out
+  bool persistent = false;             // delivery_mode 2 instead of 1
+  bool message_id = true;              // set message_id (the proxy's first identity source)
+  std::uint32_t frame_max = 131072;    // what the client asks for in tune-ok
+  std::vector<pid_t> pids;             // processes whose CPU and RSS are measured
+  double stall_timeout_s = 30;         // give up when nothing moves for this long
+  double timeout_s = 900;              // give up after this long in all
+  bool json_only = false;
+};
+
+// Parses argv. Throws UsageError with a message for a person; returns nullopt after --help.
+std::optional<Options> parse_options(int argc, char** argv);
+
+}  // namespace nackguard::bench

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Medians and ratios of nackguard-bench runs, as Markdown tables.
+
+    summarize.py RESULTS.jsonl [--idle-rss-kb KB] [--soak SOAK.tsv]
+
+Reads the JSON lines compare.sh collected (label "scenario:target") and prints, per scenario
+and target: median publish and consume rates with their ratio to direct (the ratio of the
+medians, and in brackets the range of the per-round ratios), latency percentiles, and the
+proxy's CPU seconds per 100k messages and per GiB of payload (both directions counted
+together) and its peak RSS.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+TARGETS = ["direct", "nackguard", "haproxy"]
+
+
+def load(path):
+    runs = defaultdict(lambda: defaultdict(list))  # scenario -> target -> [run]
+    order = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            run = json.loads(line)
+            scenario, _, target = run["label"].partition(":")
+            if scenario not in order:
+                order.append(scenario)
+            runs[scenario][target].append(run)
+    return order, runs
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def proxy_stat(run, key):
+    """A figure of the first watched process (the proxy; the broker's comes second)."""
+    pids = run.get("pids") or []
+    if not pids or not pids[0]["ok"] or pids[0]["name"] == "beam.smp":
+        return None
+    return pids[0][key]
+
+
+def broker_stat(run, key):
+    for p in run.get("pids") or []:
+        if p["name"] == "beam.smp" and p["ok"]:
+            return p[key]
+    return None
+
+
+def fmt(value, digits=0):
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def ratio_text(runs, direct, key):
+    if not direct:
+        return "–"
+    mine = median([r[key]["msg_per_s"] for r in runs if r["ok"]])
+    base = median([r[key]["msg_per_s"] for r in direct if r["ok"]])
+    if not mine or not base:
+        return "–"
+    pairs = [
+        a[key]["msg_per_s"] / b[key]["msg_per_s"]
+        for a, b in zip(runs, direct)
+        if a["ok"] and b["ok"] and b[key]["msg_per_s"]
+    ]
+    spread = f" ({min(pairs):.2f}–{max(pairs):.2f})" if len(pairs) > 1 else ""
+    return f"{mine / base:.2f}×{spread}"
+
+
+def throughput_table(order, runs):
+    print("| scenario | target | publish msg/s | × direct | consume msg/s | × direct |"
+          " proxy CPU-s /100k msgs | proxy CPU-s /GiB | proxy peak RSS MiB |"
+          " broker CPU-s /100k | load avg | runs ok |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for scenario in order:
+        if scenario in ("latency", "soak"):
+            continue
+        direct = runs[scenario].get("direct", [])
+        for target in TARGETS:
+            rs = runs[scenario].get(target, [])
+            if not rs:
+                continue
+            ok = [r for r in rs if r["ok"]]
+            peak = median([proxy_stat(r, "peak_rss_kb") for r in ok])
+            load = median([(r["load_start"] + r["load_end"]) / 2 for r in rs])
+            print(f"| {scenario} | {target} "
+                  f"| {fmt(median([r['publish']['msg_per_s'] for r in ok]))} "
+                  f"| {ratio_text(rs, direct, 'publish') if target != 'direct' else ''} "
+                  f"| {fmt(median([r['consume']['msg_per_s'] for r in ok]))} "
+                  f"| {ratio_text(rs, direct, 'consume') if target != 'direct' else ''} "
+                  f"| {fmt(median([proxy_stat(r, 'cpu_s_per_100k') for r in ok]), 2)} "
+                  f"| {fmt(median([proxy_stat(r, 'cpu_s_per_gib') for r in ok]), 2)} "
+                  f"| {fmt(peak / 1024 if peak else None, 1)} "
+                  f"| {fmt(median([broker_stat(r, 'cpu_s_per_100k') for r in ok]), 2)} "
+                  f"| {fmt(load, 1)} | {len(ok)}/{len(rs)} |")
+
+
+def latency_table(order, runs):
+    if "latency" not in runs:
+        return
+    sample = next(iter(runs["latency"].values()))[0]
+    print()
+    print(f"Latency, {sample['size']} B at {sample['rate']:.0f} msg/s, publish to delivery"
+          f" (concurrent mode, {sample['messages']} messages per run), medians of the runs:")
+    print()
+    print("| target | p50 µs | p99 µs | p99.9 µs | max µs | added p50 µs | added p99 µs |"
+          " proxy CPU-s /100k |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    base = runs["latency"].get("direct", [])
+    base_p50 = median([r["latency_us"]["p50"] for r in base if r["ok"]])
+    base_p99 = median([r["latency_us"]["p99"] for r in base if r["ok"]])
+    for target in TARGETS:
+        ok = [r for r in runs["latency"].get(target, []) if r["ok"]]
+        if not ok:
+            continue
+        p50 = median([r["latency_us"]["p50"] for r in ok])
+        p99 = median([r["latency_us"]["p99"] for r in ok])
+        added50 = p50 - base_p50 if base_p50 is not None and target != "direct" else None
+        added99 = p99 - base_p99 if base_p99 is not None and target != "direct" else None
+        print(f"| {target} | {fmt(p50)} | {fmt(p99)} "
+              f"| {fmt(median([r['latency_us']['p999'] for r in ok]))} "
+              f"| {fmt(median([r['latency_us']['max'] for r in ok]))} "
+              f"| {fmt(added50)} | {fmt(added99)} "
+              f"| {fmt(median([proxy_stat(r, 'cpu_s_per_100k') for r in ok]), 2)} |")
+
+
+def memory_lines(order, runs, idle_rss_kb, soak_path):
+    print()
+    if idle_rss_kb:
+        print(f"nackguard idle RSS after start: {idle_rss_kb / 1024:.1f} MiB")
+    ends = [(s, proxy_stat(r, "rss_end_kb"))
+            for s in order for r in runs[s].get("nackguard", []) if r["ok"]]
+    if ends:
+        trail = ", ".join(f"{kb / 1024:.1f}" for _, kb in ends if kb)
+        print(f"nackguard RSS after each run, in order (MiB): {trail}")
+    if soak_path:
+        samples = []
+        with open(soak_path, encoding="utf-8") as f:
+            for line in f:
+                when, _, kb = line.strip().partition("\t")
+                if kb.isdigit():
+                    samples.append((when, int(kb)))
+        if samples:
+            kbs = [kb for _, kb in samples]
+            print(f"soak RSS (MiB): start {kbs[0] / 1024:.1f}, min {min(kbs) / 1024:.1f}, "
+                  f"max {max(kbs) / 1024:.1f}, end {kbs[-1] / 1024:.1f} "
+                  f"({len(samples)} samples, every 10 s)")
+            print("soak RSS samples (s: MiB): " +
+                  ", ".join(f"{w}: {kb / 1024:.1f}" for w, kb in samples))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results")
+    parser.add_argument("--idle-rss-kb", type=int, default=0)
+    parser.add_argument("--soak")
+    args = parser.parse_args()
+    order, runs = load(args.results)
+    if not order:
+        print("no runs in " + args.results, file=sys.stderr)
+        return 1
+    throughput_table(order, runs)
+    latency_table(order, runs)
+    memory_lines(order, runs, args.idle_rss_kb, args.soak)
+    failed = [r["label"] + ": " + r["error"]
+              for s in order for rs in runs[s].values() for r in rs if not r["ok"]]
+    if failed:
+        print()
+        print("failed runs:")
+        for line in failed:
+            print("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
