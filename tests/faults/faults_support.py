@@ -33,6 +33,7 @@ What is here:
 """
 
 import collections
+import fcntl
 import json
 import logging
 import os
@@ -70,6 +71,11 @@ EPMD_PORT = int(os.environ.get("NACKGUARD_FAULTS_EPMD_PORT") or "45369")
 KEEP_TMP = os.environ.get("NACKGUARD_FAULTS_KEEP_TMP", "") not in ("", "0")
 TEST_TIMEOUT = float(os.environ.get("NACKGUARD_FAULTS_TEST_TIMEOUT") or "300")
 RESULTS_DIR = os.path.join(BUILD_DIR, "faults-results")
+# One fault-test module at a time per machine: the node name and ports are fixed, so two
+# runs from different build directories would share (and stop, kill and SIGSTOP) one node.
+LOCK_PATH = os.environ.get("NACKGUARD_FAULTS_LOCK") or \
+    f"/tmp/nackguard-faults-{NODE_NAME.split('@')[0]}-{BROKER_PORT}.lock"
+LOCK_WAIT = float(os.environ.get("NACKGUARD_FAULTS_LOCK_WAIT") or "1200")
 
 # pika logs every failed connection attempt at ERROR; the tests record them themselves.
 logging.getLogger("pika").setLevel(logging.CRITICAL)
@@ -138,6 +144,19 @@ def fd_count(pid):
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return None
+
+
+def settled_fd_count(pid, seconds=1.0, step=0.05):
+    """The fewest fds a process had over `seconds`: a baseline without the short-lived
+    sockets the proxy opens now and then (its upstream probe every 5 s, a port check)."""
+    counts = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        n = fd_count(pid)
+        if n is not None:
+            counts.append(n)
+        time.sleep(step)
+    return min(counts) if counts else None
 
 
 def pid_alive(pid):
@@ -225,12 +244,20 @@ class Node:
     def start(self, fresh=False):
         """Starts the node (or reuses it if it answers); returns the seconds it took."""
         t0 = time.monotonic()
+        foreign = self.running_elsewhere()
+        if foreign:
+            raise NodeError(f"{NODE_NAME} is already running from another directory "
+                            f"(pid, mnesia: {foreign}); these tests will not use or stop a "
+                            "node they did not start. Stop it with tests/rabbitmq-node.sh "
+                            "stop <its directory>, or set NACKGUARD_FAULTS_NODE and the "
+                            "NACKGUARD_FAULTS_*_PORT variables for this run")
         result = self._script("start", fresh=fresh)
         if result.returncode != 0:
             raise NodeError(f"could not start the private node {NODE_NAME} in {self.dir}:\n"
                             f"{result.stderr[-4000:]}")
         if "reusing it" not in result.stderr:
             self.started_by_us = True
+        self.beam_pid()  # this directory's VM, or NodeError
         if not wait_for_port(self.port, 30):
             raise NodeError(f"node {NODE_NAME} started but 127.0.0.1:{self.port} does not "
                             "accept connections")
@@ -249,9 +276,46 @@ class Node:
                             f"{result.stderr or result.stdout}")
         return result.stdout
 
+    def _owns(self, pid):
+        """True if pid is this node's Erlang VM *in this directory* (its environment names
+        the node and this directory's mnesia): a stale pid file, a recycled pid, or the same
+        node name started from another build directory never qualifies."""
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        except (OSError, ValueError):
+            return False
+        return (env.get(b"RABBITMQ_NODENAME") == NODE_NAME.encode()
+                and env.get(b"RABBITMQ_MNESIA_BASE") == os.path.join(self.dir, "mnesia").encode())
+
+    def running_elsewhere(self):
+        """Mnesia dirs of VMs running this node name from another directory."""
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    env = dict(i.split(b"=", 1) for i in f.read().split(b"\0") if b"=" in i)
+            except (OSError, ValueError):
+                continue
+            if env.get(b"RABBITMQ_NODENAME") == NODE_NAME.encode() and not self._owns(int(entry)):
+                found.append((int(entry), env.get(b"RABBITMQ_MNESIA_BASE", b"?").decode()))
+        return found
+
     def beam_pid(self):
-        with open(os.path.join(self.dir, "beam.pid")) as f:
-            return int(f.read().strip())
+        """The pid of this directory's node VM; raises NodeError if there is none."""
+        try:
+            with open(os.path.join(self.dir, "beam.pid")) as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None and self._owns(pid):
+            return pid
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and self._owns(int(entry)):
+                return int(entry)
+        raise NodeError(f"no VM of {NODE_NAME} from {self.dir} is running")
 
     def stop_app(self):
         self.ctl("stop_app")
@@ -272,7 +336,10 @@ class Node:
         os.kill(self.beam_pid(), signal.SIGSTOP)
 
     def sigcont(self):
-        os.kill(self.beam_pid(), signal.SIGCONT)
+        try:
+            os.kill(self.beam_pid(), signal.SIGCONT)
+        except (NodeError, ProcessLookupError):
+            pass  # not running (any more): nothing to resume
 
     def queues(self, prefix=""):
         """{name: (ready, unacked)} of the queues whose name starts with prefix."""
@@ -290,15 +357,59 @@ class Node:
 
 
 _module_node = None
+_module_lock = None
+
+
+def acquire_machine_lock():
+    """Waits (up to NACKGUARD_FAULTS_LOCK_WAIT s) until no other fault-test module on this
+    machine holds LOCK_PATH; the lock is released with the process at the latest."""
+    global _module_lock
+    fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o666)
+    deadline = time.monotonic() + LOCK_WAIT
+    said = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if not said:
+                try:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                except OSError:
+                    holder = "?"
+                log(f"another fault-test run holds {LOCK_PATH} ({holder}); waiting")
+                said = True
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise NodeError(f"{LOCK_PATH} still held after {LOCK_WAIT:.0f}s by another "
+                                "fault-test run on this machine")
+            time.sleep(1)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} build {BUILD_DIR}\n".encode(), 0)
+    _module_lock = fd
+
+
+def release_machine_lock():
+    global _module_lock
+    if _module_lock is not None:
+        fcntl.flock(_module_lock, fcntl.LOCK_UN)
+        os.close(_module_lock)
+        _module_lock = None
 
 
 def start_module_node():
-    """setUpModule: starts the private node (fresh data) once for the module."""
+    """setUpModule: takes the machine-wide lock, then starts the private node (fresh data)
+    once for the module."""
     global _module_node
     if not os.path.isfile(PROXY_BIN) or not os.access(PROXY_BIN, os.X_OK):
         raise unittest.SkipTest(f"proxy executable {PROXY_BIN} is missing; build it first")
+    acquire_machine_lock()
     node = Node()
-    seconds = node.start(fresh=True)
+    try:
+        seconds = node.start(fresh=True)
+    except BaseException:
+        release_machine_lock()
+        raise
     log(f"private node {NODE_NAME} ready on 127.0.0.1:{BROKER_PORT} after {seconds:.1f}s "
         f"(started by this module: {node.started_by_us})")
     _module_node = node
@@ -306,19 +417,23 @@ def start_module_node():
 
 
 def stop_module_node():
-    """tearDownModule: stops the node if this module started it (never another node)."""
+    """tearDownModule: stops the node if this module started it (never another node), then
+    releases the machine-wide lock."""
     global _module_node
     node, _module_node = _module_node, None
-    if node is None:
-        return
     try:
-        os.kill(node.beam_pid(), signal.SIGCONT)  # a failed stall test must not leave it stopped
-    except (OSError, ValueError):
-        pass
-    if node.started_by_us:
-        node.stop()
-    else:
-        log(f"leaving {NODE_NAME} running: it was already running before this module")
+        if node is None:
+            return
+        try:
+            os.kill(node.beam_pid(), signal.SIGCONT)  # a failed stall test must not leave it
+        except (OSError, NodeError):                  # stopped
+            pass
+        if node.started_by_us and not node.running_elsewhere():
+            node.stop()
+        else:
+            log(f"leaving {NODE_NAME} running: this module did not start it")
+    finally:
+        release_machine_lock()
 
 
 # ---------------------------------------------------------------- the proxy

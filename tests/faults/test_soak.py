@@ -69,8 +69,7 @@ class SoakTest(fs.FaultTest):
             }
 
         proxy = self.start_proxy(name="soak", policies=policies(3), handshake="5s")
-        time.sleep(0.5)
-        fd_idle = proxy.fds()  # no client connected yet
+        fd_idle = fs.settled_fd_count(proxy.pid)  # no client connected yet
         ledgers, clients = {}, []
         for kind, queue in queues.items():
             ledger = fs.Ledger(kind)
