@@ -35,7 +35,9 @@ node_dir="$build_dir/rabbitmq"
 node_script="$root/tests/rabbitmq-node.sh"
 jobs=${NACKGUARD_JOBS:-2}
 
-step() { printf '\n== %s\n' "$*"; }
+started_at=$SECONDS
+# Each heading carries the minutes:seconds since the start, so a slow phase shows in the log.
+step() { printf '\n== [%d:%02d] %s\n' $(((SECONDS - started_at) / 60)) $(((SECONDS - started_at) % 60)) "$*"; }
 
 # One run at a time per build directory: concurrent runs would share (and
 # stop) each other's node and race on the build.
@@ -62,7 +64,13 @@ else
   node_start_pid=$!
 fi
 
+extras_pid=
 stop_node() {
+  if [[ -n $extras_pid ]]; then
+    # The background builds' process group (setsid below).
+    kill -- -"$extras_pid" 2>/dev/null || true
+    extras_pid=
+  fi
   if [[ -n $node_start_pid ]]; then
     wait "$node_start_pid" 2>/dev/null || true
     node_start_pid=
@@ -87,6 +95,52 @@ fi
 
 step "build"
 cmake --build "$build_dir" -j"$jobs"
+
+if (($# == 0)); then
+  extra_checks=${NACKGUARD_EXTRA_CHECKS-asan,tsan,fuzz}
+else
+  extra_checks=${NACKGUARD_EXTRA_CHECKS-}
+fi
+wants() { [[ ,$extra_checks, == *,$1,* ]]; }
+
+# The sanitizer and fuzzer builds run in the background, at the lowest CPU priority, while the
+# main suite runs (it mostly waits on the broker): their tests run after it. Each build writes
+# its output to <dir>/build.log and its exit status to <dir>/build.status.
+asan_dir="$build_dir-asan"
+tsan_dir="$build_dir-tsan"
+fuzz_dir="$build_dir-fuzz"
+build_extra() {
+  local dir=$1 status=0
+  shift
+  mkdir -p "$dir"
+  rm -f "$dir/build.status"
+  {
+    cmake -S "$root" -B "$dir" "${@:2}" && cmake --build "$dir" -j"$jobs" --target $1
+  } >"$dir/build.log" 2>&1 || status=$?
+  echo "$status" >"$dir/build.status"
+}
+build_extras() {
+  if wants asan; then
+    build_extra "$asan_dir" "nackguard unit_amqp unit_retry unit_session" \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNACKGUARD_SANITIZE=address,undefined \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g"
+  fi
+  if wants tsan; then
+    build_extra "$tsan_dir" "unit_retry unit_session" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DNACKGUARD_SANITIZE=thread
+  fi
+  if wants fuzz; then
+    build_extra "$fuzz_dir" fuzz_targets -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_COMPILER=clang++ -DNACKGUARD_FUZZ=ON \
+      -DNACKGUARD_FUZZ_SECONDS="${NACKGUARD_FUZZ_SECONDS:-45}"
+  fi
+}
+if [[ -n $extra_checks ]]; then
+  step "sanitizer and fuzzer builds start in the background ($extra_checks)"
+  setsid nice -n 19 bash -c "$(declare -f build_extra build_extras wants); $(declare -p root jobs \
+    extra_checks asan_dir tsan_dir fuzz_dir); build_extras" 9>&- &
+  extras_pid=$!
+fi
 
 step "RabbitMQ node ($node_dir)"
 if [[ -n $node_start_pid ]]; then
@@ -126,34 +180,32 @@ run_ctest() {
   ((status == 0)) || any_failed=1
 }
 
+
 step "ctest"
 run_ctest "$build_dir" "$@"
 
-if (($# == 0)); then
-  extra_checks=${NACKGUARD_EXTRA_CHECKS-asan,tsan,fuzz}
-else
-  extra_checks=${NACKGUARD_EXTRA_CHECKS-}
+if [[ -n $extras_pid ]]; then
+  step "waiting for the sanitizer and fuzzer builds"
+  wait "$extras_pid" || true
+  extras_pid=
 fi
 
-# A phase whose build fails counts as one failed test and the run goes on.
-build_phase() {
+# A phase whose build failed counts as one failed test and the run goes on.
+built() {
   local dir=$1
-  shift
-  if ! "$@"; then
-    echo "tests/run.sh: the build in $dir failed" >&2
-    total_failed=$((total_failed + 1))
-    any_failed=1
-    return 1
+  if [[ $(cat "$dir/build.status" 2>/dev/null) == 0 ]]; then
+    return 0
   fi
+  tail -n 60 "$dir/build.log" 2>/dev/null || true
+  echo "tests/run.sh: the build in $dir failed; its output is in $dir/build.log" >&2
+  total_failed=$((total_failed + 1))
+  any_failed=1
+  return 1
 }
 
-if [[ ,$extra_checks, == *,asan,* ]]; then
+if wants asan; then
   step "AddressSanitizer and UndefinedBehaviorSanitizer: unit and integration tests"
-  asan_dir="$build_dir-asan"
-  if build_phase "$asan_dir" cmake -S "$root" -B "$asan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DNACKGUARD_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" &&
-     build_phase "$asan_dir" cmake --build "$asan_dir" -j"$jobs" --target nackguard unit_amqp \
-      unit_retry unit_session; then
+  if built "$asan_dir"; then
     # The codec, the decisions and the session core, where hostile bytes land, plus every
     # integration test against the sanitized proxy.
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -161,23 +213,16 @@ if [[ ,$extra_checks, == *,asan,* ]]; then
   fi
 fi
 
-if [[ ,$extra_checks, == *,tsan,* ]]; then
+if wants tsan; then
   step "ThreadSanitizer: tracker and session tests"
-  tsan_dir="$build_dir-tsan"
-  if build_phase "$tsan_dir" cmake -S "$root" -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DNACKGUARD_SANITIZE=thread &&
-     build_phase "$tsan_dir" cmake --build "$tsan_dir" -j"$jobs" --target unit_retry unit_session; then
+  if built "$tsan_dir"; then
     TSAN_OPTIONS=halt_on_error=1 run_ctest "$tsan_dir" -R '^(retry|session)\.'
   fi
 fi
 
-if [[ ,$extra_checks, == *,fuzz,* ]]; then
+if wants fuzz; then
   step "libFuzzer: each target for ${NACKGUARD_FUZZ_SECONDS:-45} s from the committed corpus"
-  fuzz_dir="$build_dir-fuzz"
-  if build_phase "$fuzz_dir" cmake -S "$root" -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_CXX_COMPILER=clang++ -DNACKGUARD_FUZZ=ON \
-      -DNACKGUARD_FUZZ_SECONDS="${NACKGUARD_FUZZ_SECONDS:-45}" &&
-     build_phase "$fuzz_dir" cmake --build "$fuzz_dir" -j"$jobs" --target fuzz_targets; then
+  if built "$fuzz_dir"; then
     run_ctest "$fuzz_dir" -L fuzz
   fi
 fi
