@@ -7,12 +7,13 @@
 namespace nackguard::config {
 namespace {
 
-// "<source>:" then the policy's `key: value` lines, indented under it.
+// "<source>:" then the policy's `key: value` lines, indented under it (without its own
+// "source:" line, which would repeat the heading).
 void append_policy(std::string& out, const retry::Policy& policy) {
   out.append(policy.source).append(":\n");
   std::istringstream lines(retry::describe(policy));
   for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) out.append("  ").append(line).append("\n");
+    if (!line.empty() && !line.starts_with("source: ")) out.append("  ").append(line).append("\n");
   }
 }
 
