@@ -17,7 +17,7 @@
 #                             asan (codec, retry and session unit tests and the integration
 #                             tests, built with AddressSanitizer and UndefinedBehaviorSanitizer), tsan (tracker and session
 #                             tests under ThreadSanitizer), fuzz (each libFuzzer target for
-#                             NACKGUARD_FUZZ_SECONDS, default 45, from the committed corpus).
+#                             NACKGUARD_FUZZ_SECONDS, default 60, from the committed corpus).
 #                             Default: asan,tsan,fuzz when ctest arguments are not given,
 #                             none when they are (tests/run.sh -L unit runs only that).
 #
@@ -132,7 +132,7 @@ build_extras() {
   if wants fuzz; then
     build_extra "$fuzz_dir" fuzz_targets -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER=clang++ -DNACKGUARD_FUZZ=ON \
-      -DNACKGUARD_FUZZ_SECONDS="${NACKGUARD_FUZZ_SECONDS:-45}"
+      -DNACKGUARD_FUZZ_SECONDS="${NACKGUARD_FUZZ_SECONDS:-60}"
   fi
 }
 if [[ -n $extra_checks ]]; then
@@ -221,7 +221,7 @@ if wants tsan; then
 fi
 
 if wants fuzz; then
-  step "libFuzzer: each target for ${NACKGUARD_FUZZ_SECONDS:-45} s from the committed corpus"
+  step "libFuzzer: each target for ${NACKGUARD_FUZZ_SECONDS:-60} s from the committed corpus"
   if built "$fuzz_dir"; then
     run_ctest "$fuzz_dir" -L fuzz
   fi
