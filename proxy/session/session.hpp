@@ -186,6 +186,8 @@ class Session {
   enum class ProxyClose { none, awaiting_client, awaiting_broker };
   ProxyClose proxy_close_ = ProxyClose::none;
   SessionStats stats_;
+  std::vector<Delivery> settled_scratch_;  // settle_from_client's, reused
+  std::vector<const Delivery*> forwarded_scratch_;
 };
 
 }  // namespace nackguard::session

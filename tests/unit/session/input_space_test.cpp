@@ -3,6 +3,7 @@
 // out as they went in.
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 #include <random>
@@ -78,6 +79,20 @@ TEST(SessionInputSpace, NoRoomIsMadeForAFrameAboveFrameMax) {
   EXPECT_TRUE(link.session.close_after_flush(Side::broker));
   std::span<std::uint8_t> space = link.session.input_space(Side::broker, 1024);
   EXPECT_LT(space.size(), 1u << 20);
+}
+
+TEST(BodyHash, DeferredToARetainedBodyEqualsTheStreamedHash) {
+  auto body = RetainedBody::make(nullptr, 5);
+  body->bytes = {'h', 'e', 'l', 'l', 'o'};
+  BodyHash hash;
+  hash.defer_to(body);
+  EXPECT_EQ(static_cast<std::uint64_t>(hash), XXH3_64bits("hello", 5));
+  BodyHasher streamed;
+  streamed.update(amqp::as_bytes("he"));
+  streamed.update(amqp::as_bytes("llo"));
+  EXPECT_EQ(static_cast<std::uint64_t>(hash), streamed.digest());
+  hash = 42;
+  EXPECT_EQ(static_cast<std::uint64_t>(hash), 42u);
 }
 
 }  // namespace
