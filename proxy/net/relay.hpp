@@ -48,7 +48,10 @@ class Relay : public std::enable_shared_from_this<Relay> {
 
  private:
   using Side = session::Side;
-  static constexpr std::size_t kReadChunk = 64 * 1024;
+  // Room made for each read. Above a 64 KiB message with its frames, so one read can carry
+  // several; the buffer is compacted to its front before each read, so with small messages
+  // only the first pages are ever touched.
+  static constexpr std::size_t kReadChunk = 256 * 1024;
 
   struct Endpoint {
     explicit Endpoint(boost::asio::any_io_executor executor)
