@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -180,13 +182,15 @@ void Relay::wake_writers() {
 void Relay::flush(Side side) {
   Endpoint& e = end(side);
   amqp::Bytes& pending = session_.output(side);
-  if (!pending.empty() && e.direct_writes && !e.closed && e.writing == 0) {
+  if (!pending.empty() && e.direct_writes && !e.closed && e.writing == 0 && e.sent_ahead == 0) {
     boost::system::error_code ec;
     std::size_t n = e.stream.tcp().write_some(asio::buffer(pending), ec);
     // On an error the bytes stay queued: the writer meets the same error and handles it.
-    if (!ec && n > 0) {
-      pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(n));
+    if (!ec && n == pending.size()) {
+      pending.clear();
       e.wake_reader.cancel();  // a reader held back by this side's queue may go on
+    } else if (!ec) {
+      e.sent_ahead = n;  // the writer sends the rest, without moving it to the front first
     }
   }
   if (!pending.empty() || session_.close_after_flush(side)) e.wake_writer.cancel();
@@ -243,8 +247,10 @@ asio::awaitable<void> Relay::writer(Side side) {
     amqp::Bytes& pending = session_.output(side);
     if (!pending.empty()) {
       writing.swap(pending);
-      self.writing = writing.size();
-      auto [ec, n] = co_await asio::async_write(self.stream, asio::buffer(writing), kUseTuple);
+      std::size_t sent = std::exchange(self.sent_ahead, 0);
+      self.writing = writing.size() - sent;
+      auto [ec, n] = co_await asio::async_write(
+          self.stream, asio::buffer(writing.data() + sent, writing.size() - sent), kUseTuple);
       self.writing = 0;
       writing.clear();
       self.wake_reader.cancel();

@@ -60,7 +60,9 @@ class Relay : public std::enable_shared_from_this<Relay> {
     boost::asio::steady_timer wake_writer;  // cancelled when there is output for this side
     boost::asio::steady_timer wake_reader;  // cancelled when this side's writer drained output
     std::chrono::steady_clock::time_point last_read;
-    std::size_t writing = 0;     // bytes handed to async_write and not yet completed
+    std::size_t writing = 0;  // bytes handed to async_write and not yet completed
+    // Bytes at the front of the session's output for this side that flush() already sent.
+    std::size_t sent_ahead = 0;
     bool direct_writes = false;  // plain TCP in non-blocking mode: flush() may send itself
     bool closed = false;
   };
