@@ -48,9 +48,8 @@ class Relay : public std::enable_shared_from_this<Relay> {
 
  private:
   using Side = session::Side;
-  // Room made for each read. Above a 64 KiB message with its frames, so one read can carry
-  // several; the buffer is compacted to its front before each read, so with small messages
-  // only the first pages are ever touched.
+  // The input buffer of each side: above a 64 KiB message with its frames, so that one read
+  // can carry several. Reads start at its front, so small messages touch only its first pages.
   static constexpr std::size_t kReadChunk = 256 * 1024;
 
   struct Endpoint {

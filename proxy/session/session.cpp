@@ -40,39 +40,35 @@ void Session::feed(Side from, ByteView data) {
     data = data.subspan(process(from, data));
     if (in.input_closed || data.empty()) return;
   }
-  std::span<std::uint8_t> space = input_space(from, data.size());
+  std::span<std::uint8_t> space = input_space(from, in.in.end - in.in.begin + data.size());
   std::memcpy(space.data(), data.data(), data.size());
   commit_input(from, data.size());
 }
 
-std::span<std::uint8_t> Session::input_space(Side from, std::size_t min_bytes) {
+std::span<std::uint8_t> Session::input_space(Side from, std::size_t buffer_bytes) {
   SideIo& side = io(from);
   InputBuffer& in = side.in;
   std::size_t kept = in.end - in.begin;
-  std::size_t want = min_bytes;
+  std::size_t needed = std::max(buffer_bytes, kept + 1);
   if (kept >= amqp::kFrameHeaderSize) {
     const std::uint8_t* header = in.data.get() + in.begin;
     std::uint64_t frame_size =
         amqp::kFrameOverhead + (std::uint64_t{header[3]} << 24 | std::uint64_t{header[4]} << 16 |
                                 std::uint64_t{header[5]} << 8 | header[6]);
     // A size above frame_max is refused by the decoder: no room is made for it.
-    if (frame_size <= side.decoder.frame_max() && frame_size > kept) {
-      want = std::max<std::size_t>(want, frame_size - kept);
-    }
+    if (frame_size <= side.decoder.frame_max()) needed = std::max<std::size_t>(needed, frame_size);
   }
-  if (in.capacity - in.end < want) {
-    if (kept + want <= in.capacity) {
-      std::memmove(in.data.get(), in.data.get() + in.begin, kept);
-    } else {
-      std::size_t capacity = kept + want;
-      auto bigger = std::make_unique_for_overwrite<std::uint8_t[]>(capacity);
-      if (kept > 0) std::memcpy(bigger.get(), in.data.get() + in.begin, kept);
-      in.data = std::move(bigger);
-      in.capacity = capacity;
-    }
-    in.begin = 0;
-    in.end = kept;
+  if (in.capacity < needed) {
+    auto bigger = std::make_unique_for_overwrite<std::uint8_t[]>(needed);
+    if (kept > 0) std::memcpy(bigger.get(), in.data.get() + in.begin, kept);
+    in.data = std::move(bigger);
+    in.capacity = needed;
+  } else if (in.begin > 0) {
+    // Reads always start near the front: with small frames only the first pages are touched.
+    std::memmove(in.data.get(), in.data.get() + in.begin, kept);
   }
+  in.begin = 0;
+  in.end = kept;
   return {in.data.get() + in.end, in.capacity - in.end};
 }
 

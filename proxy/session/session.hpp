@@ -52,10 +52,11 @@ class Session {
   // Bytes received from `from`. Complete frames are handled; a partial one is kept.
   void feed(Side from, amqp::ByteView data);
   // Where to read `from`'s next bytes: straight after the partial frame kept from the last
-  // read, so that a frame split across reads is completed in place rather than copied to be
-  // reassembled. At least `min_bytes`, and room for the rest of a frame whose header is in.
+  // read, moved to the front of a buffer of at least `buffer_bytes`, so that a frame split
+  // across reads is completed in place rather than copied to be reassembled. The buffer grows
+  // to hold a whole frame whose header is in (frame_max at most).
   // Valid until the next call for `from`; only the reader of `from` may use it.
-  std::span<std::uint8_t> input_space(Side from, std::size_t min_bytes);
+  std::span<std::uint8_t> input_space(Side from, std::size_t buffer_bytes);
   // `n` bytes were read into input_space(from): handles the complete frames among them.
   void commit_input(Side from, std::size_t n);
   // `side` is gone: its TCP connection closed or failed, or its heartbeats stopped.
