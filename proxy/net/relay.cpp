@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -58,6 +60,12 @@ asio::awaitable<void> Relay::run() {
     co_return;
   }
   client_.last_read = broker_.last_read = Clock::now();
+  // Non-blocking sockets let flush() send without waiting; the async operations do not mind.
+  for (Endpoint* e : {&client_, &broker_}) {
+    if (e->stream.tls()) continue;
+    e->stream.tcp().non_blocking(true, ec);
+    e->direct_writes = !ec;
+  }
   co_await (reader(Side::client) && reader(Side::broker) && writer(Side::client) &&
             writer(Side::broker) && watchdog());
   if (guard_) guard_->on_connection_end();
@@ -171,6 +179,28 @@ void Relay::wake_writers() {
   broker_.wake_writer.cancel();
 }
 
+void Relay::flush(Side side) {
+  Endpoint& e = end(side);
+  amqp::Bytes& pending = session_.output(side);
+  if (!pending.empty() && e.direct_writes && !e.closed && e.writing == 0 && e.sent_ahead == 0) {
+    boost::system::error_code ec;
+    std::size_t n = e.stream.tcp().write_some(asio::buffer(pending), ec);
+    // On an error the bytes stay queued: the writer meets the same error and handles it.
+    if (!ec && n == pending.size()) {
+      pending.clear();
+      e.wake_reader.cancel();  // a reader held back by this side's queue may go on
+    } else if (!ec) {
+      e.sent_ahead = n;  // the writer sends the rest, without moving it to the front first
+    }
+  }
+  if (!pending.empty() || session_.close_after_flush(side)) e.wake_writer.cancel();
+}
+
+void Relay::flush_both() {
+  flush(Side::client);
+  flush(Side::broker);
+}
+
 void Relay::close_socket(Side side) {
   Endpoint& e = end(side);
   if (e.closed) return;
@@ -184,7 +214,6 @@ void Relay::close_socket(Side side) {
 asio::awaitable<void> Relay::reader(Side side) {
   Endpoint& self = end(side);
   Endpoint& peer = end(other(side));
-  std::array<std::uint8_t, kReadChunk> buffer;
   while (!self.closed) {
     // Back-pressure: while the other side has not taken what we already gave it, stop reading.
     while (!session_.input_closed(side) && !peer.closed &&
@@ -192,7 +221,9 @@ asio::awaitable<void> Relay::reader(Side side) {
       peer.wake_reader.expires_at(Clock::time_point::max());
       co_await peer.wake_reader.async_wait(kUseTuple);
     }
-    auto [ec, n] = co_await self.stream.async_read_some(asio::buffer(buffer), kUseTuple);
+    std::span<std::uint8_t> space = session_.input_space(side, kReadChunk);
+    auto [ec, n] =
+        co_await self.stream.async_read_some(asio::buffer(space.data(), space.size()), kUseTuple);
     if (ec) {
       if (!session_.input_closed(side)) {
         spdlog::debug("conn {}: {} side closed: {}", id_, session::to_string(side), ec.message());
@@ -202,9 +233,10 @@ asio::awaitable<void> Relay::reader(Side side) {
       co_return;
     }
     self.last_read = Clock::now();
-    session_.feed(side, amqp::ByteView(buffer.data(), n));
+    session_.commit_input(side, n);
     report_traffic(side);
-    wake_writers();
+    flush(other(side));
+    flush(side);
   }
 }
 
@@ -215,8 +247,10 @@ asio::awaitable<void> Relay::writer(Side side) {
     amqp::Bytes& pending = session_.output(side);
     if (!pending.empty()) {
       writing.swap(pending);
-      self.writing = writing.size();
-      auto [ec, n] = co_await asio::async_write(self.stream, asio::buffer(writing), kUseTuple);
+      std::size_t sent = std::exchange(self.sent_ahead, 0);
+      self.writing = writing.size() - sent;
+      auto [ec, n] = co_await asio::async_write(
+          self.stream, asio::buffer(writing.data() + sent, writing.size() - sent), kUseTuple);
       self.writing = 0;
       writing.clear();
       self.wake_reader.cancel();
@@ -247,9 +281,9 @@ asio::awaitable<void> Relay::watchdog() {
     tick.expires_after(kWatchdogTick);
     co_await tick.async_wait(kUseTuple);
     if (session_.finished()) continue;
-    session_.on_tick(std::chrono::duration_cast<std::chrono::milliseconds>(
-                         Clock::now().time_since_epoch())
-                         .count());
+    session_.on_tick(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+            .count());
     if (guard_) guard_->on_tick();
     if (shutdown_at_ && !close_sent_at_ && now_ready_to_close()) {
       session_.close_gracefully(amqp::reply::connection_forced,
@@ -262,7 +296,7 @@ asio::awaitable<void> Relay::watchdog() {
                    kCloseOkWait.count());
       session_.on_eof(Side::client);
     }
-    wake_writers();
+    flush_both();
     auto now = Clock::now();
     if (!session_.is_open() && now - started_ > options_.handshake_timeout) {
       spdlog::info("conn {}: closed: the AMQP handshake did not complete within {} ms", id_,

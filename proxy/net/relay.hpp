@@ -4,17 +4,17 @@
 
 #include <array>
 #include <atomic>
-#include <optional>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "proxy/metrics/registry.hpp"
 #include "proxy/net/stream.hpp"
 #include "proxy/net/tls.hpp"
-#include "proxy/metrics/registry.hpp"
 #include "proxy/session/guard.hpp"
 #include "proxy/session/session.hpp"
 
@@ -48,7 +48,9 @@ class Relay : public std::enable_shared_from_this<Relay> {
 
  private:
   using Side = session::Side;
-  static constexpr std::size_t kReadChunk = 64 * 1024;
+  // The input buffer of each side: above a 64 KiB message with its frames, so that one read
+  // can carry several. Reads start at its front, so small messages touch only its first pages.
+  static constexpr std::size_t kReadChunk = 256 * 1024;
 
   struct Endpoint {
     explicit Endpoint(boost::asio::any_io_executor executor)
@@ -58,6 +60,9 @@ class Relay : public std::enable_shared_from_this<Relay> {
     boost::asio::steady_timer wake_reader;  // cancelled when this side's writer drained output
     std::chrono::steady_clock::time_point last_read;
     std::size_t writing = 0;  // bytes handed to async_write and not yet completed
+    // Bytes at the front of the session's output for this side that flush() already sent.
+    std::size_t sent_ahead = 0;
+    bool direct_writes = false;  // plain TCP in non-blocking mode: flush() may send itself
     bool closed = false;
   };
 
@@ -70,6 +75,11 @@ class Relay : public std::enable_shared_from_this<Relay> {
   boost::asio::awaitable<void> writer(Side side);
   boost::asio::awaitable<void> watchdog();
   void wake_writers();
+  // Hands what the session queued for `side` to the socket: directly from the caller when the
+  // stream is plain TCP and no write is in flight (one send, no writer wake-up), otherwise, or
+  // for what the socket did not take, by waking that side's writer.
+  void flush(Side side);
+  void flush_both();
   bool now_ready_to_close() const;
   void close_socket(Side side);
   std::size_t queued_towards(Side side);

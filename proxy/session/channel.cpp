@@ -22,9 +22,25 @@ std::string_view to_string(ReturnCause cause) {
   return "unknown";
 }
 
-BodyHasher::BodyHasher() : state_(XXH3_createState()) { reset(); }
-BodyHasher::~BodyHasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
-void BodyHasher::reset() { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
+BodyHash::operator std::uint64_t() const {
+  if (!source_.expired()) {
+    if (std::shared_ptr<const RetainedBody> body = source_.lock()) {
+      value_ = XXH3_64bits(body->bytes.data(), body->bytes.size());
+    }
+    source_.reset();
+  }
+  return value_;
+}
+
+BodyHasher::BodyHasher() : state_(XXH3_createState()) {
+  reset();
+}
+BodyHasher::~BodyHasher() {
+  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
+void BodyHasher::reset() {
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
 void BodyHasher::update(amqp::ByteView bytes) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());
 }
@@ -52,6 +68,12 @@ void ChannelState::forget_consumer(const std::string& tag) {
 
 void ChannelState::add_unacked(Delivery delivery) {
   std::uint64_t tag = delivery.client_tag;
+  if (spare_node_ && !unacked_.contains(tag)) {
+    spare_node_.key() = tag;
+    spare_node_.mapped() = std::move(delivery);
+    unacked_.insert(unacked_.end(), std::move(spare_node_));
+    return;
+  }
   unacked_.insert_or_assign(tag, std::move(delivery));
 }
 
@@ -74,18 +96,25 @@ Delivery* ChannelState::find_withheld(std::uint64_t broker_tag) {
 
 std::vector<Delivery> ChannelState::take_settled(std::uint64_t client_tag, bool multiple) {
   std::vector<Delivery> taken;
+  take_settled(client_tag, multiple, taken);
+  return taken;
+}
+
+void ChannelState::take_settled(std::uint64_t client_tag, bool multiple,
+                                std::vector<Delivery>& out) {
   if (!multiple) {
     auto it = unacked_.find(client_tag);
     if (it != unacked_.end()) {
-      taken.push_back(std::move(it->second));
-      unacked_.erase(it);
+      auto node = unacked_.extract(it);
+      out.push_back(std::move(node.mapped()));
+      node.mapped() = Delivery{};  // nothing of it (its body above all) kept in the spare
+      spare_node_ = std::move(node);
     }
-    return taken;
+    return;
   }
   auto end = client_tag == 0 ? unacked_.end() : unacked_.upper_bound(client_tag);
-  for (auto it = unacked_.begin(); it != end; ++it) taken.push_back(std::move(it->second));
+  for (auto it = unacked_.begin(); it != end; ++it) out.push_back(std::move(it->second));
   unacked_.erase(unacked_.begin(), end);
-  return taken;
 }
 
 std::optional<Delivery> ChannelState::take_withheld(std::uint64_t broker_tag) {

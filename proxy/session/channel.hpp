@@ -115,6 +115,8 @@ class ChannelState {
   // Removes and returns the deliveries a client ack/nack/reject names: one tag, or with
   // `multiple` every tag up to it (0 meaning all).
   std::vector<Delivery> take_settled(std::uint64_t client_tag, bool multiple);
+  // The same, appended to `out`.
+  void take_settled(std::uint64_t client_tag, bool multiple, std::vector<Delivery>& out);
   std::optional<Delivery> take_withheld(std::uint64_t broker_tag);
   // Whether a withheld or held delivery has a broker tag at or below `broker_tag`: a multiple
   // ack up to that tag would then settle it too.
@@ -128,7 +130,10 @@ class ChannelState {
   std::size_t withheld_count() const { return withheld_.size(); }
 
  private:
-  std::map<std::uint64_t, Delivery> unacked_;   // by client tag
+  std::map<std::uint64_t, Delivery> unacked_;  // by client tag
+  // The node of the last delivery settled alone, reused for the next one: no allocation
+  // per delivery in the usual one-ack-per-delivery flow.
+  std::map<std::uint64_t, Delivery>::node_type spare_node_;
   std::map<std::uint64_t, Delivery> withheld_;  // by broker tag
   std::uint64_t last_client_tag_ = 0;
   std::uint64_t last_broker_tag_ = 0;

@@ -11,6 +11,28 @@
 
 namespace nackguard::session {
 
+// XXH3-64 of a delivery's body. When the whole body is retained it is computed from the
+// retained bytes on first use instead of as the body passes: few deliveries are ever asked
+// for it (only an identity that falls back to the body needs it).
+class BodyHash {
+ public:
+  BodyHash() = default;
+  BodyHash(std::uint64_t value) : value_(value) {}  // NOLINT: used as a plain number
+  BodyHash& operator=(std::uint64_t value) {
+    value_ = value;
+    source_.reset();
+    return *this;
+  }
+  // The hash of `body`'s bytes, computed when first read.
+  void defer_to(const std::shared_ptr<RetainedBody>& body) { source_ = body; }
+  operator std::uint64_t() const;  // NOLINT: reads as the number it stands for
+
+ private:
+  mutable std::uint64_t value_ = 0;
+  // Weak: the hash must not keep a body alive, and so out of the body budget's count.
+  mutable std::weak_ptr<const RetainedBody> source_;
+};
+
 struct Delivery {
   std::uint16_t channel = 0;
   std::uint64_t broker_tag = 0;  // the tag the broker gave it
@@ -25,10 +47,11 @@ struct Delivery {
   bool withheld = false;  // the proxy kept it from the client and owns its settlement
   bool held = false;      // waiting in the proxy behind an exclusive delivery
   bool exclusive = false;
-  bool settling = false;  // withheld, and the proxy's ack, nack or reject is on its way  // while the client holds it, later deliveries on the channel wait
+  bool settling = false;  // withheld, and the proxy's ack, nack or reject is on its way  // while
+                          // the client holds it, later deliveries on the channel wait
   amqp::Bytes header_payload;  // the raw content header: properties are decoded on demand
   std::uint64_t body_size = 0;
-  std::uint64_t body_hash = 0;  // XXH3-64 of the body, valid once body_complete
+  BodyHash body_hash;  // XXH3-64 of the body, valid once body_complete
   bool body_complete = false;
   std::shared_ptr<RetainedBody> body;  // the body, when the observer asked to retain it
   std::uint64_t cookie = 0;            // the observer's own per-delivery value

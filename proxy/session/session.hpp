@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -50,6 +51,14 @@ class Session {
 
   // Bytes received from `from`. Complete frames are handled; a partial one is kept.
   void feed(Side from, amqp::ByteView data);
+  // Where to read `from`'s next bytes: straight after the partial frame kept from the last
+  // read, moved to the front of a buffer of at least `buffer_bytes`, so that a frame split
+  // across reads is completed in place rather than copied to be reassembled. The buffer grows
+  // to hold a whole frame whose header is in (frame_max at most).
+  // Valid until the next call for `from`; only the reader of `from` may use it.
+  std::span<std::uint8_t> input_space(Side from, std::size_t buffer_bytes);
+  // `n` bytes were read into input_space(from): handles the complete frames among them.
+  void commit_input(Side from, std::size_t n);
   // `side` is gone: its TCP connection closed or failed, or its heartbeats stopped.
   void on_eof(Side side);
   // Called about once a second with a monotonic time: releases deliveries held too long.
@@ -99,8 +108,17 @@ class Session {
     std::optional<std::uint64_t> settles_broker_tag;
   };
 
+  // Bytes read from one side and not handled yet: [begin, end) of data, a partial frame.
+  // Not a vector: growing one would zero the space before every read.
+  struct InputBuffer {
+    std::unique_ptr<std::uint8_t[]> data;
+    std::size_t capacity = 0;
+    std::size_t begin = 0;
+    std::size_t end = 0;
+  };
+
   struct SideIo {
-    amqp::Bytes pending_in;  // a partial frame carried over to the next feed
+    InputBuffer in;  // a partial frame carried over to the next read
     amqp::Bytes out;
     std::vector<Injection> injections;
     amqp::FrameDecoder decoder;
@@ -169,6 +187,8 @@ class Session {
   enum class ProxyClose { none, awaiting_client, awaiting_broker };
   ProxyClose proxy_close_ = ProxyClose::none;
   SessionStats stats_;
+  std::vector<Delivery> settled_scratch_;  // settle_from_client's, reused
+  std::vector<const Delivery*> forwarded_scratch_;
 };
 
 }  // namespace nackguard::session

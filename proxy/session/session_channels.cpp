@@ -147,8 +147,13 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   // A tag above any the client was given is unknown to the broker too: settle nothing here,
   // and let the broker refuse it.
   bool unknown = tag > ch.last_client_tag();
-  std::vector<Delivery> settled = unknown ? std::vector<Delivery>{} : ch.take_settled(tag, multiple);
-  std::vector<const Delivery*> forwarded;
+  // The scratch vectors keep their capacity from one settlement to the next; taken out of
+  // the members so that a settlement reached from an observer callback gets its own.
+  std::vector<Delivery> settled = std::move(settled_scratch_);
+  std::vector<const Delivery*> forwarded = std::move(forwarded_scratch_);
+  settled.clear();
+  forwarded.clear();
+  if (!unknown) ch.take_settled(tag, multiple, settled);
   std::vector<std::uint64_t> taken;
   bool gate_opened = false;
   for (const Delivery& d : settled) {
@@ -198,6 +203,12 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     }
     if (!out.empty()) emit(Side::broker, out);
   }
+  // Kept for the next one unless a large multiple settlement grew them.
+  constexpr std::size_t kKeptCapacity = 256;
+  settled.clear();
+  forwarded.clear();
+  if (settled.capacity() <= kKeptCapacity) settled_scratch_ = std::move(settled);
+  if (forwarded.capacity() <= kKeptCapacity) forwarded_scratch_ = std::move(forwarded);
   if (gate_opened) release_held(ch);
 }
 
@@ -377,24 +388,29 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
     }
     if (plan.action == DeliveryPlan::Action::need_body) plan = DeliveryPlan{};
   }
-  if (plan.retain_body) d.body = RetainedBody::make(options_.body_budget, d.body_size);
+  if (plan.retain_body) {
+    d.body = RetainedBody::make(options_.body_budget, d.body_size);
+    // Within the budget just reserved; without a budget the size is the broker's word only.
+    if (d.body && options_.body_budget) d.body->bytes.reserve(d.body_size);
+  }
   if (plan.action == DeliveryPlan::Action::withhold) {
     ch.incoming_route = ChannelState::Route::withhold;
     ch.note_owned();
-    amqp::Bytes().swap(ch.incoming_method_frame);
+    ch.incoming_method_frame.clear();  // its capacity serves the next delivery
     return;
   }
   ch.incoming_route = ChannelState::Route::forward;
   d.exclusive = plan.exclusive && !d.no_ack;
   emit_delivery(ch, d, ch.incoming_method_frame);
-  amqp::Bytes().swap(ch.incoming_method_frame);
+  ch.incoming_method_frame.clear();  // its capacity serves the next delivery
   emit(Side::client, frame.raw);
   ch.to_client = ch.from_broker;
 }
 
 void Session::route_delivery_body(ChannelState& ch, const Frame& frame) {
   Delivery& d = *ch.incoming;
-  ch.hasher->update(frame.payload);
+  // A retained body is hashed from the retained bytes, if ever asked (BodyHash).
+  if (!d.body) ch.hasher->update(frame.payload);
   switch (ch.incoming_route) {
     case ChannelState::Route::forward:
       emit(Side::client, frame.raw);
@@ -412,7 +428,11 @@ void Session::route_delivery_body(ChannelState& ch, const Frame& frame) {
 void Session::complete_delivery(ChannelState& ch) {
   Delivery d = std::move(*ch.incoming);
   ch.incoming.reset();
-  d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
+  if (d.body && d.body->bytes.size() == d.body_size) {
+    d.body_hash.defer_to(d.body);
+  } else {
+    d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
+  }
   d.body_complete = true;
   switch (ch.incoming_route) {
     case ChannelState::Route::forward:
@@ -447,8 +467,9 @@ void Session::emit_delivery(ChannelState& ch, Delivery& d, amqp::Bytes& method_f
   if (d.client_tag != d.broker_tag) {
     ch.note_owned();
     ByteView payload = ByteView(method_frame).subspan(amqp::kFrameHeaderSize);
-    std::size_t at = amqp::kFrameHeaderSize +
-                     delivery_tag_offset(amqp::peek_method_key(payload).value_or(0), d.consumer_tag);
+    std::size_t at =
+        amqp::kFrameHeaderSize +
+        delivery_tag_offset(amqp::peek_method_key(payload).value_or(0), d.consumer_tag);
     patch_u64(method_frame, at, d.client_tag);
   }
   if (d.exclusive) ch.exclusive_client_tag = d.client_tag;
@@ -496,7 +517,8 @@ void Session::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes frames
     return;
   }
   d.exclusive = plan.exclusive && !d.no_ack;
-  amqp::Bytes method(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(parts.method_size));
+  amqp::Bytes method(frames.begin(),
+                     frames.begin() + static_cast<std::ptrdiff_t>(parts.method_size));
   emit_delivery(ch, d, method);
   emit(Side::client, ByteView(frames).subspan(parts.method_size));
   if (!d.no_ack) ch.add_unacked(std::move(d));

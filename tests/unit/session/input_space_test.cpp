@@ -1,0 +1,99 @@
+// Reading straight into the session's input buffer (input_space / commit_input), as the relay
+// does: frames larger than a read are completed in place, and whatever the cut, the bytes come
+// out as they went in.
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <random>
+
+#include "session/script.hpp"
+
+namespace nackguard::session::test {
+namespace {
+
+// Delivers `data` to `side` through input_space/commit_input, in reads of at most `max_read`.
+void read_in(Link& link, Side side, ByteView data, std::size_t max_read, std::mt19937& rng) {
+  std::size_t at = 0;
+  while (at < data.size()) {
+    std::span<std::uint8_t> space = link.session.input_space(side, 4096);
+    ASSERT_FALSE(space.empty());
+    std::size_t n = std::min({space.size(), data.size() - at, 1 + rng() % max_read});
+    std::memcpy(space.data(), data.data() + at, n);
+    link.session.commit_input(side, n);
+    at += n;
+  }
+}
+
+TEST(SessionInputSpace, LargeBodyFramesPassByteIdenticalWhateverTheReads) {
+  std::string big(100000, 'x');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
+  Bytes from_broker = cat({
+      method(1, amqp::ChannelOpenOk{}),
+      method(1, amqp::BasicConsumeOk{"c1"}),
+      method(1, deliver_method("c1", 1)),
+      content(1, big, {}, 131064),  // one body frame near frame_max
+      method(1, deliver_method("c1", 2)),
+      content(1, big, {}, 30000),
+      heartbeat(),
+  });
+  std::mt19937 rng(7);
+  for (std::size_t max_read : {1u, 700u, 4096u, 65536u, 200000u}) {
+    SCOPED_TRACE("max_read " + std::to_string(max_read));
+    Link link;
+    handshake(link);
+    read_in(link, Side::broker, from_broker, max_read, rng);
+    EXPECT_EQ(link.client_bytes(), from_broker);
+    EXPECT_EQ(link.observer.deliveries.size(), 2u);
+  }
+}
+
+TEST(SessionInputSpace, RoomForTheRestOfAFrameWhoseHeaderIsIn) {
+  Link link;
+  handshake(link);
+  Bytes frame = content(1, std::string(120000, 'b'), {}, 131064);
+  // The content header frame, then the first 10 bytes of the body frame.
+  Bytes deliver_frame = method(1, deliver_method("c1", 1));
+  link.broker(deliver_frame);
+  std::vector<WireFrame> parts = decode_frames(frame);
+  ASSERT_EQ(parts.size(), 2u);
+  Bytes header_frame =
+      Bytes(frame.begin(), frame.end() - static_cast<std::ptrdiff_t>(parts[1].payload.size() + 8));
+  link.broker(header_frame);
+  Bytes body_frame(frame.begin() + static_cast<std::ptrdiff_t>(header_frame.size()), frame.end());
+  link.broker(ByteView(body_frame).first(10));
+  std::span<std::uint8_t> space = link.session.input_space(Side::broker, 1024);
+  EXPECT_GE(space.size(), body_frame.size() - 10);
+  std::memcpy(space.data(), body_frame.data() + 10, body_frame.size() - 10);
+  link.session.commit_input(Side::broker, body_frame.size() - 10);
+  EXPECT_EQ(link.client_bytes(), cat({deliver_frame, frame}));
+}
+
+TEST(SessionInputSpace, NoRoomIsMadeForAFrameAboveFrameMax) {
+  Link link;
+  handshake(link);
+  // A header announcing 2^31 bytes: the decoder refuses it; the buffer must not grow for it.
+  Bytes hostile = {1, 0, 1, 0x80, 0, 0, 0};
+  link.broker(hostile);
+  EXPECT_TRUE(link.session.close_after_flush(Side::broker));
+  std::span<std::uint8_t> space = link.session.input_space(Side::broker, 1024);
+  EXPECT_LT(space.size(), 1u << 20);
+}
+
+TEST(BodyHash, DeferredToARetainedBodyEqualsTheStreamedHash) {
+  auto body = RetainedBody::make(nullptr, 5);
+  body->bytes = {'h', 'e', 'l', 'l', 'o'};
+  BodyHash hash;
+  hash.defer_to(body);
+  EXPECT_EQ(static_cast<std::uint64_t>(hash), XXH3_64bits("hello", 5));
+  BodyHasher streamed;
+  streamed.update(amqp::as_bytes("he"));
+  streamed.update(amqp::as_bytes("llo"));
+  EXPECT_EQ(static_cast<std::uint64_t>(hash), streamed.digest());
+  hash = 42;
+  EXPECT_EQ(static_cast<std::uint64_t>(hash), 42u);
+}
+
+}  // namespace
+}  // namespace nackguard::session::test
