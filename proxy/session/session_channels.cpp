@@ -378,6 +378,7 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
     if (plan.action == DeliveryPlan::Action::need_body) plan = DeliveryPlan{};
   }
   if (plan.retain_body) d.body = RetainedBody::make(options_.body_budget, d.body_size);
+  if (d.body && options_.body_budget) d.body->bytes.reserve(d.body_size);  // within the budget
   if (plan.action == DeliveryPlan::Action::withhold) {
     ch.incoming_route = ChannelState::Route::withhold;
     ch.note_owned();
