@@ -68,6 +68,11 @@ asio::awaitable<void> Server::trim_heap() {
     if (!many || now - last_trim < std::chrono::seconds(1)) continue;
     counts_->closed_since_trim.fetch_sub(closed, std::memory_order_relaxed);
     last_trim = now;
+    {
+      // A weak_ptr keeps its relay's whole make_shared block (session, guard) allocated.
+      std::lock_guard lock(relays_mutex_);
+      std::erase_if(relays_, [](const std::weak_ptr<Relay>& weak) { return weak.expired(); });
+    }
 #if defined(__GLIBC__)
     malloc_trim(0);
 #endif
