@@ -110,6 +110,31 @@ def short(o):
             **({"channel_close": o["channel_close"][0]} if o.get("channel_close") else {})}
 
 
+def run_all(calls):
+    """Runs {key: (fn, arg)} at once, each in its own thread; {key: fn(arg)}. The first
+    exception is raised here, once all have ended."""
+    out = {}
+
+    def run(key, fn, arg):
+        try:
+            out[key] = fn(arg)
+        except BaseException as exc:  # re-raised below, in the test's thread
+            out[key] = exc
+
+    threads = [threading.Thread(target=run, args=(key, fn, arg), daemon=True)
+               for key, (fn, arg) in calls.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for key in calls:
+        if key not in out:
+            raise TimeoutError(f"{key} did not end within 60 s")
+        if isinstance(out[key], BaseException):
+            raise out[key]
+    return out
+
+
 class HostileInputTest(fs.FaultTest):
     proxy = None
 
@@ -173,27 +198,20 @@ class HostileInputTest(fs.FaultTest):
             self.assertIn(o["close"][0], codes, f"{what}: {o}")
 
     def both(self, make, concurrent=True, **kw):
-        """Runs a case against the broker directly and through the proxy. At the same time
-        unless told otherwise: the broker's answer is only recorded, and is often a 5 s
-        silence, which the proxy's run need not wait for."""
+        """Runs a case against the broker directly and through the proxy; at the same time
+        unless told otherwise (the broker's answer is only recorded, and is often a silence
+        of several seconds)."""
         if not concurrent:
             return {"broker": make(fs.BROKER_PORT, **kw), "proxy": make(self.proxy.port, **kw)}
-        out = {}
+        return self.each_both({None: make})[None]
 
-        def run(name, port):
-            try:
-                out[name] = make(port, **kw)
-            except BaseException as exc:  # re-raised below, in the test's thread
-                out[name] = exc
-
-        direct = threading.Thread(target=run, args=("broker", fs.BROKER_PORT), daemon=True)
-        direct.start()
-        run("proxy", self.proxy.port)
-        direct.join(60)
-        for name in ("broker", "proxy"):
-            if isinstance(out.get(name), BaseException):
-                raise out[name]
-        return out
+    def each_both(self, cases):
+        """Runs every case of {name: make(port)} against the broker and through the proxy,
+        all at once, each on its own connection; {name: {"broker": ..., "proxy": ...}}."""
+        calls = {(name, side): (make, port) for name, make in cases.items()
+                 for side, port in (("broker", fs.BROKER_PORT), ("proxy", self.proxy.port))}
+        return {name: {side: r for (n, side), r in run_all(calls).items() if n == name}
+                for name in cases}
 
     # ------------------------------------------------------------ oversize frames
     def test_huge_frame_lengths(self):
@@ -220,10 +238,10 @@ class HostileInputTest(fs.FaultTest):
             header = raw.content_header(1, 1 << 20)
             return outcome(c, publish + header + raw.frame(raw.FRAME_BODY, 1, b"b" * (1 << 20)))
 
-        for name, fn in (("4 GiB length after the handshake", after_handshake),
-                         ("100 MB start-ok before tune", before_tune),
-                         ("1 MiB body frame, frame_max 128 KiB", body_bigger_than_frame_max)):
-            r = self.both(fn)
+        runs = self.each_both({"4 GiB length after the handshake": after_handshake,
+                               "100 MB start-ok before tune": before_tune,
+                               "1 MiB body frame, frame_max 128 KiB": body_bigger_than_frame_max})
+        for name, r in runs.items():
             results[name] = {k: short(v) for k, v in r.items()}
             with self.subTest(case=name):
                 self.assert_clean(r["proxy"], name)
@@ -254,13 +272,17 @@ class HostileInputTest(fs.FaultTest):
                 ("reserved", None),
         }
         results = {}
-        for name, (payload, codes) in cases.items():
-            def case(port, payload=payload):
+
+        def case_for(payload):
+            def case(port):
                 c = open_client(port)
-                if payload == "reserved":
-                    payload = raw.channel_open(c.tune[0] + 1)
-                return outcome(c, payload)
-            r = self.both(case)
+                return outcome(c, raw.channel_open(c.tune[0] + 1) if payload == "reserved"
+                               else payload)
+            return case
+
+        runs = self.each_both({name: case_for(payload) for name, (payload, _) in cases.items()})
+        for name, (payload, codes) in cases.items():
+            r = runs[name]
             results[name] = {k: short(v) for k, v in r.items()}
             with self.subTest(case=name):
                 self.assert_clean(r["proxy"], name, codes)
@@ -303,9 +325,9 @@ class HostileInputTest(fs.FaultTest):
                     + b"\0" + deep)
             return outcome(c, raw.method_frame(1, raw.BASIC_CONSUME, args))
 
-        for name, fn in (("queue.declare arguments", declare_deep),
-                         ("basic.consume arguments", consume_deep)):
-            r = self.both(fn)
+        runs = self.each_both({"queue.declare arguments": declare_deep,
+                               "basic.consume arguments": consume_deep})
+        for name, r in runs.items():
             results[name] = {k: short(v) for k, v in r.items()}
             with self.subTest(case=name):
                 self.assert_clean(r["proxy"], name)
@@ -422,15 +444,22 @@ class HostileInputTest(fs.FaultTest):
             c.send(raw.tune_ok(cm, fm, 0))
             return c
 
+        def timed(fn):
+            def run(port):
+                t0 = time.monotonic()
+                o = outcome(fn(port), None, timeout=8)
+                o["seconds"] = round(time.monotonic() - t0, 2)
+                return o
+            return run
+
+        cases = {"TCP connect, nothing sent": silent,
+                 "protocol header only": after_header,
+                 "start-ok, no tune-ok": after_start_ok,
+                 "tune-ok, no connection.open": after_tune_ok}
+        runs = run_all({name: (timed(fn), self.proxy.port) for name, fn in cases.items()})
         results = {}
-        for name, fn in (("TCP connect, nothing sent", silent),
-                         ("protocol header only", after_header),
-                         ("start-ok, no tune-ok", after_start_ok),
-                         ("tune-ok, no connection.open", after_tune_ok)):
-            t0 = time.monotonic()
-            c = fn(self.proxy.port)
-            o = outcome(c, None, timeout=8)
-            o["seconds"] = round(time.monotonic() - t0, 2)
+        for name in cases:  # all at once: each is closed after timeouts.handshake all the same
+            o = runs[name]
             results[name] = short(o)
             with self.subTest(case=name):
                 self.assertTrue(o["eof"], f"{name}: still open after 8 s: {o}")
