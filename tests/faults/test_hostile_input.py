@@ -280,9 +280,10 @@ class HostileInputTest(fs.FaultTest):
                                else payload)
             return case
 
-        runs = self.each_both({name: case_for(payload) for name, (payload, _) in cases.items()})
+        # One case at a time (its broker-direct run alongside): all twelve connections at once
+        # made this test take 33 s instead of 10.
         for name, (payload, codes) in cases.items():
-            r = runs[name]
+            r = self.both(case_for(payload))
             results[name] = {k: short(v) for k, v in r.items()}
             with self.subTest(case=name):
                 self.assert_clean(r["proxy"], name, codes)
