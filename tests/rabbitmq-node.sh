@@ -327,12 +327,19 @@ do_start() {
   rm -f "$beam_pid_file" "$node_pid_file"
   # setsid: the node gets its own session, so a Ctrl-C in the caller's
   # terminal does not reach it; it is stopped with `stop`.
+  # runuser and sudo apply the PAM limits, a soft limit of 1024 open files here: then the VM
+  # caps itself at 832 sockets, and its queue files share them. Raise the soft limit to the
+  # hard one (at most 65536) inside the new session.
+  local raise_nofile='n=$(ulimit -Hn); { [ "$n" = unlimited ] || [ "$n" -gt 65536 ]; } && n=65536
+ulimit -n "$n" 2>/dev/null; exec "$@"'
   (
     cd "$dir"
     if [[ $(id -u) -eq 0 ]]; then
-      exec setsid runuser -u rabbitmq -- env -i "${node_env[@]}" "$rabbitmq_bin/rabbitmq-server"
+      exec setsid runuser -u rabbitmq -- env -i "${node_env[@]}" \
+        /bin/sh -c "$raise_nofile" rabbitmq-server "$rabbitmq_bin/rabbitmq-server"
     else
-      exec setsid sudo -n -u rabbitmq -- env -i "${node_env[@]}" "$rabbitmq_bin/rabbitmq-server"
+      exec setsid sudo -n -u rabbitmq -- env -i "${node_env[@]}" \
+        /bin/sh -c "$raise_nofile" rabbitmq-server "$rabbitmq_bin/rabbitmq-server"
     fi
   ) >>"$console_log" 2>&1 </dev/null &
   local launcher=$!

@@ -2,6 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -39,6 +45,38 @@ Server::Server(asio::io_context& io, const std::string& address, std::uint16_t p
 void Server::start() {
   asio::co_spawn(acceptor_.get_executor(), accept_loop(), asio::detached);
   asio::co_spawn(acceptor_.get_executor(), probe_upstream(), asio::detached);
+  asio::co_spawn(acceptor_.get_executor(), trim_heap(), asio::detached);
+}
+
+asio::awaitable<void> Server::trim_heap() {
+  // glibc keeps the heap that closed connections freed (each held read buffers and session
+  // state), and later connections touch it at new offsets, so RSS after a burst of 1,000
+  // connections stayed 40 MB above the baseline and climbed with each burst. malloc_trim(0)
+  // hands the free pages back. It runs here, on the acceptor's strand, never on a relay's,
+  // at most once a second, and only once many connections closed: as many as are still
+  // running (at least 64), or all of them.
+  auto executor = co_await asio::this_coro::executor;
+  asio::steady_timer tick(executor);
+  auto last_trim = std::chrono::steady_clock::now();
+  while (acceptor_.is_open()) {
+    tick.expires_after(std::chrono::milliseconds(250));
+    co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
+    std::size_t closed = counts_->closed_since_trim.load(std::memory_order_relaxed);
+    std::size_t running = counts_->running.load(std::memory_order_relaxed);
+    bool many = closed >= std::max<std::size_t>(64, running) || (closed > 0 && running == 0);
+    auto now = std::chrono::steady_clock::now();
+    if (!many || now - last_trim < std::chrono::seconds(1)) continue;
+    counts_->closed_since_trim.fetch_sub(closed, std::memory_order_relaxed);
+    last_trim = now;
+    {
+      // A weak_ptr keeps its relay's whole make_shared block (session, guard) allocated.
+      std::lock_guard lock(relays_mutex_);
+      std::erase_if(relays_, [](const std::weak_ptr<Relay>& weak) { return weak.expired(); });
+    }
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+  }
 }
 
 std::optional<std::string> Server::upstream_unreachable() const {
@@ -131,15 +169,19 @@ asio::awaitable<void> Server::accept_loop() {
     auto executor = relay->executor();
     metrics::Registry* metrics = options_.metrics;
     if (metrics) metrics->client_connected();
-    asio::co_spawn(executor, relay->run(), [id, metrics](std::exception_ptr error) {
-      if (metrics) metrics->client_disconnected();
-      if (!error) return;
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        spdlog::error("conn {}: ended by an internal error: {}", id, e.what());
-      }
-    });
+    counts_->running.fetch_add(1, std::memory_order_relaxed);
+    asio::co_spawn(executor, relay->run(),
+                   [counts = counts_, id, metrics](std::exception_ptr error) {
+                     counts->running.fetch_sub(1, std::memory_order_relaxed);
+                     counts->closed_since_trim.fetch_add(1, std::memory_order_relaxed);
+                     if (metrics) metrics->client_disconnected();
+                     if (!error) return;
+                     try {
+                       std::rethrow_exception(error);
+                     } catch (const std::exception& e) {
+                       spdlog::error("conn {}: ended by an internal error: {}", id, e.what());
+                     }
+                   });
   }
 }
 

@@ -2,14 +2,14 @@
 // Accepts client connections and starts one Relay per connection, each on its own strand.
 
 #include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 
 #include "proxy/net/relay.hpp"
 
@@ -36,6 +36,8 @@ class Server {
  private:
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> probe_upstream();
+  // Gives freed heap back to the system after many connections closed (see server.cpp).
+  boost::asio::awaitable<void> trim_heap();
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
@@ -43,6 +45,12 @@ class Server {
   std::atomic<std::uint64_t> next_id_{1};
   std::mutex relays_mutex_;
   std::vector<std::weak_ptr<Relay>> relays_;
+  struct Counts {
+    std::atomic<std::size_t> running{0};            // relays whose run() has not ended
+    std::atomic<std::size_t> closed_since_trim{0};  // relays ended since the last heap trim
+  };
+  // Shared with each relay's completion handler, which may run after the server is gone.
+  std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
   mutable std::mutex probe_mutex_;
   std::optional<std::string> upstream_problem_;  // guarded by probe_mutex_
   bool stopped_ = false;

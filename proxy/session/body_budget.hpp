@@ -40,9 +40,18 @@ class BodyBudget {
 // A message body counted against a BodyBudget for as long as it lives.
 class RetainedBody {
  public:
+  // What one retained body costs besides its bytes, so that the budget bounds real memory:
+  // this object and the shared_ptr's control block (two heap blocks), and malloc's header and
+  // 16-byte rounding of those and of the byte buffer (glibc, 64-bit: 48 + 32 + 16).
+  static constexpr std::uint64_t kOverheadBytes = 96;
+
+  // Reserves `size` bytes plus kOverheadBytes. The caller that fills `bytes` frame by frame
+  // should reserve `size` in it first, or vector growth may allocate up to twice that.
   static std::shared_ptr<RetainedBody> make(BodyBudget* budget, std::uint64_t size) {
-    if (budget && !budget->try_reserve(size)) return nullptr;
-    auto body = std::shared_ptr<RetainedBody>(new RetainedBody(budget, size));
+    const std::uint64_t cost =
+        size <= UINT64_MAX - kOverheadBytes ? size + kOverheadBytes : UINT64_MAX;
+    if (budget && !budget->try_reserve(cost)) return nullptr;
+    auto body = std::shared_ptr<RetainedBody>(new RetainedBody(budget, cost));
     return body;
   }
   ~RetainedBody() {

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "proxy/session/identity.hpp"
+#include "proxy/session/raw_properties.hpp"
 
 namespace nackguard::session {
 
@@ -26,8 +27,13 @@ constexpr std::int64_t kCopiesFailingMs = 30000;
 
 std::uint64_t to_seconds(std::int64_t ms) { return ms < 0 ? 0 : static_cast<std::uint64_t>(ms / 1000); }
 
-void set_if_absent(amqp::FieldTable& table, const char* name, amqp::FieldValue value) {
-  if (!table.find(name)) table.set(name, std::move(value));
+// The properties of a delivery. A headers table the codec refuses (nested 10,000 deep, say)
+// does not hide the message: its other properties and top-level headers still identify it.
+bool decode_delivery_header(const Delivery& d, amqp::ContentHeader& out) {
+  RawProperties props;
+  if (!decode_properties(d.header_payload, props)) return false;
+  out = std::move(props.header);
+  return true;
 }
 
 }  // namespace
@@ -87,7 +93,7 @@ void Guard::on_proxy_channel_frame(const amqp::Frame& frame) {
 bool Guard::identify(const Delivery& d, Identified& out) {
   if (d.queue.empty() || d.no_ack) return false;
   out.policy = &policy_for(d.queue);
-  if (!d.decode_header(out.header)) return false;
+  if (!decode_delivery_header(d, out.header)) return false;
   out.identity = message_identity(out.policy->identity, out.header.properties, d);
   return true;
 }
@@ -111,7 +117,7 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   // Most first deliveries carry no headers table: then no count, and nothing to decode.
   if (!d.redelivered && !has_headers_table(d.header_payload)) return plan;
   amqp::ContentHeader header;
-  if (!d.decode_header(header)) return plan;
+  if (!decode_delivery_header(d, header)) return plan;
   std::uint32_t header_count = header_return_count(header.properties);
   if (!d.redelivered && header_count == 0) return plan;
   plan.cookie |= kMaybeTracked;
@@ -304,26 +310,26 @@ void Guard::execute(const Delivery& d) {
   request.job = intent.job = ++next_job_;
   request.body = d.body;
   request.deadline_ms = now + context_.settings().confirm_timeout.count();
-  if (!d.decode_header(request.header)) {
-    give_back(dkey, intent, "malformed_properties", "the message's properties could not be decoded");
+  RawProperties props;
+  if (!decode_properties(d.header_payload, props)) {
+    give_back(dkey, intent, "malformed_properties",
+              "the message's properties could not be decoded");
     return;
   }
-  amqp::BasicProperties& props = request.header.properties;
-  if (!props.headers) props.headers.emplace();
-  amqp::FieldTable& headers = *props.headers;
-  headers.set(kReturnsHeader, amqp::FieldValue::i64(intent.decision.returns));
+  // The proxy's headers, in the order they are written.
+  std::vector<HeaderEdit> edits;
+  edits.push_back({kReturnsHeader, amqp::FieldValue::i64(intent.decision.returns)});
   // A return during an outage is not counted and may have no first return time yet.
   std::int64_t first_return = intent.first_return_ms != 0 ? intent.first_return_ms : now;
   std::int64_t last_return = intent.last_return_ms != 0 ? intent.last_return_ms : now;
-  headers.set(kFirstReturnHeader, amqp::FieldValue::timestamp(to_seconds(first_return)));
-  set_if_absent(headers, kOriginalExchangeHeader, amqp::FieldValue::string(d.exchange));
-  set_if_absent(headers, kOriginalRoutingKeyHeader, amqp::FieldValue::string(d.routing_key));
-
+  edits.push_back({kFirstReturnHeader, amqp::FieldValue::timestamp(to_seconds(first_return))});
+  edits.push_back({kOriginalExchangeHeader, amqp::FieldValue::string(d.exchange), true});
+  edits.push_back({kOriginalRoutingKeyHeader, amqp::FieldValue::string(d.routing_key), true});
   if (dead_letter) {
-    headers.set(kReasonHeader,
-                amqp::FieldValue::string(std::string(retry::to_string(intent.decision.reason))));
-    headers.set(kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return)));
-    headers.set(kQueueHeader, amqp::FieldValue::string(intent.queue));
+    edits.push_back({kReasonHeader, amqp::FieldValue::string(
+                                        std::string(retry::to_string(intent.decision.reason)))});
+    edits.push_back({kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return))});
+    edits.push_back({kQueueHeader, amqp::FieldValue::string(intent.queue)});
     request.exchange = policy.dead_letter.exchange;
     request.routing_key = policy.dead_letter.routing_key_for(intent.queue);
     if (request.exchange.empty()) request.ensure = QueueSpec{request.routing_key, true, {}, -1};
@@ -341,6 +347,24 @@ void Guard::execute(const Delivery& d) {
     request.exchange = "";
     request.routing_key = spec.name;
     request.ensure = std::move(spec);
+  }
+  request.header = std::move(props.header);
+  if (!props.opaque) {
+    amqp::BasicProperties& properties = request.header.properties;
+    if (!properties.headers) properties.headers.emplace();
+    apply_edits(*properties.headers, edits);
+  } else {
+    // A table the codec cannot re-encode: the copy carries the original property bytes, the
+    // proxy's headers edited in at the top level only.
+    constexpr std::size_t kHeaderFixed = 12;  // class, weight, body size
+    if (!copy_properties(d.header_payload, props, edits, request.raw_properties) ||
+        (session_->frame_max() != 0 &&
+         kHeaderFixed + request.raw_properties.size() + amqp::kFrameOverhead >
+             session_->frame_max())) {
+      give_back(dkey, intent, "malformed_properties",
+                "the message's properties could not be copied into one content header frame");
+      return;
+    }
   }
   jobs_[request.job] = dkey;
   proxy_.publish(std::move(request), now);

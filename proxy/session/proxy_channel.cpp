@@ -101,7 +101,17 @@ void ProxyChannel::send_publish(PublishRequest& request) {
   const amqp::Bytes empty;
   const amqp::Bytes& body = request.body ? request.body->bytes : empty;
   request.header.body_size = body.size();
-  amqp::append_content_header_frame(out, *channel_, request.header);
+  if (request.raw_properties.empty()) {
+    amqp::append_content_header_frame(out, *channel_, request.header);
+  } else {
+    amqp::Bytes payload;
+    amqp::ByteWriter w(payload);
+    w.u16(request.header.class_id);
+    w.u16(request.header.weight);
+    w.u64(request.header.body_size);
+    w.bytes(request.raw_properties);
+    amqp::append_frame(out, amqp::FrameType::header, *channel_, payload);
+  }
   std::size_t chunk = frame_max_ - amqp::kFrameOverhead;
   for (std::size_t at = 0; at < body.size(); at += chunk) {
     std::size_t n = std::min(chunk, body.size() - at);

@@ -34,6 +34,9 @@ struct PublishRequest {
   std::string exchange;
   std::string routing_key;
   amqp::ContentHeader header;
+  // When not empty: the property flags and list as they are sent, instead of header.properties
+  // encoded (a copy whose headers table the codec cannot encode; see raw_properties.hpp).
+  amqp::Bytes raw_properties;
   std::shared_ptr<RetainedBody> body;
   std::int64_t deadline_ms = 0;  // no confirm by then: failed
 };

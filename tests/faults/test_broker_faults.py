@@ -74,6 +74,13 @@ class BrokerFaultTest(fs.FaultTest):
         pub.start()
         return queue, proxy, ledger, pub, con
 
+    def flowing(self, ledger, more=50, timeout=10):
+        """Waits until `more` further messages are confirmed and consumed (instead of a fixed
+        sleep); the assertions after it still check the counts."""
+        confirmed, consumed = len(ledger.confirmed), len(ledger.consumed)
+        fs.wait_until(lambda: len(ledger.confirmed) >= confirmed + more
+                      and len(ledger.consumed) >= consumed + more // 2, timeout, 0.05)
+
     def finish(self, queue, ledger, pub, con, what, drain_timeout=45):
         stopped = pub.stop()
         stuck = time.monotonic() - pub.busy_since if pub.busy_since else 0.0
@@ -111,7 +118,7 @@ class BrokerFaultTest(fs.FaultTest):
     # ------------------------------------------------------------ (1) stop_app / start_app
     def test_broker_stop_app_start_app(self):
         queue, proxy, ledger, pub, con = self.steady("stopapp")
-        time.sleep(4)
+        self.flowing(ledger, 60)
         self.assertGreater(len(ledger.confirmed), 50, "no steady traffic before the fault")
         t_fault = time.monotonic()
         stopper = threading.Thread(target=NODE.stop_app)
@@ -133,7 +140,7 @@ class BrokerFaultTest(fs.FaultTest):
         con_back = self.reconnected_after(con, t_up, 30)
         self.assertIsNotNone(pub_back, "the publisher did not reconnect through the proxy")
         self.assertIsNotNone(con_back, "the consumer did not reconnect through the proxy")
-        time.sleep(3)
+        self.flowing(ledger)
         errors = self.assert_clean_errors(pub, t_fault, "stop_app") + \
             self.assert_clean_errors(con, t_fault, "stop_app")
         self.assertTrue(proxy.alive())
@@ -153,7 +160,7 @@ class BrokerFaultTest(fs.FaultTest):
     # ------------------------------------------------------------ (1) kill -9 + restart
     def test_broker_kill9_and_restart(self):
         queue, proxy, ledger, pub, con = self.steady("kill9")
-        time.sleep(4)
+        self.flowing(ledger, 60)
         self.assertGreater(len(ledger.confirmed), 50, "no steady traffic before the fault")
         t_fault = time.monotonic()
         pid = NODE.kill9()
@@ -167,7 +174,7 @@ class BrokerFaultTest(fs.FaultTest):
         con_back = self.reconnected_after(con, t_restart, 60)
         self.assertIsNotNone(pub_back, "the publisher did not reconnect through the proxy")
         self.assertIsNotNone(con_back, "the consumer did not reconnect through the proxy")
-        time.sleep(3)
+        self.flowing(ledger)
         errors = self.assert_clean_errors(pub, t_fault, "kill -9") + \
             self.assert_clean_errors(con, t_fault, "kill -9")
         self.assertTrue(proxy.alive())
