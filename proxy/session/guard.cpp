@@ -81,9 +81,13 @@ void Guard::on_open(const std::string&) {
 void Guard::on_tick() { proxy_.on_tick(context_.now_ms()); }
 
 void Guard::on_connection_end() {
-  proxy_.fail_all("the connection closed");
+  // The copies still in flight die with the connection, and the deliveries they were for go
+  // back to the broker with it. That is no sign that copies for their queues fail: with the
+  // jobs forgotten first, fail_all marks no queue (a consumer killed mid-copy would otherwise
+  // stop every connection's copies for that queue for kCopiesFailingMs) and counts no fallback.
   intents_.clear();
   jobs_.clear();
+  proxy_.fail_all("the connection closed");
 }
 
 void Guard::on_proxy_channel_frame(const amqp::Frame& frame) {

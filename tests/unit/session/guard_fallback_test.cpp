@@ -153,6 +153,26 @@ TEST_F(GuardFallback, ChannelClosedWithTheCopyInFlightFallsBack) {
   EXPECT_TRUE(broker_bytes().empty());
 }
 
+TEST_F(GuardFallback, ConnectionEndingWithTheCopyInFlightIsNoFailureOfTheQueuesCopies) {
+  std::vector<Wire> sent = dead_letter_first_nack();
+  EXPECT_EQ(take_copy(sent).frames, sent.size());
+  client_eof();  // the consumer is killed before the broker confirms the copy
+  EXPECT_TRUE(listener.fallbacks.empty());
+
+  // Another connection on the same queue: its first nack over the limit is copied at once.
+  connect();
+  deliver_passes(delivery(1, message("m2")));
+  client(nack(1));
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  broker(declare_ok("q.dlq"));
+  sent = to_broker();
+  EXPECT_EQ(take_copy(sent).publish.routing_key, "q.dlq");
+  EXPECT_TRUE(listener.fallbacks.empty());
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  ASSERT_EQ(listener.dead_letters.size(), 1u);
+}
+
 TEST_F(GuardFallback, UnroutableCopyFallsBack) {
   retry::Policy p = policy(0);
   p.dead_letter.exchange = "dlx";
