@@ -2,10 +2,10 @@
 // The running proxy: the shared guard state, the listener, worker threads, and signals
 // (SIGHUP reloads the policies, SIGTERM and SIGINT drain, a second one exits at once).
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>

@@ -6,11 +6,11 @@
 #include <iostream>
 
 #include "nackguard/version.hpp"
+#include "proxy/app.hpp"
 #include "proxy/config/config.hpp"
 #include "proxy/config/policy_loader.hpp"
 #include "proxy/logging.hpp"
 #include "proxy/net/tls.hpp"
-#include "proxy/app.hpp"
 #include "proxy/replay/replay.hpp"
 
 namespace po = boost::program_options;

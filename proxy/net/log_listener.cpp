@@ -47,16 +47,18 @@ void LogListener::on_fallback(std::string_view queue, std::string_view cause,
     suppressed = repeats.suppressed;
     repeats = Repeats{now, 0};
   }
-  spdlog::warn("fallback: queue={} cause={}: {}; the message went back to the broker as the "
-               "consumer asked, nothing is lost ({} similar lines suppressed)",
-               printable(queue), cause, printable(detail), suppressed);
+  spdlog::warn(
+      "fallback: queue={} cause={}: {}; the message went back to the broker as the "
+      "consumer asked, nothing is lost ({} similar lines suppressed)",
+      printable(queue), cause, printable(detail), suppressed);
 }
 
 void LogListener::on_outage(std::string_view queue, bool started, double ratio) {
   if (started) {
-    spdlog::warn("outage started: queue={} return ratio {:.2f}; returns are delayed and not counted "
-                 "towards dead-lettering until it ends",
-                 printable(queue), ratio);
+    spdlog::warn(
+        "outage started: queue={} return ratio {:.2f}; returns are delayed and not counted "
+        "towards dead-lettering until it ends",
+        printable(queue), ratio);
   } else {
     spdlog::info("outage ended: queue={} return ratio {:.2f}", printable(queue), ratio);
   }

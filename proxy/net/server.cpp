@@ -9,13 +9,13 @@
 #endif
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 namespace nackguard::net {
@@ -105,8 +105,9 @@ asio::awaitable<void> Server::probe_upstream() {
     } else {
       tcp::socket socket(executor);
       asio::steady_timer deadline(executor, options_.connect_timeout);
-      auto result = co_await (asio::async_connect(socket, endpoints, asio::as_tuple(asio::use_awaitable)) ||
-                              deadline.async_wait(asio::as_tuple(asio::use_awaitable)));
+      auto result =
+          co_await (asio::async_connect(socket, endpoints, asio::as_tuple(asio::use_awaitable)) ||
+                    deadline.async_wait(asio::as_tuple(asio::use_awaitable)));
       if (result.index() == 1) {
         problem = "upstream " + target + " did not answer within upstream.connect_timeout";
       } else if (auto [connect_ec, endpoint] = std::get<0>(result); connect_ec) {

@@ -25,7 +25,9 @@ bool has_headers_table(const amqp::Bytes& header_payload) {
 // channel retries a refused declaration after the same time.
 constexpr std::int64_t kCopiesFailingMs = 30000;
 
-std::uint64_t to_seconds(std::int64_t ms) { return ms < 0 ? 0 : static_cast<std::uint64_t>(ms / 1000); }
+std::uint64_t to_seconds(std::int64_t ms) {
+  return ms < 0 ? 0 : static_cast<std::uint64_t>(ms / 1000);
+}
 
 // The properties of a delivery. A headers table the codec refuses (nested 10,000 deep, say)
 // does not hide the message: its other properties and top-level headers still identify it.
@@ -78,7 +80,9 @@ void Guard::on_open(const std::string&) {
   proxy_.configure(session_->reserved_channel(), session_->frame_max());
 }
 
-void Guard::on_tick() { proxy_.on_tick(context_.now_ms()); }
+void Guard::on_tick() {
+  proxy_.on_tick(context_.now_ms());
+}
 
 void Guard::on_connection_end() {
   // The copies still in flight die with the connection, and the deliveries they were for go
@@ -259,7 +263,9 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   return ReturnAction::take_over;
 }
 
-void Guard::on_taken_over(const Delivery& d) { execute(d); }
+void Guard::on_taken_over(const Delivery& d) {
+  execute(d);
+}
 
 void Guard::on_returned(const Delivery& d, ReturnCause cause) {
   if (d.withheld) {
@@ -268,7 +274,7 @@ void Guard::on_returned(const Delivery& d, ReturnCause cause) {
     intents_.erase({d.channel, d.broker_tag});
     return;
   }
-  if (d.held) return;  // never handed out: not the consumer's doing
+  if (d.held) return;                             // never handed out: not the consumer's doing
   if (cause == ReturnCause::broker_lost) return;  // a broker restart is no consumer's crash
   Identified id;
   if (!identify(d, id) || !id.identity) return;

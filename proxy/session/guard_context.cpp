@@ -8,12 +8,11 @@ GuardContext::GuardContext(const GuardSettings& settings,
     : settings_(settings),
       policies_(policies ? std::move(policies) : std::make_shared<retry::PolicySet>()),
       listener_(listener ? listener : &null_listener_),
-      clock_(clock ? std::move(clock)
-                   : WallClock([] {
-                       return std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                           .count();
-                     })),
+      clock_(clock ? std::move(clock) : WallClock([] {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+            .count();
+      })),
       tracker_(settings.tracker_max_entries, settings.tracker_idle_ttl),
       budget_(settings.retained_body_bytes) {}
 

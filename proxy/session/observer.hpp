@@ -23,9 +23,7 @@ class SessionObserver {
   // A withheld delivery's body is complete (its retained body, if asked for, is in place).
   virtual void on_withheld(const Delivery& delivery) { (void)delivery; }
   // The client acked, or nacked or rejected without requeue: the delivery is settled.
-  virtual void on_settled(const Delivery& delivery, SettleKind kind) {
-    (void)delivery, (void)kind;
-  }
+  virtual void on_settled(const Delivery& delivery, SettleKind kind) { (void)delivery, (void)kind; }
   // The client nacked or rejected with requeue=true (one call per delivery, multiple
   // expanded). take_over keeps the frame from the broker: the delivery becomes withheld and
   // on_taken_over follows.

@@ -50,7 +50,8 @@ void ProxyChannel::pump(std::int64_t now_ms) {
       if (info.status == QueueStatus::failed && now_ms < info.failed_until_ms) {
         PublishRequest failed = std::move(head);
         waiting_.pop_front();
-        finish(failed.job, false, "cannot declare queue " + failed.ensure->name + ": " + info.failure);
+        finish(failed.job, false,
+               "cannot declare queue " + failed.ensure->name + ": " + info.failure);
         continue;
       }
       if (!ensure_queue(*head.ensure, now_ms)) return;
@@ -117,8 +118,11 @@ void ProxyChannel::send_publish(PublishRequest& request) {
     std::size_t n = std::min(chunk, body.size() - at);
     amqp::append_frame(out, amqp::FrameType::body, *channel_, amqp::ByteView(body).subspan(at, n));
   }
-  in_flight_[++next_seq_] = InFlight{request.job, request.exchange, request.routing_key,
-                                     request.deadline_ms, false,
+  in_flight_[++next_seq_] = InFlight{request.job,
+                                     request.exchange,
+                                     request.routing_key,
+                                     request.deadline_ms,
+                                     false,
                                      request.ensure ? request.ensure->name : std::string()};
   send_(std::move(out));
 }
@@ -217,7 +221,8 @@ void ProxyChannel::confirm(std::uint64_t tag, bool multiple, bool ack) {
       finish(flight.job, false, "the broker refused the copy (basic.nack)");
     } else if (flight.returned) {
       // The queue it was declared for is gone (deleted by hand): declare it again next time.
-      if (!flight.ensured_queue.empty()) queues_[flight.ensured_queue].status = QueueStatus::unknown;
+      if (!flight.ensured_queue.empty())
+        queues_[flight.ensured_queue].status = QueueStatus::unknown;
       finish(flight.job, false,
              "the copy was unroutable: exchange \"" + flight.exchange + "\" has no binding for \"" +
                  flight.routing_key + "\"");
