@@ -59,8 +59,10 @@ def run_sh_cmake_commands():
             line = (line.replace('"$root"', ".").replace('"$build_dir"', build_dir)
                     .replace('"$jobs"', jobs).replace("$jobs", jobs))
             commands.append(shlex.split(line))
-    configure = [c for c in commands if "-S" in c and "-DCMAKE_BUILD_TYPE=Release" in c]
-    build = [c for c in commands if "--build" in c]
+    # The main build only (the sanitizer and fuzzer builds go to other directories).
+    configure = [c for c in commands if "-S" in c and "-DCMAKE_BUILD_TYPE=Release" in c
+                 and c[c.index("-B") + 1] == build_dir]
+    build = [c for c in commands if "--build" in c and c[c.index("--build") + 1] == build_dir]
     assert len(configure) == 1 and len(build) == 1, f"tests/run.sh's cmake lines: {commands}"
     return configure[0], build[0]
 

@@ -339,7 +339,10 @@ TEST(RawProperties, AHeaderTheCodecAcceptsIsNotOpaque) {
 TEST(RawProperties, ATruncatedTableIsStillMalformed) {
   Bytes entries = opaque_headers("t").table_entries;
   Bytes header = header_payload(3, entries, "t");
-  header.resize(header.size() - entries.size() / 2);  // cut inside the table
+  ASSERT_GT(entries.size(), 2u);
+  // Cut inside the table (erase, not resize: GCC 12 at -O1 under ASan cannot see that a
+  // shrinking resize never fills, and -Wstringop-overflow fails the build).
+  header.erase(header.end() - static_cast<std::ptrdiff_t>(entries.size() / 2), header.end());
   RawProperties props;
   EXPECT_FALSE(decode_properties(header, props));
 }
