@@ -888,13 +888,27 @@ def describe_error(exc):
     return f"{type(exc).__name__}({exc})"
 
 
-class Publisher(threading.Thread):
+class ClientThread(threading.Thread):
+    """A client loop on its own thread, ended by stop_event."""
+
+    def __init__(self, name):
+        super().__init__(daemon=True, name=name)
+        self.stop_event = threading.Event()
+
+    def stop(self, timeout=20):
+        """Asks the loop to end; whether it did within `timeout` seconds."""
+        self.stop_event.set()
+        self.join(timeout)
+        return not self.is_alive()
+
+
+class Publisher(ClientThread):
     """Publishes persistent messages with confirms at about `rate` a second, reconnecting
     after any connection loss. Ids are "<prefix>-<n>" with n counting from 1."""
 
     def __init__(self, port, queue, ledger, prefix, rate=150.0, size=256, heartbeat=None,
                  limit=None, name="publisher"):
-        super().__init__(daemon=True, name=name)
+        super().__init__(name)
         self.port = port
         self.queue = queue
         self.ledger = ledger
@@ -904,7 +918,6 @@ class Publisher(threading.Thread):
         self.heartbeat = heartbeat
         self.limit = limit
         self.events = ClientEvents()
-        self.stop_event = threading.Event()
         self.busy_since = None   # monotonic start of the blocking call in progress
         self.longest_call = 0.0
         self.n = 0
@@ -962,10 +975,6 @@ class Publisher(threading.Thread):
         close_quietly(conn)
         self.events.add("stopped")
 
-    def stop(self, timeout=20):
-        self.stop_event.set()
-        self.join(timeout)
-        return not self.is_alive()
 
 
 def preload(queue, count, ledger, prefix, size=256, persistent=True, port=BROKER_PORT,
@@ -1132,7 +1141,7 @@ def standard_decide(poison_every=25, flaky_every=7):
     return decide
 
 
-class Consumer(threading.Thread):
+class Consumer(ClientThread):
     """Consumes `queue` through `port` with pika, reconnecting after any connection loss.
 
     decide(id, redelivered, headers) -> "ack" | "nack" (requeue) | "reject" (requeue).
@@ -1140,7 +1149,7 @@ class Consumer(threading.Thread):
 
     def __init__(self, port, queue, ledger, decide=None, prefetch=20, work=0.0,
                  heartbeat=None, name="consumer"):
-        super().__init__(daemon=True, name=name)
+        super().__init__(name)
         self.port = port
         self.queue = queue
         self.ledger = ledger
@@ -1149,7 +1158,6 @@ class Consumer(threading.Thread):
         self.work = work
         self.heartbeat = heartbeat
         self.events = ClientEvents()
-        self.stop_event = threading.Event()
         self.deliveries = 0
         self.last_delivery = time.monotonic()
         self.connects = 0
@@ -1201,10 +1209,6 @@ class Consumer(threading.Thread):
         close_quietly(conn)
         self.events.add("stopped")
 
-    def stop(self, timeout=20):
-        self.stop_event.set()
-        self.join(timeout)
-        return not self.is_alive()
 
 
 def wait_drained(ledger, queue, timeout, dlq_expected=None, quiet=1.5, node=None):
