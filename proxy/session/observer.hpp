@@ -3,6 +3,7 @@
 // logic implements it; the session itself decides nothing about policies.
 
 #include "proxy/amqp/frame.hpp"
+#include "proxy/amqp/methods.hpp"
 #include "proxy/session/delivery.hpp"
 
 namespace nackguard::session {
@@ -40,6 +41,8 @@ class SessionObserver {
   }
   // Ends a batch of on_returned calls for one channel (its end, or a recover).
   virtual void on_returns_done() {}
+  // The client declares a queue (not passively); the broker may still refuse it.
+  virtual void on_queue_declare(const amqp::QueueDeclare& declare) { (void)declare; }
   // A frame from the broker on the channel the proxy reserved for itself.
   virtual void on_proxy_channel_frame(const amqp::Frame& frame) { (void)frame; }
 };

@@ -124,6 +124,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
         return malformed("queue.declare");
       if (m.no_wait) ch.last_declared_queue = m.queue;
+      if (!m.passive) observer_->on_queue_declare(m);
       break;
     }
     case mid::channel_close:
