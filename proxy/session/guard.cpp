@@ -139,8 +139,7 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   std::optional<retry::TrackerEntry> entry = context_.tracker().find(key, now);
   // One more return of this delivery, a crash included, would pass the broker's own limit:
   // it is republished before the consumer sees it, so that no return can end it.
-  bool at_limit = retry::next_return_passes(carried.broker, broker_limit(policy, d.queue)) &&
-                  session_->reserved_channel().has_value();
+  bool at_limit = at_broker_limit(d, policy, header.properties);
   if (!entry && !at_limit) return plan;
   retry::Decision decision;
   if (entry) {
@@ -184,6 +183,22 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
   plan.action = DeliveryPlan::Action::withhold;
   return plan;
+}
+
+bool Guard::at_broker_limit(const Delivery& d, const retry::Policy& policy,
+                            const amqp::BasicProperties& properties) {
+  std::uint32_t broker_count = carried_count(properties).broker;
+  return broker_count != 0 &&
+         retry::next_return_passes(broker_count, broker_limit(policy, d.queue)) &&
+         session_->reserved_channel().has_value() &&
+         !context_.copies_failing(d.queue, context_.now_ms());
+}
+
+bool Guard::decide_before_holding(const Delivery& d) {
+  if (d.queue.empty() || d.no_ack || !d.redelivered) return false;
+  amqp::ContentHeader header;
+  if (!decode_delivery_header(d, header)) return false;
+  return at_broker_limit(d, policy_for(d.queue), header.properties);
 }
 
 void Guard::on_withheld(const Delivery& d) {

@@ -35,6 +35,7 @@ class Guard final : public SessionObserver {
 
   void on_open(const std::string& vhost) override;
   DeliveryPlan on_delivery(const Delivery& delivery) override;
+  bool decide_before_holding(const Delivery& delivery) override;
   void on_withheld(const Delivery& delivery) override;
   void on_settled(const Delivery& delivery, SettleKind kind) override;
   ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) override;
@@ -68,6 +69,10 @@ class Guard final : public SessionObserver {
   };
 
   const retry::Policy& policy_for(const std::string& queue);
+  // Whether one more return of `delivery` (whose header is `header`) would pass the broker's
+  // delivery limit, and a copy can be published to prevent it.
+  bool at_broker_limit(const Delivery& delivery, const retry::Policy& policy,
+                       const amqp::BasicProperties& properties);
   // The broker's delivery limit on `queue` (retry::broker_delivery_limit), nullopt for none.
   std::optional<std::uint32_t> broker_limit(const retry::Policy& policy, const std::string& queue);
   // The copy of a withheld delivery that `intent` asks for; false if it cannot be built

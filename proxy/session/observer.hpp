@@ -21,6 +21,13 @@ class SessionObserver {
     (void)delivery;
     return {};
   }
+  // A delivery is about to wait in the proxy behind an exclusive one (a crash suspect), where a
+  // crash would give it back without the proxy deciding anything. True: decide it now instead
+  // (on_delivery follows at once), e.g. because one more return would pass the broker's limit.
+  virtual bool decide_before_holding(const Delivery& delivery) {
+    (void)delivery;
+    return false;
+  }
   // A withheld delivery's body is complete (its retained body, if asked for, is in place).
   virtual void on_withheld(const Delivery& delivery) { (void)delivery; }
   // The client acked, or nacked or rejected without requeue: the delivery is settled.

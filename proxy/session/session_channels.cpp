@@ -362,7 +362,8 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
   if (!ch.hasher) ch.hasher = std::make_unique<BodyHasher>();
   ch.hasher->reset();
 
-  bool gated = !d.from_get && (ch.exclusive_client_tag != 0 || !ch.held.empty());
+  bool gated = !d.from_get && (ch.exclusive_client_tag != 0 || !ch.held.empty()) &&
+               !observer_->decide_before_holding(d);
   DeliveryPlan plan;
   if (gated) {
     d.held = true;
