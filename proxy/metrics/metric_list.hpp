@@ -49,6 +49,10 @@
     "Return counts dropped, least recently used first, to stay within tracker.max_entries.")       \
   X(tracker_expiries_total, counter_source,                                                        \
     "Return counts forgotten after tracker.idle_ttl without a return.")                            \
+  X(queue_facts, gauge_source,                                                                     \
+    "Queues whose type and declared delivery limit nackguard remembers (at most 10000).")          \
+  X(queue_facts_forgotten_total, counter_source,                                                   \
+    "Queues forgotten, oldest first, to stay within that bound.")                                  \
   X(retained_body_bytes, gauge_source,                                                             \
     "Message bytes held in memory for republishing and for deliveries held back.")                 \
   X(retained_body_bytes_limit, gauge_source,                                                       \

@@ -100,6 +100,10 @@ nackguard_tracker_entries 7
 # TYPE nackguard_tracker_evictions_total counter
 # HELP nackguard_tracker_expiries_total Return counts forgotten after tracker.idle_ttl without a return.
 # TYPE nackguard_tracker_expiries_total counter
+# HELP nackguard_queue_facts Queues whose type and declared delivery limit nackguard remembers (at most 10000).
+# TYPE nackguard_queue_facts gauge
+# HELP nackguard_queue_facts_forgotten_total Queues forgotten, oldest first, to stay within that bound.
+# TYPE nackguard_queue_facts_forgotten_total counter
 # HELP nackguard_retained_body_bytes Message bytes held in memory for republishing and for deliveries held back.
 # TYPE nackguard_retained_body_bytes gauge
 # HELP nackguard_retained_body_bytes_limit limits.retained_body_bytes: past it, nackguard falls back to forwarding requeues.
