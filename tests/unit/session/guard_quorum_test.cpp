@@ -235,6 +235,30 @@ TEST_F(GuardQuorum, AHeldDeliveryAtTheLimitIsRepublishedInsteadOfWaiting) {
   EXPECT_EQ(to_broker(), frames({ack(2)}));
 }
 
+TEST_F(GuardQuorum, WhileItsDlqIsRefusedAMessageAtTheLimitIsStillRepublished) {
+  broker_version = "4.0.5";
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  broker(channel_close(403, "ACCESS_REFUSED - configure access to queue 'q.dlq' refused", 50, 10));
+  // The copy failed: the consumer's own nack goes to the broker, and copies for "q" fall back
+  // for a while.
+  EXPECT_EQ(reopen_proxy_channel(), frames({nack(1)}));
+  EXPECT_EQ(listener.fallbacks.size(), 1u);
+  ASSERT_TRUE(context->copies_failing(kQueue, now));
+  // A delivery at the broker's limit: forwarding a return of it, as a fallback does, would have
+  // the broker drop it. Its republish needs no declaration, so it is still made.
+  broker(delivery(2, with_delivery_count(message("m2"), 20), true));
+  EXPECT_TRUE(client_bytes().empty());
+  std::vector<Wire> sent = to_broker();
+  Copy copy = take_copy(sent);
+  EXPECT_EQ(copy.frames, sent.size());
+  EXPECT_EQ(copy.publish.routing_key, "q");
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(2)}));
+}
+
 TEST_F(GuardQuorum, QuorumSourceGetsQuorumDelayQueuesThatDeadLetterAtLeastOnce) {
   retry::Policy p = policy(5);
   p.requeue = retry::RequeueMode::delayed;
