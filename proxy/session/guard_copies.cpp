@@ -212,7 +212,14 @@ void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
 void Guard::give_back(const DeliveryKey& dkey, const Intent& intent, std::string_view cause,
                       std::string_view detail) {
   session_->settle_withheld(dkey.first, dkey.second, intent.fallback, true);
-  context_.listener().on_fallback(intent.queue, cause, detail);
+  if (intent.decision.action == retry::Action::republish) {
+    // The republish was to keep the message from the broker's own limit, which this return
+    // may now pass: said as a cause of its own.
+    std::string why = std::string(cause) + ": " + std::string(detail);
+    context_.listener().on_fallback(intent.queue, "at_broker_limit", why);
+  } else {
+    context_.listener().on_fallback(intent.queue, cause, detail);
+  }
   context_.listener().on_requeue(intent.queue, retry::Action::forward);
   intents_.erase(dkey);
 }

@@ -127,6 +127,18 @@ TEST_F(GuardQuorum, OnFourDotZeroADeliveryAtTheDefaultLimitIsRepublishedBeforeTh
   EXPECT_EQ(got[2].payload, bytes_of(m.body));
 }
 
+TEST_F(GuardQuorum, ARefusedRepublishFallsBackAndSaysTheBrokersLimitMayEndIt) {
+  broker_version = "4.0.5";
+  start(policy(30));
+  broker(delivery(1, with_delivery_count(message("m1"), 20), true));
+  republished();
+  refuse(1);
+  EXPECT_EQ(to_broker(), frames({nack(1)}));
+  ASSERT_EQ(listener.fallbacks.size(), 1u);
+  EXPECT_EQ(listener.fallbacks[0].cause, "at_broker_limit");
+  EXPECT_NE(listener.fallbacks[0].detail.find("republish_failed: "), std::string::npos);
+}
+
 TEST_F(GuardQuorum, OnThreeDotTenNoDefaultLimit) {
   broker_version = "3.10.8";
   start(policy(30));
