@@ -224,8 +224,6 @@ def collect(result, run, broker, proxy, queue, dlq):
         good_processed=len(good_acked), good_deliveries=good_deliveries,
         dead_letters=[run.client.label_of(body) for _, _, body in dead],
         dead_letter_headers={k: v for k, v in headers.items() if k.startswith("x-nackguard")},
-        # A quorum queue's own count, carried over from the poison's last delivery.
-        dead_letter_delivery_count=headers.get("x-delivery-count"),
         left_in_queue=left, client_errors=client_errors, client_processes=run.processes,
         client_exit_codes=sorted(set(run.exit_codes)), metrics=metrics, queue_types=types,
         proxy_fallbacks=fallbacks, proxy_exit_code=proxy.stop())
@@ -240,7 +238,7 @@ def collect(result, run, broker, proxy, queue, dlq):
           f"exit code {result['proxy_exit_code']}, {len(fallbacks)} fallback lines")
     if types is not None:
         # The DLQ, when the proxy declared one, takes the queue's type.
-        check(f"the queue and its DLQ are {QUEUE_TYPE} queues",
+        check("the queue and its DLQ are of the variant's queue type",
               types.get(queue) == QUEUE_TYPE and all(t == QUEUE_TYPE for t in types.values()),
               ", ".join(f"{name}: {kind}" for name, kind in sorted(types.items())))
     client = run.client

@@ -109,8 +109,6 @@ def detail_table(results):
         dead = (f"`x-nackguard-reason: {headers.get('x-nackguard-reason')}`, "
                 f"`x-nackguard-returns: {headers.get('x-nackguard-returns')}`"
                 if headers else "none (nothing dead-lettered)")
-        if headers and r.get("dead_letter_delivery_count") is not None:
-            dead += f", `x-delivery-count: {r['dead_letter_delivery_count']}`"
         errors = "none" if not r.get("client_errors") else "; ".join(r["client_errors"])
         lines.append("| " + " | ".join(cell(x) for x in (
             r["title"], r.get("poison_deliveries", "?"),
