@@ -17,6 +17,9 @@ packages=(
   # Integration tests: a private RabbitMQ node (tests/rabbitmq-node.sh) and
   # Debian's python3 with pika as the test client.
   rabbitmq-server python3 python3-pika
+  # RabbitMQ 4.0.5 for the broker matrix: tests/rabbitmq-rootfs.sh builds a Debian 13 root
+  # file system with Debian 13's rabbitmq-server (Debian 12 has no 4.x) and runs the node in it.
+  debootstrap
   # Benchmarks (tests/bench/): nackguard-bench is a rabbitmq-c client, and
   # compare.sh measures haproxy (mode tcp, its own config, never the system
   # service) beside nackguard as the floor of a byte-forwarding proxy.

@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
     std::cout << "config OK: " << cfg.file.string() << "\n"
               << config::describe(cfg) << "\n"
               << config::describe_policies(policies);
+    for (const std::string& warning : config::policy_warnings(policies)) {
+      std::cerr << warning << "\n";
+    }
     return 0;
   }
   try {

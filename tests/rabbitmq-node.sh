@@ -7,18 +7,29 @@
 # port it opens is on 127.0.0.1, so it never touches a system RabbitMQ node or
 # a system epmd:
 #
-#   NACKGUARD_TEST_NODE         node name             (nackguard-test@localhost)
-#   NACKGUARD_TEST_BROKER_PORT  AMQP listener         (35672)
-#   NACKGUARD_TEST_DIST_PORT    Erlang distribution   (35673; the CLI tools use
-#                               the 10 ports above it: 35674-35683)
-#   NACKGUARD_TEST_EPMD_PORT    the node's own epmd   (34369)
+#   NACKGUARD_TEST_RABBITMQ_VERSION  3.10 (Debian 12's rabbitmq-server 3.10.8, the default)
+#                               or 4.0 (Debian 13's 4.0.5, run inside NACKGUARD_TEST_ROOTFS)
+#   NACKGUARD_TEST_ROOTFS       4.0 only: the Debian 13 root file system (default: DIR's
+#                               parent directory/rootfs-trixie); `start` builds it with
+#                               tests/rabbitmq-rootfs.sh (debootstrap) if it is missing
+#   NACKGUARD_TEST_NODE         node name             (3.10: nackguard-test@localhost,
+#                                                      4.0: nackguard-test40@localhost)
+#   NACKGUARD_TEST_BROKER_PORT  AMQP listener         (35672; 4.0: 37672)
+#   NACKGUARD_TEST_DIST_PORT    Erlang distribution   (35673; 4.0: 37673; the CLI tools
+#                               use the 10 ports above it: 35674-35683)
+#   NACKGUARD_TEST_EPMD_PORT    the node's own epmd   (34369; 4.0: 37369)
 #   NACKGUARD_TEST_RABBITMQ_CONF_EXTRA  optional lines appended to rabbitmq.conf
 #   NACKGUARD_TEST_RABBITMQ_FRESH=1     `start` wipes the node's data (queues,
 #                               users, ...) first, unless the node is running
 #   NACKGUARD_TEST_START_TIMEOUT        seconds `start` waits for the node (60)
 #
 # The node runs as the `rabbitmq` user (runuser, clean environment) so that it
-# and the CLI tools share /var/lib/rabbitmq/.erlang.cookie.
+# and the CLI tools share /var/lib/rabbitmq/.erlang.cookie. A 4.0 node and its CLI
+# tools run as the root file system's own rabbitmq user, inside it:
+# `chroot ROOTFS runuser -u rabbitmq -- env -i ...`, with ROOTFS/proc mounted and DIR
+# bind-mounted at the same path inside ROOTFS (so DIR's paths mean the same inside and
+# out, and the node's data stays in DIR); `stop` unmounts DIR, and ROOTFS/proc once no
+# process runs inside ROOTFS any more (tests/rabbitmq-rootfs.sh release).
 #
 # Layout of DIR (DIR itself stays owned by whoever runs this script):
 #   rabbitmq.conf, enabled_plugins   generated configuration
@@ -28,9 +39,9 @@
 #   log/                             node logs (owned by rabbitmq); log/console.log
 #                                    is the node's stdout/stderr
 #   launcher.pid, beam.pid           pids recorded by `start`, used by `stop`
-#   node-settings                    node name and ports saved by `start`; later
-#                                    calls on DIR use them when the variables
-#                                    above are not set
+#   node-settings                    version, root file system, node name and ports
+#                                    saved by `start`; later calls on DIR use them
+#                                    when the variables above are not set
 #
 # `start` reuses a node that already answers; `stop` asks the node to stop and
 # only as a last resort signals the pids recorded by `start`, then kills the
@@ -53,9 +64,12 @@ dir=$(cd "$2" && pwd)
 # that stop/status/env find the node DIR holds), else the defaults.
 settings_file="$dir/node-settings"
 saved_node='' saved_amqp_port='' saved_dist_port='' saved_epmd_port=''
+saved_version='' saved_rootfs=''
 if [[ -f $settings_file ]]; then
   while IFS='=' read -r key value; do
     case "$key" in
+      version) saved_version=$value ;;
+      rootfs) saved_rootfs=$value ;;
       node) saved_node=$value ;;
       amqp_port) saved_amqp_port=$value ;;
       dist_port) saved_dist_port=$value ;;
@@ -63,10 +77,30 @@ if [[ -f $settings_file ]]; then
     esac
   done <"$settings_file"
 fi
-node=${NACKGUARD_TEST_NODE:-${saved_node:-nackguard-test@localhost}}
-amqp_port=${NACKGUARD_TEST_BROKER_PORT:-${saved_amqp_port:-35672}}
-dist_port=${NACKGUARD_TEST_DIST_PORT:-${saved_dist_port:-35673}}
-epmd_port=${NACKGUARD_TEST_EPMD_PORT:-${saved_epmd_port:-34369}}
+version=${NACKGUARD_TEST_RABBITMQ_VERSION:-${saved_version:-3.10}}
+case "$version" in
+  3.10) defaults=(nackguard-test@localhost 35672 35673 34369) ;;
+  4.0) defaults=(nackguard-test40@localhost 37672 37673 37369) ;;
+  *)
+    echo "rabbitmq-node: NACKGUARD_TEST_RABBITMQ_VERSION='$version': use 3.10 or 4.0" >&2
+    exit 2
+    ;;
+esac
+# A DIR saved with another version does not lend its name and ports to this one.
+if [[ -n $saved_version && $saved_version != "$version" ]]; then
+  saved_node='' saved_amqp_port='' saved_dist_port='' saved_epmd_port='' saved_rootfs=''
+fi
+node=${NACKGUARD_TEST_NODE:-${saved_node:-${defaults[0]}}}
+amqp_port=${NACKGUARD_TEST_BROKER_PORT:-${saved_amqp_port:-${defaults[1]}}}
+dist_port=${NACKGUARD_TEST_DIST_PORT:-${saved_dist_port:-${defaults[2]}}}
+epmd_port=${NACKGUARD_TEST_EPMD_PORT:-${saved_epmd_port:-${defaults[3]}}}
+rootfs=''
+in_root=() # the prefix that runs a command inside the node's root file system
+if [[ $version == 4.0 ]]; then
+  rootfs=$(realpath -m "${NACKGUARD_TEST_ROOTFS:-${saved_rootfs:-$(dirname "$dir")/rootfs-trixie}}")
+  in_root=(chroot "$rootfs")
+fi
+rootfs_script="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/rabbitmq-rootfs.sh"
 ctl_port_min=$((dist_port + 1))
 ctl_port_max=$((dist_port + 10))
 start_timeout=${NACKGUARD_TEST_START_TIMEOUT:-60}
@@ -117,59 +151,79 @@ node_env=(
   "RABBITMQ_CTL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
 )
 
+# Sets `as_user`: the prefix that runs a command as the rabbitmq user (the root file
+# system's own for 4.0, inside it). Also written into the CLI wrapper (declare -f).
+set_as_user() {
+  if [[ $(id -u) -eq 0 ]]; then
+    as_user=("${in_root[@]}" runuser -u rabbitmq --)
+  elif ((${#in_root[@]} == 0)) && [[ $(id -un) == rabbitmq ]]; then
+    as_user=()
+  elif ((${#in_root[@]} == 0)); then
+    as_user=(sudo -n -u rabbitmq --)
+  else
+    as_user=(sudo -n "${in_root[@]}" runuser -u rabbitmq --)
+  fi
+}
+set_as_user
+
 # Runs a command as the rabbitmq user in the node's clean environment.
 as_rabbitmq() {
-  if [[ $(id -u) -eq 0 ]]; then
-    runuser -u rabbitmq -- env -i "${node_env[@]}" "$@"
-  elif [[ $(id -un) == rabbitmq ]]; then
-    env -i "${node_env[@]}" "$@"
+  "${as_user[@]}" env -i "${node_env[@]}" "$@"
+}
+
+# The rabbitmq user's uid:gid as the node's (root file system's) passwd names it.
+rabbitmq_owner() {
+  if [[ -z $rootfs ]]; then
+    echo rabbitmq:rabbitmq
   else
-    sudo -n -u rabbitmq -- env -i "${node_env[@]}" "$@"
+    awk -F: '$1 == "rabbitmq" {print $3 ":" $4; found=1} END{exit !found}' "$rootfs/etc/passwd"
   fi
 }
 
 # Creates the directories and writes the CLI wrapper (cheap, done by every
 # action so that `env` always points at an existing wrapper).
 prepare() {
-  id rabbitmq >/dev/null 2>&1 ||
-    die "no 'rabbitmq' user: install rabbitmq-server (deploy/install-deps.sh)"
-  [[ -x $rabbitmq_bin/rabbitmq-server ]] ||
-    die "$rabbitmq_bin/rabbitmq-server missing: install rabbitmq-server (deploy/install-deps.sh)"
+  if [[ -z $rootfs ]]; then
+    id rabbitmq >/dev/null 2>&1 ||
+      die "no 'rabbitmq' user: install rabbitmq-server (deploy/install-deps.sh)"
+    [[ -x $rabbitmq_bin/rabbitmq-server ]] ||
+      die "$rabbitmq_bin/rabbitmq-server missing: install rabbitmq-server (deploy/install-deps.sh)"
+  fi
 
   mkdir -p "$mnesia_dir" "$log_dir"
-  if [[ $(id -u) -eq 0 ]]; then
-    chown rabbitmq:rabbitmq "$mnesia_dir" "$log_dir"
+  # A 4.0 DIR is chowned once its root file system exists (do_start builds it).
+  if [[ $(id -u) -eq 0 ]] && { [[ -z $rootfs ]] || "$rootfs_script" check "$rootfs"; }; then
+    chown "$(rabbitmq_owner)" "$mnesia_dir" "$log_dir"
     chmod 0750 "$mnesia_dir"
     chmod 0755 "$log_dir"
-    runuser -u rabbitmq -- test -w "$mnesia_dir" ||
-      die "user rabbitmq cannot write to $mnesia_dir: every directory above $dir must be" \
-        "searchable by others (chmod o+x), or use a DIR elsewhere"
+    if [[ -z $rootfs ]]; then
+      runuser -u rabbitmq -- test -w "$mnesia_dir" ||
+        die "user rabbitmq cannot write to $mnesia_dir: every directory above $dir must be" \
+          "searchable by others (chmod o+x), or use a DIR elsewhere"
+    fi
   fi
 
   # The wrapper bakes in this node's environment; the tool it runs is chosen by
   # the name it is called by (rabbitmqctl, rabbitmq-diagnostics, ...).
   {
     echo '#!/usr/bin/env bash'
-    echo "# Generated by tests/rabbitmq-node.sh: run a RabbitMQ CLI tool against $node."
+    echo "# Generated by tests/rabbitmq-node.sh: run a RabbitMQ $version CLI tool against $node."
     echo 'set -euo pipefail'
     printf 'node_env=('
     printf ' %q' "${node_env[@]}"
     printf ' )\n'
     printf 'node=%q\n' "$node"
     printf 'bin=%q\n' "$rabbitmq_bin"
+    declare -p in_root
+    declare -f set_as_user
     cat <<'EOF'
 tool=$(basename "$0")
 case "$tool" in
   rabbitmqctl | rabbitmq-diagnostics | rabbitmq-queues | rabbitmq-plugins | rabbitmq-upgrade) ;;
   *) tool=rabbitmqctl ;;
 esac
-if [[ $(id -u) -eq 0 ]]; then
-  exec runuser -u rabbitmq -- env -i "${node_env[@]}" "$bin/$tool" -n "$node" "$@"
-elif [[ $(id -un) == rabbitmq ]]; then
-  exec env -i "${node_env[@]}" "$bin/$tool" -n "$node" "$@"
-else
-  exec sudo -n -u rabbitmq -- env -i "${node_env[@]}" "$bin/$tool" -n "$node" "$@"
-fi
+set_as_user
+exec "${as_user[@]}" env -i "${node_env[@]}" "$bin/$tool" -n "$node" "$@"
 EOF
   } >"$ctl.tmp"
   chmod 0755 "$ctl.tmp"
@@ -191,7 +245,7 @@ pid_alive() {
 find_beam() {
   local p
   for p in $(read_pid "$beam_pid_file") $(read_pid "$node_pid_file") \
-    $(pgrep -u rabbitmq -x beam.smp 2>/dev/null || true); do
+    $(pgrep -u "$(rabbitmq_owner 2>/dev/null | cut -d: -f1)" -x beam.smp 2>/dev/null || true); do
     if is_node_beam "$p"; then
       echo "$p"
       return 0
@@ -257,6 +311,9 @@ abort_start() {
   fi
   rm -f "$launcher_pid_file" "$beam_pid_file"
   stop_epmd
+  if [[ -n $rootfs ]]; then
+    leave_rootfs
+  fi
   show_log_tail
   die "$2 (logs: $console_log, $node_log)"
 }
@@ -265,15 +322,44 @@ abort_start() {
 stop_epmd() {
   local names i
   for ((i = 0; i < 10; i++)); do
-    names=$(ERL_EPMD_ADDRESS=127.0.0.1 epmd -port "$epmd_port" -names 2>/dev/null) || return 0
+    names=$(ERL_EPMD_ADDRESS=127.0.0.1 "${in_root[@]}" epmd -port "$epmd_port" -names 2>/dev/null) ||
+      return 0
     grep -q '^name ' <<<"$names" || break
     sleep 0.5 # a node that just died may still be listed for a moment
   done
   if grep -q '^name ' <<<"$names"; then
     say "epmd on port $epmd_port still has nodes registered; leaving it running"
   else
-    ERL_EPMD_ADDRESS=127.0.0.1 epmd -port "$epmd_port" -kill >/dev/null 2>&1 || true
+    ERL_EPMD_ADDRESS=127.0.0.1 "${in_root[@]}" epmd -port "$epmd_port" -kill >/dev/null 2>&1 ||
+      true
   fi
+}
+
+# 4.0: builds the root file system if it is missing, mounts its /proc and bind-mounts DIR
+# at the same path inside it (the node's data stays in DIR, private to this node).
+enter_rootfs() {
+  [[ $(id -u) -eq 0 ]] || die "a RabbitMQ 4.0 node needs root (chroot and mount); run as root"
+  "$rootfs_script" ensure "$rootfs"
+  prepare # chown DIR's mnesia and log to the root file system's rabbitmq user
+  "$rootfs_script" mount-proc "$rootfs"
+  local inside="$rootfs$dir"
+  if ! mountpoint -q "$inside"; then
+    mkdir -p "$inside"
+    mount --bind "$dir" "$inside" || die "could not bind-mount $dir at $inside"
+  fi
+  "${as_user[@]}" test -w "$mnesia_dir" ||
+    die "user rabbitmq of $rootfs cannot write to $mnesia_dir (bind-mounted at $inside)"
+}
+
+# 4.0, after the node's processes are gone: unmounts DIR from the root file system, and its
+# /proc if nothing else runs inside it.
+leave_rootfs() {
+  local inside="$rootfs$dir"
+  if mountpoint -q "$inside" 2>/dev/null; then
+    umount "$inside" 2>/dev/null || umount -l "$inside" ||
+      say "could not unmount $inside; unmount it by hand"
+  fi
+  "$rootfs_script" release "$rootfs" || true
 }
 
 # Writes the node's configuration (at start only).
@@ -281,7 +367,13 @@ write_config() {
   {
     echo "# Generated by tests/rabbitmq-node.sh: private test node $node."
     echo "listeners.tcp.default = 127.0.0.1:$amqp_port"
-    echo "# guest/guest may connect from loopback only (RabbitMQ's default)."
+    if [[ -n $rootfs ]]; then
+      # Inside the root file system guest's loopback check fails; the listener is on
+      # 127.0.0.1 only, so guest can still only come from loopback.
+      echo "loopback_users = none"
+    else
+      echo "# guest/guest may connect from loopback only (RabbitMQ's default)."
+    fi
     echo "log.file.level = info"
     echo "log.console = false"
     if [[ -n ${NACKGUARD_TEST_RABBITMQ_CONF_EXTRA:-} ]]; then
@@ -293,8 +385,8 @@ write_config() {
   # No plugins: in particular no management listener on 15672.
   echo '[].' >"$dir/enabled_plugins"
   chmod 0644 "$dir/rabbitmq.conf" "$dir/enabled_plugins"
-  printf '%s\n' "node=$node" "amqp_port=$amqp_port" "dist_port=$dist_port" \
-    "epmd_port=$epmd_port" >"$settings_file"
+  printf '%s\n' "version=$version" "rootfs=$rootfs" "node=$node" "amqp_port=$amqp_port" \
+    "dist_port=$dist_port" "epmd_port=$epmd_port" >"$settings_file"
 }
 
 do_start() {
@@ -316,6 +408,9 @@ do_start() {
     do_stop || true
   fi
 
+  if [[ -n $rootfs ]]; then
+    enter_rootfs
+  fi
   if [[ ${NACKGUARD_TEST_RABBITMQ_FRESH:-0} == 1 ]]; then
     rm -rf "${mnesia_dir:?}"
     prepare
@@ -334,13 +429,8 @@ do_start() {
 ulimit -n "$n" 2>/dev/null; exec "$@"'
   (
     cd "$dir"
-    if [[ $(id -u) -eq 0 ]]; then
-      exec setsid runuser -u rabbitmq -- env -i "${node_env[@]}" \
-        /bin/sh -c "$raise_nofile" rabbitmq-server "$rabbitmq_bin/rabbitmq-server"
-    else
-      exec setsid sudo -n -u rabbitmq -- env -i "${node_env[@]}" \
-        /bin/sh -c "$raise_nofile" rabbitmq-server "$rabbitmq_bin/rabbitmq-server"
-    fi
+    exec setsid "${as_user[@]}" env -i "${node_env[@]}" \
+      /bin/sh -c "$raise_nofile" rabbitmq-server "$rabbitmq_bin/rabbitmq-server"
   ) >>"$console_log" 2>&1 </dev/null &
   local launcher=$!
   echo "$launcher" >"$launcher_pid_file"
@@ -413,6 +503,9 @@ do_stop() {
   fi
   rm -f "$launcher_pid_file" "$beam_pid_file"
   stop_epmd
+  if [[ -n $rootfs ]]; then
+    leave_rootfs
+  fi
 }
 
 do_status() {

@@ -93,4 +93,28 @@ std::string describe_policies(const retry::PolicySet& policies) {
   return out;
 }
 
+std::vector<std::string> policy_warnings(const retry::PolicySet& policies) {
+  // RabbitMQ 4.0 gives every quorum queue without a limit of its own this delivery limit.
+  constexpr std::uint32_t kQuorumDefaultLimit = 20;
+  std::vector<std::string> warnings;
+  auto check = [&](const retry::Policy& policy) {
+    if (policy.max_redeliveries < kQuorumDefaultLimit) return;
+    if (policy.broker_delivery_limit.kind == retry::BrokerDeliveryLimit::Kind::none) return;
+    warnings.push_back(
+        "warning: " + policy.source +
+        ": max_redeliveries: " + std::to_string(policy.max_redeliveries) +
+        " is at or past the delivery limit RabbitMQ 4.0 and later give every quorum queue (20 "
+        "unless the queue sets x-delivery-limit); before a return would pass the broker's "
+        "limit nackguard republishes the message to the back of its queue with its count, so "
+        "none is dropped, but its order changes. Set broker_delivery_limit to the queue's "
+        "real limit (or none), or lower max_redeliveries below it");
+  };
+  for (const retry::Policy& policy : policies.policies()) check(policy);
+  const bool has_default =
+      std::any_of(policies.policies().begin(), policies.policies().end(),
+                  [](const retry::Policy& policy) { return policy.queue == "*"; });
+  if (!has_default) check(policies.fallback());
+  return warnings;
+}
+
 }  // namespace nackguard::config

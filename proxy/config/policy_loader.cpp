@@ -30,8 +30,9 @@ using retry::IdentitySource;
 using retry::Policy;
 using std::chrono::milliseconds;
 
-constexpr std::array<std::string_view, 7> kPolicyKeys{
-    "queue", "max_redeliveries", "identity", "requeue", "backoff", "rate", "dead_letter"};
+constexpr std::array<std::string_view, 9> kPolicyKeys{
+    "queue",       "max_redeliveries",      "identity",  "requeue", "backoff", "rate",
+    "dead_letter", "broker_delivery_limit", "queue_type"};
 constexpr std::array<std::string_view, 4> kBackoffKeys{"initial", "multiplier", "max", "jitter"};
 constexpr std::array<std::string_view, 4> kRateKeys{"window", "per_message", "outage_ratio",
                                                     "min_deliveries"};
@@ -40,6 +41,7 @@ constexpr std::array<std::string_view, 3> kDeadLetterKeys{"via", "exchange", "ro
 constexpr std::array<std::string_view, 2> kRequeueModes{"immediate", "delayed"};
 constexpr std::array<std::string_view, 2> kVias{"publish", "reject"};
 constexpr std::array<std::string_view, 2> kJitterWords{"none", "full"};
+constexpr std::array<std::string_view, 3> kQueueTypes{"same", "classic", "quorum"};
 constexpr std::array<std::string_view, 3> kIdentityWords{"message_id", "correlation_id", "body"};
 constexpr std::string_view kHeaderPrefix = "header:";
 constexpr std::string_view kQueuePlaceholder = "{queue}";
@@ -294,6 +296,26 @@ void read_dead_letter(const Section& top, DeadLetter& dead_letter) {
   }
 }
 
+// An integer, or none (the queue has no delivery limit); auto is the default written out.
+retry::BrokerDeliveryLimit read_broker_limit(const Field& field) {
+  const std::string expected = "a number of returns such as 20, none, or auto";
+  const std::string text = field.scalar(expected);
+  if (text == "none") return {retry::BrokerDeliveryLimit::Kind::none, 0};
+  if (text == "auto") return {retry::BrokerDeliveryLimit::Kind::automatic, 0};
+  if (text == "-1") {
+    field.fail("expected " + expected + ", got -1; write none for a queue without a limit");
+  }
+  const auto value = detail::read_integer(field, 0, kMaxRedeliveries, "a number of returns");
+  return {retry::BrokerDeliveryLimit::Kind::fixed, static_cast<std::uint32_t>(value)};
+}
+
+retry::QueueType read_queue_type(const Field& field) {
+  const std::string choice = detail::read_choice(field, kQueueTypes);
+  if (choice == "classic") return retry::QueueType::classic;
+  if (choice == "quorum") return retry::QueueType::quorum;
+  return retry::QueueType::same;
+}
+
 ParsedPolicy build_policy(const Source& source, const YAML::Node& document) {
   const Section top = Section::top_level(source, document, kPolicyKeys);
   ParsedPolicy parsed;
@@ -315,6 +337,10 @@ ParsedPolicy build_policy(const Source& source, const YAML::Node& document) {
   read_backoff(top, policy.backoff);
   read_rate(top, policy.rate);
   read_dead_letter(top, policy.dead_letter);
+  if (const Field* limit = top.find("broker_delivery_limit")) {
+    policy.broker_delivery_limit = read_broker_limit(*limit);
+  }
+  if (const Field* type = top.find("queue_type")) policy.queue_type = read_queue_type(*type);
   policy.source = source.file();
   return parsed;
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "proxy/config/config.hpp"
 #include "proxy/retry/policy.hpp"
@@ -28,5 +29,10 @@ retry::Policy parse_policy(std::string_view yaml_text, const std::filesystem::pa
 // policy, headed by its source file, with its settings as indented `key: value` lines; the
 // built-in default closes the list when no file claims "*".
 std::string describe_policies(const retry::PolicySet& policies);
+
+// What --check-config warns about in the policies, one line each ("warning: <source>: <key>:
+// ..."): today, a max_redeliveries at or past the delivery limit RabbitMQ 4.0 gives every
+// quorum queue (20), unless the policy says the queue has none.
+std::vector<std::string> policy_warnings(const retry::PolicySet& policies);
 
 }  // namespace nackguard::config

@@ -40,8 +40,9 @@
     "Messages the consumer gave back: nacks, rejects and recovers with requeue, and messages "     \
     "unacked when its channel or connection ended.", queue)                                        \
   X(requeues_total, counter,                                                                       \
-    "What became of each return: forwarded to the broker, republished with a delay, or "           \
-    "dead-lettered.", queue, action)                                                               \
+    "What became of each return: forwarded to the broker, republished with a delay, "             \
+    "dead-lettered, or republished to its own queue ahead of the broker's delivery limit.",      \
+    queue, action)                                                               \
   X(dead_letters_total, counter,                                                                   \
     "Messages dead-lettered by nackguard, by reason.", queue, reason)                              \
   X(fallbacks_total, counter,                                                                      \
@@ -105,11 +106,12 @@ enum class MetricLabel : std::uint8_t {
 // Fixed value lists, in the order of the enums they label.
 inline constexpr std::array<std::string_view, 2> kDirectionValues{"client_to_broker",
                                                                   "broker_to_client"};
-// Indexed by retry::Action (forward, delay, dead_letter).
-inline constexpr std::array<std::string_view, 3> kActionValues{"forwarded", "delayed",
-                                                               "dead_lettered"};
+// Indexed by retry::Action (forward, delay, dead_letter, republish).
+inline constexpr std::array<std::string_view, 4> kActionValues{"forwarded", "delayed",
+                                                               "dead_lettered", "republished"};
 // Indexed by retry::DeadLetterReason minus one.
-inline constexpr std::array<std::string_view, 2> kReasonValues{"max_redeliveries", "crash_loop"};
+inline constexpr std::array<std::string_view, 3> kReasonValues{"max_redeliveries", "crash_loop",
+                                                               "broker_delivery_limit"};
 // The guard's fallback causes; any other cause is counted as "other".
 inline constexpr std::array<std::string_view, 5> kCauseValues{
     "body_not_retained", "no_channel", "malformed_properties", "republish_failed", "other"};

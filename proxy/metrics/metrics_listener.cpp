@@ -34,6 +34,10 @@ void MetricsListener::on_outage(std::string_view queue, bool started, double rat
   if (next_) next_->on_outage(queue, started, ratio);
 }
 
+void MetricsListener::on_notice(std::string_view queue, std::string_view what) {
+  if (next_) next_->on_notice(queue, what);
+}
+
 void watch_guard_context(Registry& registry, session::GuardContext& context) {
   retry::Tracker& tracker = context.tracker();
   session::BodyBudget& budget = context.budget();

@@ -49,11 +49,14 @@ std::size_t fixed_index_of(std::string_view cause) {
   return kCauseValues.size() - 1;  // "other"
 }
 
-static_assert(kActionValues.size() == 3 && static_cast<int>(retry::Action::forward) == 0 &&
+static_assert(kActionValues.size() == 4 && static_cast<int>(retry::Action::forward) == 0 &&
               static_cast<int>(retry::Action::delay) == 1 &&
-              static_cast<int>(retry::Action::dead_letter) == 2);
-static_assert(static_cast<int>(retry::DeadLetterReason::max_redeliveries) == 1 &&
-              static_cast<int>(retry::DeadLetterReason::crash_loop) == 2);
+              static_cast<int>(retry::Action::dead_letter) == 2 &&
+              static_cast<int>(retry::Action::republish) == 3);
+static_assert(kReasonValues.size() == 3 &&
+              static_cast<int>(retry::DeadLetterReason::max_redeliveries) == 1 &&
+              static_cast<int>(retry::DeadLetterReason::crash_loop) == 2 &&
+              static_cast<int>(retry::DeadLetterReason::broker_delivery_limit) == 3);
 
 }  // namespace
 
@@ -160,8 +163,9 @@ void Registry::requeue(std::string_view queue, retry::Action action) {
 
 void Registry::dead_letter(std::string_view queue, retry::DeadLetterReason reason,
                            std::uint32_t returns) {
-  // A dead-letter without a crash loop is one by count.
-  const std::size_t reason_index = reason == retry::DeadLetterReason::crash_loop ? 1 : 0;
+  // A dead-letter without a reason of its own is one by count.
+  const std::size_t reason_index =
+      reason == retry::DeadLetterReason::none ? 0 : static_cast<std::size_t>(reason) - 1;
   add(Metric::dead_letters_total, queues_.index(queue), reason_index);
 
   Histogram& h = *family(Metric::returns_before_dead_letter).histogram;

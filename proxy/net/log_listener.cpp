@@ -64,4 +64,8 @@ void LogListener::on_outage(std::string_view queue, bool started, double ratio) 
   }
 }
 
+void LogListener::on_notice(std::string_view queue, std::string_view what) {
+  spdlog::warn("queue={}: {}", printable(queue), printable(what));
+}
+
 }  // namespace nackguard::net

@@ -26,8 +26,9 @@ Decision decide_counted(const Policy& policy, TrackerEntry& entry, const ReturnE
                         std::mt19937_64& rng) {
   // Wall-clock milliseconds are never 0, so 0 means no return has been counted yet (a return
   // in outage is not counted, though it may have taken the count from the header).
+  const bool own_record = entry.returns != 0 || entry.last_return_ms != 0;
   if (entry.first_return_ms == 0) entry.first_return_ms = event.now_ms;
-  const std::uint32_t base = std::max(entry.returns, event.header_count);
+  const std::uint32_t base = count_base(own_record ? &entry : nullptr, event.carried);
   entry.returns = base == std::numeric_limits<std::uint32_t>::max() ? base : base + 1;
   count_in_window(policy.rate, entry, event.now_ms);
 
@@ -48,7 +49,8 @@ Decision decide_counted(const Policy& policy, TrackerEntry& entry, const ReturnE
 // A queue-wide failure is not the message's fault: hold it back without spending its budget.
 Decision decide_in_outage(const Policy& policy, TrackerEntry& entry, const ReturnEvent& event,
                           std::mt19937_64& rng) {
-  entry.returns = std::max(entry.returns, event.header_count);
+  const bool own_record = entry.returns != 0 || entry.last_return_ms != 0;
+  entry.returns = count_base(own_record ? &entry : nullptr, event.carried);
   Decision decision;
   decision.action = Action::delay;
   decision.returns = entry.returns;
@@ -58,6 +60,28 @@ Decision decide_in_outage(const Policy& policy, TrackerEntry& entry, const Retur
 
 }  // namespace
 
+std::uint32_t count_base(const TrackerEntry* entry, CarriedCount carried) {
+  if (entry != nullptr) return std::max(entry->returns, carried.nackguard);
+  return std::max(carried.nackguard, carried.broker);
+}
+
+Decision keep_from_broker_limit(Decision decision) {
+  switch (decision.action) {
+    case Action::forward:
+      decision.action = Action::republish;
+      break;
+    case Action::dead_letter:
+      if (decision.reason == DeadLetterReason::max_redeliveries) {
+        decision.reason = DeadLetterReason::broker_delivery_limit;
+      }
+      break;
+    case Action::delay:
+    case Action::republish:
+      break;
+  }
+  return decision;
+}
+
 std::string_view to_string(Action action) {
   switch (action) {
     case Action::forward:
@@ -66,6 +90,8 @@ std::string_view to_string(Action action) {
       return "delay";
     case Action::dead_letter:
       return "dead_letter";
+    case Action::republish:
+      return "republish";
   }
   return "unknown";
 }
@@ -78,6 +104,8 @@ std::string_view to_string(DeadLetterReason reason) {
       return "max_redeliveries";
     case DeadLetterReason::crash_loop:
       return "crash_loop";
+    case DeadLetterReason::broker_delivery_limit:
+      return "broker_delivery_limit";
   }
   return "unknown";
 }
@@ -103,10 +131,9 @@ Decision decide_return(const Policy& policy, TrackerEntry& entry, const ReturnEv
   return decision;
 }
 
-Decision decide_delivery(const Policy& policy, const TrackerEntry& entry,
-                         std::uint32_t header_count) {
+Decision decide_delivery(const Policy& policy, const TrackerEntry& entry, CarriedCount carried) {
   Decision decision;
-  decision.returns = std::max(entry.returns, header_count);
+  decision.returns = count_base(&entry, carried);
   switch (static_cast<Action>(entry.pending_action)) {
     case Action::delay:
       decision.action = Action::delay;
@@ -116,6 +143,7 @@ Decision decide_delivery(const Policy& policy, const TrackerEntry& entry,
       decision.action = Action::dead_letter;
       decision.reason = static_cast<DeadLetterReason>(entry.pending_reason);
       return decision;
+    case Action::republish:
     case Action::forward:
       break;
   }

@@ -3,6 +3,7 @@
 // tracker's entry and the queue's health.
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string_view>
 
@@ -11,8 +12,17 @@
 
 namespace nackguard::retry {
 
-enum class Action : std::uint8_t { forward = 0, delay = 1, dead_letter = 2 };
-enum class DeadLetterReason : std::uint8_t { none = 0, max_redeliveries = 1, crash_loop = 2 };
+// republish: a copy goes to the tail of the message's own queue at once and the original is
+// acked, so the broker's count (x-delivery-count) starts again; the copy carries nackguard's.
+enum class Action : std::uint8_t { forward = 0, delay = 1, dead_letter = 2, republish = 3 };
+// broker_delivery_limit: the return that passed the policy's limit would also have passed the
+// broker's own delivery limit.
+enum class DeadLetterReason : std::uint8_t {
+  none = 0,
+  max_redeliveries = 1,
+  crash_loop = 2,
+  broker_delivery_limit = 3,
+};
 std::string_view to_string(Action action);
 std::string_view to_string(DeadLetterReason reason);
 
@@ -23,16 +33,31 @@ struct Decision {
   std::uint32_t returns = 0;  // the count after this return, as carried in x-nackguard-returns
 };
 
-struct ReturnEvent {
-  std::int64_t now_ms = 0;
-  std::uint32_t header_count = 0;  // max of x-nackguard-returns and x-delivery-count, 0 if none
-  bool crash = false;              // the channel or connection ended with the message unacked
-  bool outage = false;             // the queue is in outage (QueueHealth)
+// The counts a message carries in its headers.
+struct CarriedCount {
+  std::uint32_t nackguard = 0;  // x-nackguard-returns: nackguard's count, on its copies
+  std::uint32_t broker = 0;     // x-delivery-count: a quorum queue's count of returns
 };
 
-// Counts a return in `entry` and decides:
-//   - in outage: the count does not advance (it only takes header_count if larger); delay.
-//   - otherwise the count becomes max(count, header_count) + 1, and the window count advances;
+// The count a return or a delivery starts from. nackguard's own record wins when it has one:
+// the broker's x-delivery-count also counts returns that were no fault of the message (every
+// prefetched message at a consumer's crash, deliveries held back behind a crash suspect), which
+// is exactly what crash attribution corrects. Only x-nackguard-returns, nackguard's own count
+// carried on its copies, can add to the record. Without a record (another replica counted, the
+// proxy restarted, the entry was evicted) the larger of the two headers is the count.
+std::uint32_t count_base(const TrackerEntry* entry, CarriedCount carried);
+
+struct ReturnEvent {
+  std::int64_t now_ms = 0;
+  CarriedCount carried;
+  bool crash = false;   // the channel or connection ended with the message unacked
+  bool outage = false;  // the queue is in outage (QueueHealth)
+};
+
+// Counts a return in `entry` (zeroed if the tracker had none: a zeroed entry is no record of
+// nackguard's own, see count_base) and decides:
+//   - in outage: the count does not advance (it only takes count_base if larger); delay.
+//   - otherwise the count becomes count_base + 1, and the window count advances;
 //     count > max_redeliveries: dead-letter (crash_loop if this return was a crash);
 //     requeue: delayed: delay; window returns > per_message: delay; else forward.
 // A crash return's decision is also stored in the entry as pending (see decide_delivery),
@@ -42,9 +67,20 @@ Decision decide_return(const Policy& policy, TrackerEntry& entry, const ReturnEv
 
 // At a delivery of a message the tracker knows: the action a crash return left pending
 // (delay or dead-letter), else dead-letter if its count is already over the limit
-// (header_count included), else forward. Does not change the entry; the caller clears the
-// pending action once carried out.
-Decision decide_delivery(const Policy& policy, const TrackerEntry& entry,
-                         std::uint32_t header_count);
+// (count_base), else forward. Does not change the entry; the caller clears the pending action
+// once carried out.
+Decision decide_delivery(const Policy& policy, const TrackerEntry& entry, CarriedCount carried);
+
+// Whether one more return of a message that carries x-delivery-count `broker_count` passes the
+// broker's delivery limit (RabbitMQ drops or dead-letters a message whose count exceeds it).
+constexpr bool next_return_passes(std::uint32_t broker_count,
+                                  std::optional<std::uint32_t> broker_limit) {
+  return broker_limit && broker_count >= *broker_limit;
+}
+
+// A decision for a return or delivery after which the broker's own limit would end the message:
+// it must not be forwarded. A forward becomes a republish, a dead-letter is marked
+// broker_delivery_limit; a delay's copy starts a fresh broker count anyway.
+Decision keep_from_broker_limit(Decision decision);
 
 }  // namespace nackguard::retry

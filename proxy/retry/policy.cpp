@@ -87,6 +87,30 @@ std::string_view to_string(Backoff::Jitter jitter) {
   return "unknown";
 }
 
+std::string_view to_string(QueueType type) {
+  switch (type) {
+    case QueueType::same:
+      return "same";
+    case QueueType::classic:
+      return "classic";
+    case QueueType::quorum:
+      return "quorum";
+  }
+  return "unknown";
+}
+
+std::string to_string(const BrokerDeliveryLimit& limit) {
+  switch (limit.kind) {
+    case BrokerDeliveryLimit::Kind::automatic:
+      return "auto";
+    case BrokerDeliveryLimit::Kind::none:
+      return "none";
+    case BrokerDeliveryLimit::Kind::fixed:
+      return std::to_string(limit.value);
+  }
+  return "unknown";
+}
+
 std::string to_string(const IdentitySource& source) {
   switch (source.kind) {
     case IdentitySource::Kind::message_id:
@@ -131,7 +155,9 @@ std::string describe(const Policy& policy) {
       << "rate.min_deliveries: " << rate.min_deliveries << "\n"
       << "dead_letter.via: " << to_string(dead_letter.via) << "\n"
       << "dead_letter.exchange: " << format_text(dead_letter.exchange) << "\n"
-      << "dead_letter.routing_key: " << format_text(dead_letter.routing_key) << "\n";
+      << "dead_letter.routing_key: " << format_text(dead_letter.routing_key) << "\n"
+      << "broker_delivery_limit: " << to_string(policy.broker_delivery_limit) << "\n"
+      << "queue_type: " << to_string(policy.queue_type) << "\n";
   return out.str();
 }
 

@@ -48,6 +48,27 @@ struct DeadLetter {
   bool operator==(const DeadLetter&) const = default;
 };
 
+// The broker's own delivery limit on the queue: a quorum queue's x-delivery-limit, past which
+// RabbitMQ dead-letters the message itself, or drops it when the queue has no dead-letter
+// exchange. nackguard never forwards a return that would pass it (see BrokerLimits).
+struct BrokerDeliveryLimit {
+  enum class Kind {
+    automatic,  // from the queue's declaration seen by the proxy, else 20 on 4.0+ quorum queues
+    none,       // the queue has no limit
+    fixed,      // `value`
+  };
+  Kind kind = Kind::automatic;
+  std::uint32_t value = 0;
+  bool operator==(const BrokerDeliveryLimit&) const = default;
+};
+
+// The type of the queues nackguard declares for a queue (its DLQ and delay queues).
+enum class QueueType {
+  same,  // the source queue's type, as far as the proxy knows it (classic otherwise)
+  classic,
+  quorum,
+};
+
 struct Policy {
   std::string queue = "*";  // exact name, or a glob with * and ?
   std::uint32_t max_redeliveries = 10;
@@ -59,6 +80,8 @@ struct Policy {
   Backoff backoff;
   RateLimits rate;
   DeadLetter dead_letter;
+  BrokerDeliveryLimit broker_delivery_limit;
+  QueueType queue_type = QueueType::same;
   std::string source;  // where it was defined, "policies/orders.yaml", or "built-in default"
 
   bool operator==(const Policy&) const = default;
@@ -67,6 +90,9 @@ struct Policy {
 std::string_view to_string(RequeueMode mode);
 std::string_view to_string(DeadLetter::Via via);
 std::string_view to_string(Backoff::Jitter jitter);
+std::string_view to_string(QueueType type);
+// "20", "none" or "auto", as written in a policy file.
+std::string to_string(const BrokerDeliveryLimit& limit);
 // As written in a policy's identity list: "message_id", "header:id", "correlation_id", "body".
 std::string to_string(const IdentitySource& source);
 // The effective policy as `key: value` lines, for --check-config.

@@ -1,9 +1,5 @@
 #include "proxy/session/guard.hpp"
 
-#include <xxhash.h>
-
-#include <cstdio>
-
 #include "proxy/session/identity.hpp"
 #include "proxy/session/raw_properties.hpp"
 
@@ -21,14 +17,6 @@ bool has_headers_table(const amqp::Bytes& header_payload) {
   if (header_payload.size() < kFlagsOffset + 2) return false;
   return (header_payload[kFlagsOffset] & 0x20) != 0;
 }
-// After a copy failed, how long its queue's messages go to the consumer unchanged. The proxy
-// channel retries a refused declaration after the same time.
-constexpr std::int64_t kCopiesFailingMs = 30000;
-
-std::uint64_t to_seconds(std::int64_t ms) {
-  return ms < 0 ? 0 : static_cast<std::uint64_t>(ms / 1000);
-}
-
 // The properties of a delivery. A headers table the codec refuses (nested 10,000 deep, say)
 // does not hide the message: its other properties and top-level headers still identify it.
 bool decode_delivery_header(const Delivery& d, amqp::ContentHeader& out) {
@@ -40,27 +28,18 @@ bool decode_delivery_header(const Delivery& d, amqp::ContentHeader& out) {
 
 }  // namespace
 
-std::string delay_queue_name(std::string_view queue, retry::Millis ttl) {
-  constexpr std::size_t kMaxQueueName = 255;
-  constexpr std::size_t kKeptPrefix = 200;
-  std::string suffix = "." + std::to_string(ttl.count()) + "ms";
-  std::string name = "nackguard.delay.";
-  if (name.size() + queue.size() + suffix.size() <= kMaxQueueName) {
-    return name.append(queue).append(suffix);
-  }
-  char hash[17];
-  std::snprintf(hash, sizeof hash, "%016llx",
-                static_cast<unsigned long long>(XXH3_64bits(queue.data(), queue.size())));
-  return name.append(queue.substr(0, kKeptPrefix)).append("~").append(hash).append(suffix);
-}
-
 Guard::Guard(GuardContext& context, std::uint64_t seed)
     : context_(context),
       rng_(seed),
-      proxy_([this](amqp::Bytes frames) { session_->inject(Side::broker, std::move(frames)); },
-             [this](std::uint64_t job, bool ok, const std::string& why) {
-               finish_job(job, ok, why);
-             }) {}
+      proxy_(
+          [this](amqp::Bytes frames) { session_->inject(Side::broker, std::move(frames)); },
+          [this](std::uint64_t job, bool ok, const std::string& why) { finish_job(job, ok, why); },
+          [this](const std::string& queue, const std::string& why) {
+            context_.notice_once(session_->vhost() + '\n' + queue, queue,
+                                 "exists with other arguments than nackguard declares; used "
+                                 "as it is (" +
+                                     why + ")");
+          }) {}
 
 const retry::Policy& Guard::policy_for(const std::string& queue) {
   std::uint64_t version = context_.policies_version();
@@ -78,6 +57,25 @@ const retry::Policy& Guard::policy_for(const std::string& queue) {
 
 void Guard::on_open(const std::string&) {
   proxy_.configure(session_->reserved_channel(), session_->frame_max());
+  broker_major_ = major_version(session_->broker_version());
+}
+
+void Guard::on_queue_declare(const amqp::QueueDeclare& declare) {
+  retry::QueueFacts::Type type = retry::QueueFacts::Type::unknown;
+  if (const amqp::FieldValue* value = declare.arguments.find("x-queue-type")) {
+    if (const std::string* text = value->as_string()) type = retry::queue_type_from_argument(*text);
+  }
+  std::optional<std::int64_t> limit;
+  if (const amqp::FieldValue* value = declare.arguments.find("x-delivery-limit")) {
+    limit = value->as_int();
+  }
+  context_.queue_facts().on_declare(declare.queue, type, limit);
+}
+
+std::optional<std::uint32_t> Guard::broker_limit(const retry::Policy& policy,
+                                                 const std::string& queue) {
+  return retry::broker_delivery_limit(policy.broker_delivery_limit,
+                                      context_.queue_facts().find(queue), broker_major_);
 }
 
 void Guard::on_tick() {
@@ -126,8 +124,9 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   if (!d.redelivered && !has_headers_table(d.header_payload)) return plan;
   amqp::ContentHeader header;
   if (!decode_delivery_header(d, header)) return plan;
-  std::uint32_t header_count = header_return_count(header.properties);
-  if (!d.redelivered && header_count == 0) return plan;
+  retry::CarriedCount carried = carried_count(header.properties);
+  if (!d.redelivered && carried.nackguard == 0 && carried.broker == 0) return plan;
+  if (carried.broker != 0) context_.queue_facts().on_delivery_count(d.queue);
   plan.cookie |= kMaybeTracked;
   std::optional<std::string> identity = message_identity(policy.identity, header.properties, d);
   if (!identity) {
@@ -138,22 +137,39 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   }
   retry::TrackerKey key = retry::make_key(d.queue, *identity);
   std::optional<retry::TrackerEntry> entry = context_.tracker().find(key, now);
-  if (!entry) return plan;
-  retry::Decision decision = retry::decide_delivery(policy, *entry, header_count);
+  // One more return of this delivery, a crash included, would pass the broker's own limit:
+  // it is republished before the consumer sees it, so that no return can end it.
+  bool at_limit = at_broker_limit(d, policy, header.properties);
+  if (!entry && !at_limit) return plan;
+  retry::Decision decision;
+  if (entry) {
+    decision = retry::decide_delivery(policy, *entry, carried);
+  } else {
+    decision.returns = retry::count_base(nullptr, carried);
+    if (decision.returns > policy.max_redeliveries) {
+      decision.action = retry::Action::dead_letter;
+      decision.reason = retry::DeadLetterReason::max_redeliveries;
+    }
+  }
+  if (at_limit && decision.action == retry::Action::forward) {
+    decision.action = retry::Action::republish;
+  }
   if (decision.action != retry::Action::forward && context_.copies_failing(d.queue, now)) {
     // Its copy cannot be published now: hand it to the consumer, as without the proxy.
     decision.action = retry::Action::forward;
   }
   if (decision.action == retry::Action::forward) {
-    plan.exclusive = entry->crash_suspect;
+    plan.exclusive = entry && entry->crash_suspect;
     return plan;
   }
   // A crash left this decision pending: carry it out instead of handing the message out.
-  context_.tracker().upsert(key, now, [](retry::TrackerEntry& e) {
-    e.pending_action = 0;
-    e.pending_reason = 0;
-    e.pending_delay_ms = 0;
-  });
+  if (entry) {
+    context_.tracker().upsert(key, now, [](retry::TrackerEntry& e) {
+      e.pending_action = 0;
+      e.pending_reason = 0;
+      e.pending_delay_ms = 0;
+    });
+  }
   Intent intent;
   intent.decision = decision;
   intent.policies = policies_;
@@ -161,12 +177,28 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   intent.key = key;
   intent.identity = *identity;
   intent.queue = d.queue;
-  intent.first_return_ms = entry->first_return_ms;
-  intent.last_return_ms = entry->last_return_ms;
+  intent.first_return_ms = entry ? entry->first_return_ms : 0;
+  intent.last_return_ms = entry ? entry->last_return_ms : 0;
   intent.fallback = SettleKind::nack;
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
   plan.action = DeliveryPlan::Action::withhold;
   return plan;
+}
+
+bool Guard::at_broker_limit(const Delivery& d, const retry::Policy& policy,
+                            const amqp::BasicProperties& properties) {
+  std::uint32_t broker_count = carried_count(properties).broker;
+  return broker_count != 0 &&
+         retry::next_return_passes(broker_count, broker_limit(policy, d.queue)) &&
+         session_->reserved_channel().has_value() &&
+         !context_.copies_failing(d.queue, context_.now_ms());
+}
+
+bool Guard::decide_before_holding(const Delivery& d) {
+  if (d.queue.empty() || d.no_ack || !d.redelivered) return false;
+  amqp::ContentHeader header;
+  if (!decode_delivery_header(d, header)) return false;
+  return at_broker_limit(d, policy_for(d.queue), header.properties);
 }
 
 void Guard::on_withheld(const Delivery& d) {
@@ -198,7 +230,7 @@ retry::Decision Guard::count_return(const Delivery& d, const Identified& id, boo
 
   retry::ReturnEvent event;
   event.now_ms = now;
-  event.header_count = header_return_count(id.header.properties);
+  event.carried = carried_count(id.header.properties);
   event.crash = crash;
   event.outage = health.outage;
   retry::TrackerKey key = retry::make_key(d.queue, *id.identity);
@@ -225,16 +257,16 @@ retry::Decision Guard::count_return(const Delivery& d, const Identified& id, boo
   return decision;
 }
 
-bool Guard::needs_copy(const Intent& intent) {
-  return intent.decision.action == retry::Action::delay ||
-         intent.policy->dead_letter.via == retry::DeadLetter::Via::publish;
-}
-
 ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   Identified id;
   if (!identify(d, id) || !id.identity) return ReturnAction::forward;
   Intent intent;
   retry::Decision decision = count_return(d, id, false, false, intent);
+  std::uint32_t broker_count = carried_count(id.header.properties).broker;
+  if (retry::next_return_passes(broker_count, broker_limit(*id.policy, d.queue))) {
+    // Forwarded, this requeue would have the broker drop or dead-letter the message itself.
+    decision = intent.decision = retry::keep_from_broker_limit(decision);
+  }
   if (decision.action == retry::Action::forward) {
     context_.listener().on_requeue(d.queue, retry::Action::forward);
     return ReturnAction::forward;
@@ -290,125 +322,6 @@ void Guard::on_returns_done() {
     if (health.changed) context_.listener().on_outage(queue, health.outage, health.ratio);
   }
   crashed_queues_.clear();
-}
-
-void Guard::execute(const Delivery& d) {
-  DeliveryKey dkey{d.channel, d.broker_tag};
-  auto it = intents_.find(dkey);
-  if (it == intents_.end()) return;
-  Intent& intent = it->second;
-  const retry::Policy& policy = *intent.policy;
-  std::int64_t now = context_.now_ms();
-  bool dead_letter = intent.decision.action == retry::Action::dead_letter;
-
-  if (dead_letter && policy.dead_letter.via == retry::DeadLetter::Via::reject) {
-    session_->settle_withheld(d.channel, d.broker_tag, SettleKind::reject, false);
-    context_.tracker().erase(intent.key);
-    context_.listener().on_requeue(intent.queue, retry::Action::dead_letter);
-    context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
-                                       intent.decision.reason);
-    intents_.erase(it);
-    return;
-  }
-  if (!d.body || d.body->bytes.size() != d.body_size) {
-    give_back(dkey, intent, "body_not_retained",
-              "the body could not be kept within limits.retained_body_bytes");
-    return;
-  }
-
-  PublishRequest request;
-  request.job = intent.job = ++next_job_;
-  request.body = d.body;
-  request.deadline_ms = now + context_.settings().confirm_timeout.count();
-  RawProperties props;
-  if (!decode_properties(d.header_payload, props)) {
-    give_back(dkey, intent, "malformed_properties",
-              "the message's properties could not be decoded");
-    return;
-  }
-  // The proxy's headers, in the order they are written.
-  std::vector<HeaderEdit> edits;
-  edits.push_back({kReturnsHeader, amqp::FieldValue::i64(intent.decision.returns)});
-  // A return during an outage is not counted and may have no first return time yet.
-  std::int64_t first_return = intent.first_return_ms != 0 ? intent.first_return_ms : now;
-  std::int64_t last_return = intent.last_return_ms != 0 ? intent.last_return_ms : now;
-  edits.push_back({kFirstReturnHeader, amqp::FieldValue::timestamp(to_seconds(first_return))});
-  edits.push_back({kOriginalExchangeHeader, amqp::FieldValue::string(d.exchange), true});
-  edits.push_back({kOriginalRoutingKeyHeader, amqp::FieldValue::string(d.routing_key), true});
-  if (dead_letter) {
-    edits.push_back({kReasonHeader, amqp::FieldValue::string(
-                                        std::string(retry::to_string(intent.decision.reason)))});
-    edits.push_back({kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return))});
-    edits.push_back({kQueueHeader, amqp::FieldValue::string(intent.queue)});
-    request.exchange = policy.dead_letter.exchange;
-    request.routing_key = policy.dead_letter.routing_key_for(intent.queue);
-    if (request.exchange.empty()) request.ensure = QueueSpec{request.routing_key, true, {}, -1};
-  } else {
-    std::int64_t ttl = intent.decision.delay.count();
-    QueueSpec spec;
-    spec.name = delay_queue_name(intent.queue, intent.decision.delay);
-    spec.arguments.set("x-message-ttl", amqp::FieldValue::i64(ttl));
-    spec.arguments.set("x-dead-letter-exchange", amqp::FieldValue::string(""));
-    spec.arguments.set("x-dead-letter-routing-key", amqp::FieldValue::string(intent.queue));
-    // Unused delay queues go away; redeclaring at least once per TTL keeps one that may still
-    // hold messages from expiring.
-    spec.arguments.set("x-expires", amqp::FieldValue::i64(2 * ttl + 60000));
-    spec.redeclare_after_ms = ttl;
-    request.exchange = "";
-    request.routing_key = spec.name;
-    request.ensure = std::move(spec);
-  }
-  request.header = std::move(props.header);
-  if (!props.opaque) {
-    amqp::BasicProperties& properties = request.header.properties;
-    if (!properties.headers) properties.headers.emplace();
-    apply_edits(*properties.headers, edits);
-  } else {
-    // A table the codec cannot re-encode: the copy carries the original property bytes, the
-    // proxy's headers edited in at the top level only.
-    constexpr std::size_t kHeaderFixed = 12;  // class, weight, body size
-    if (!copy_properties(d.header_payload, props, edits, request.raw_properties) ||
-        (session_->frame_max() != 0 &&
-         kHeaderFixed + request.raw_properties.size() + amqp::kFrameOverhead >
-             session_->frame_max())) {
-      give_back(dkey, intent, "malformed_properties",
-                "the message's properties could not be copied into one content header frame");
-      return;
-    }
-  }
-  jobs_[request.job] = dkey;
-  proxy_.publish(std::move(request), now);
-}
-
-void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
-  auto job_it = jobs_.find(job);
-  if (job_it == jobs_.end()) return;
-  DeliveryKey dkey = job_it->second;
-  jobs_.erase(job_it);
-  auto it = intents_.find(dkey);
-  if (it == intents_.end() || it->second.job != job) return;
-  Intent& intent = it->second;
-  if (!ok) {
-    context_.mark_copies_failing(intent.queue, context_.now_ms() + kCopiesFailingMs);
-    give_back(dkey, intent, "republish_failed", why);
-    return;
-  }
-  session_->settle_withheld(dkey.first, dkey.second, SettleKind::ack, false);
-  context_.listener().on_requeue(intent.queue, intent.decision.action);
-  if (intent.decision.action == retry::Action::dead_letter) {
-    context_.tracker().erase(intent.key);
-    context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
-                                       intent.decision.reason);
-  }
-  intents_.erase(it);
-}
-
-void Guard::give_back(const DeliveryKey& dkey, const Intent& intent, std::string_view cause,
-                      std::string_view detail) {
-  session_->settle_withheld(dkey.first, dkey.second, intent.fallback, true);
-  context_.listener().on_fallback(intent.queue, cause, detail);
-  context_.listener().on_requeue(intent.queue, retry::Action::forward);
-  intents_.erase(dkey);
 }
 
 }  // namespace nackguard::session

@@ -35,6 +35,7 @@ class Guard final : public SessionObserver {
 
   void on_open(const std::string& vhost) override;
   DeliveryPlan on_delivery(const Delivery& delivery) override;
+  bool decide_before_holding(const Delivery& delivery) override;
   void on_withheld(const Delivery& delivery) override;
   void on_settled(const Delivery& delivery, SettleKind kind) override;
   ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) override;
@@ -42,6 +43,7 @@ class Guard final : public SessionObserver {
   void on_returned(const Delivery& delivery, ReturnCause cause) override;
   void on_returns_done() override;
   void on_proxy_channel_frame(const amqp::Frame& frame) override;
+  void on_queue_declare(const amqp::QueueDeclare& declare) override;
 
  private:
   using DeliveryKey = std::pair<std::uint16_t, std::uint64_t>;  // channel, broker tag
@@ -67,6 +69,16 @@ class Guard final : public SessionObserver {
   };
 
   const retry::Policy& policy_for(const std::string& queue);
+  // Whether one more return of `delivery` (whose header is `header`) would pass the broker's
+  // delivery limit, and a copy can be published to prevent it.
+  bool at_broker_limit(const Delivery& delivery, const retry::Policy& policy,
+                       const amqp::BasicProperties& properties);
+  // The broker's delivery limit on `queue` (retry::broker_delivery_limit), nullopt for none.
+  std::optional<std::uint32_t> broker_limit(const retry::Policy& policy, const std::string& queue);
+  // The copy of a withheld delivery that `intent` asks for; false if it cannot be built
+  // (`why` then names the fallback cause).
+  bool build_copy(const Delivery& delivery, Intent& intent, PublishRequest& request,
+                  const char*& cause, const char*& detail);
   bool identify(const Delivery& delivery, Identified& out);
   // Counts a return of `delivery` and decides; fills `intent` for delay and dead-letter.
   retry::Decision count_return(const Delivery& delivery, const Identified& id, bool crash,
@@ -79,6 +91,7 @@ class Guard final : public SessionObserver {
 
   GuardContext& context_;
   Session* session_ = nullptr;
+  int broker_major_ = 0;  // RabbitMQ's major version from connection.start, 0 if unknown
   std::mt19937_64 rng_;
   std::shared_ptr<const retry::PolicySet> policies_;
   std::uint64_t policies_version_ = 0;
@@ -95,5 +108,13 @@ class Guard final : public SessionObserver {
 // The delay queue for `queue` and a TTL: nackguard.delay.<queue>.<ttl>ms, with the queue's
 // name shortened (and a hash appended) when the result would pass 255 bytes.
 std::string delay_queue_name(std::string_view queue, retry::Millis ttl);
+
+// The declarations of a DLQ and of a delay queue of the given type. A quorum delay queue
+// dead-letters its expired copies back at-least-once, so none is dropped on the way.
+QueueSpec dead_letter_queue_spec(std::string name, retry::QueueType type);
+QueueSpec delay_queue_spec(std::string_view queue, retry::Millis ttl, retry::QueueType type);
+
+// The major version in a broker's "version" property: 4 for "4.0.5", 0 if it has none.
+int major_version(std::string_view version);
 
 }  // namespace nackguard::session

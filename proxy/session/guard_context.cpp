@@ -14,6 +14,7 @@ GuardContext::GuardContext(const GuardSettings& settings,
             .count();
       })),
       tracker_(settings.tracker_max_entries, settings.tracker_idle_ttl),
+      queue_facts_(settings.max_queue_facts),
       budget_(settings.retained_body_bytes) {}
 
 std::shared_ptr<const retry::PolicySet> GuardContext::policies() const {
@@ -36,6 +37,17 @@ bool GuardContext::copies_failing(const std::string& queue, std::int64_t now_ms)
   std::lock_guard lock(mutex_);
   auto it = failing_until_.find(queue);
   return it != failing_until_.end() && now_ms < it->second;
+}
+
+void GuardContext::notice_once(std::string_view key, std::string_view queue,
+                               std::string_view what) {
+  {
+    std::lock_guard lock(mutex_);
+    constexpr std::size_t kMaxNotices = 10000;
+    if (noticed_.size() >= kMaxNotices) noticed_.clear();  // then each may be told once more
+    if (!noticed_.emplace(key).second) return;
+  }
+  listener_->on_notice(queue, what);
 }
 
 void GuardContext::set_policies(std::shared_ptr<const retry::PolicySet> policies) {

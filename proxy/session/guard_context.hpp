@@ -12,10 +12,12 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "proxy/retry/decision.hpp"
 #include "proxy/retry/health.hpp"
 #include "proxy/retry/policy_set.hpp"
+#include "proxy/retry/queue_facts.hpp"
 #include "proxy/retry/tracker.hpp"
 #include "proxy/session/body_budget.hpp"
 
@@ -45,6 +47,9 @@ class GuardListener {
   virtual void on_outage(std::string_view queue, bool started, double ratio) {
     (void)queue, (void)started, (void)ratio;
   }
+  // Something an operator should know once, about a queue nackguard uses for `queue`: e.g. a
+  // delay queue that exists with other arguments, used as it is.
+  virtual void on_notice(std::string_view queue, std::string_view what) { (void)queue, (void)what; }
 };
 
 struct GuardSettings {
@@ -53,6 +58,8 @@ struct GuardSettings {
   std::uint64_t retained_body_bytes = 256ull << 20;
   // A republish or dead-letter whose confirm has not come by then falls back.
   std::chrono::milliseconds confirm_timeout{30000};
+  // Queues whose type and declared delivery limit the proxy remembers (QueueFactsRegistry).
+  std::size_t max_queue_facts = 10000;
 };
 
 class GuardContext {
@@ -74,6 +81,9 @@ class GuardContext {
   void mark_copies_failing(const std::string& queue, std::int64_t until_ms);
   bool copies_failing(const std::string& queue, std::int64_t now_ms) const;
   GuardListener& listener() { return *listener_; }
+  // Passes `what` to the listener's on_notice the first time `key` is seen (bounded).
+  void notice_once(std::string_view key, std::string_view queue, std::string_view what);
+  retry::QueueFactsRegistry& queue_facts() { return queue_facts_; }
   retry::Tracker& tracker() { return tracker_; }
   retry::QueueHealth& health() { return health_; }
   BodyBudget& budget() { return budget_; }
@@ -84,12 +94,14 @@ class GuardContext {
   mutable std::mutex mutex_;
   std::shared_ptr<const retry::PolicySet> policies_;
   std::unordered_map<std::string, std::int64_t> failing_until_;  // guarded by mutex_
+  std::unordered_set<std::string> noticed_;                      // guarded by mutex_
   std::atomic<std::uint64_t> version_{1};
   GuardListener null_listener_;
   GuardListener* listener_;
   WallClock clock_;
   retry::Tracker tracker_;
   retry::QueueHealth health_;
+  retry::QueueFactsRegistry queue_facts_;
   BodyBudget budget_;
 };
 

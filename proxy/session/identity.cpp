@@ -78,15 +78,18 @@ bool identity_needs_body(const std::vector<retry::IdentitySource>& sources,
   return false;
 }
 
-std::uint32_t header_return_count(const amqp::BasicProperties& properties) {
-  std::int64_t count = 0;
-  for (const char* name : {kReturnsHeader, kDeliveryCountHeader}) {
-    if (const amqp::FieldValue* v = header(properties, name)) {
-      if (auto n = v->as_int()) count = std::max(count, *n);
-    }
-  }
+namespace {
+std::uint32_t count_header(const amqp::BasicProperties& properties, const char* name) {
+  const amqp::FieldValue* v = header(properties, name);
+  std::optional<std::int64_t> n = v ? v->as_int() : std::nullopt;
+  if (!n) return 0;
   return static_cast<std::uint32_t>(
-      std::clamp<std::int64_t>(count, 0, std::numeric_limits<std::uint32_t>::max()));
+      std::clamp<std::int64_t>(*n, 0, std::numeric_limits<std::uint32_t>::max()));
+}
+}  // namespace
+
+retry::CarriedCount carried_count(const amqp::BasicProperties& properties) {
+  return {count_header(properties, kReturnsHeader), count_header(properties, kDeliveryCountHeader)};
 }
 
 }  // namespace nackguard::session

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "proxy/amqp/properties.hpp"
+#include "proxy/retry/decision.hpp"
 #include "proxy/retry/policy.hpp"
 #include "proxy/session/delivery.hpp"
 
@@ -31,7 +32,7 @@ std::optional<std::string> message_identity(const std::vector<retry::IdentitySou
 bool identity_needs_body(const std::vector<retry::IdentitySource>& sources,
                          const amqp::BasicProperties& properties);
 
-// The larger of x-nackguard-returns and x-delivery-count, 0 without either.
-std::uint32_t header_return_count(const amqp::BasicProperties& properties);
+// x-nackguard-returns and x-delivery-count, each 0 when absent (or not an integer).
+retry::CarriedCount carried_count(const amqp::BasicProperties& properties);
 
 }  // namespace nackguard::session

@@ -3,6 +3,7 @@
 // logic implements it; the session itself decides nothing about policies.
 
 #include "proxy/amqp/frame.hpp"
+#include "proxy/amqp/methods.hpp"
 #include "proxy/session/delivery.hpp"
 
 namespace nackguard::session {
@@ -19,6 +20,13 @@ class SessionObserver {
   virtual DeliveryPlan on_delivery(const Delivery& delivery) {
     (void)delivery;
     return {};
+  }
+  // A delivery is about to wait in the proxy behind an exclusive one (a crash suspect), where a
+  // crash would give it back without the proxy deciding anything. True: decide it now instead
+  // (on_delivery follows at once), e.g. because one more return would pass the broker's limit.
+  virtual bool decide_before_holding(const Delivery& delivery) {
+    (void)delivery;
+    return false;
   }
   // A withheld delivery's body is complete (its retained body, if asked for, is in place).
   virtual void on_withheld(const Delivery& delivery) { (void)delivery; }
@@ -40,6 +48,8 @@ class SessionObserver {
   }
   // Ends a batch of on_returned calls for one channel (its end, or a recover).
   virtual void on_returns_done() {}
+  // The client declares a queue (not passively); the broker may still refuse it.
+  virtual void on_queue_declare(const amqp::QueueDeclare& declare) { (void)declare; }
   // A frame from the broker on the channel the proxy reserved for itself.
   virtual void on_proxy_channel_frame(const amqp::Frame& frame) { (void)frame; }
 };

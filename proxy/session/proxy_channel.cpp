@@ -13,6 +13,8 @@ namespace {
 // channel, and the cause (a missing permission) rarely goes away by itself.
 constexpr std::int64_t kDeclareRetryMs = 30000;
 constexpr std::uint16_t kNotFound = 404;  // a passive declare of an absent queue
+// An active declare of a queue that exists with other arguments (or of another type).
+constexpr std::uint16_t kPreconditionFailed = 406;
 }  // namespace
 
 void ProxyChannel::configure(std::optional<std::uint16_t> channel, std::uint32_t frame_max) {
@@ -77,7 +79,7 @@ bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms) {
   }
   amqp::QueueDeclare declare;
   declare.queue = spec.name;
-  bool passive = spec.use_existing && info.status != QueueStatus::active_needed;
+  bool passive = info.as_is || (spec.use_existing && info.status != QueueStatus::active_needed);
   if (passive) {
     declare.passive = true;
   } else {
@@ -162,6 +164,10 @@ void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::i
         QueueInfo& info = queues_[declaring_.front()];
         info.status = QueueStatus::declared;
         info.declared_at_ms = now_ms;
+        if (info.as_is && !info.as_is_told) {
+          info.as_is_told = true;
+          if (notice_) notice_(declaring_.front(), info.failure);
+        }
         declaring_.pop_front();
       }
       pump(now_ms);
@@ -241,6 +247,13 @@ void ProxyChannel::on_channel_closed(std::uint16_t code, const std::string& text
     QueueInfo& info = queues_[declaring_.front()];
     if (info.status == QueueStatus::passive_sent && code == kNotFound) {
       info.status = QueueStatus::active_needed;  // absent: declare it ourselves
+      info.as_is = false;
+    } else if (info.status == QueueStatus::active_sent && code == kPreconditionFailed &&
+               !info.as_is) {
+      // It exists with other arguments: use it as it is (a passive declare checks it exists).
+      info.status = QueueStatus::unknown;
+      info.as_is = true;
+      info.failure = text;
     } else {
       info.status = QueueStatus::failed;
       info.failed_until_ms = now_ms + kDeclareRetryMs;

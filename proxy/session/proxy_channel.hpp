@@ -22,6 +22,8 @@ namespace nackguard::session {
 struct QueueSpec {
   std::string name;
   // Use the queue as it is if it exists, whatever its arguments; else declare it durable.
+  // Without it, the queue is declared with `arguments`, and one that exists with other
+  // arguments (the broker's PRECONDITION_FAILED) is used as it is all the same.
   bool use_existing = false;
   amqp::FieldTable arguments;  // for a declaration of our own (use_existing = false)
   // Declare again when the last declaration is older than this (it resets x-expires).
@@ -47,7 +49,12 @@ class ProxyChannel {
   // ok = the broker confirmed the copy and routed it; otherwise `why` says what failed.
   using Done = std::function<void(std::uint64_t job, bool ok, const std::string& why)>;
 
-  ProxyChannel(Send send, Done done) : send_(std::move(send)), done_(std::move(done)) {}
+  // A queue that exists with other arguments than asked for is used as it is: `notice` hears
+  // of it once per channel and queue, with the broker's reply text.
+  using Notice = std::function<void(const std::string& queue, const std::string& why)>;
+
+  ProxyChannel(Send send, Done done, Notice notice = {})
+      : send_(std::move(send)), done_(std::move(done)), notice_(std::move(notice)) {}
 
   // The reserved channel and the negotiated frame_max; without a channel every publish fails.
   void configure(std::optional<std::uint16_t> channel, std::uint32_t frame_max);
@@ -64,6 +71,9 @@ class ProxyChannel {
   enum class QueueStatus { unknown, passive_sent, active_needed, active_sent, declared, failed };
   struct QueueInfo {
     QueueStatus status = QueueStatus::unknown;
+    // It exists with other arguments: declared passively from then on (`failure` says why).
+    bool as_is = false;
+    bool as_is_told = false;
     std::int64_t declared_at_ms = 0;
     std::int64_t failed_until_ms = 0;
     std::string failure;
@@ -88,6 +98,7 @@ class ProxyChannel {
 
   Send send_;
   Done done_;
+  Notice notice_;
   std::optional<std::uint16_t> channel_;
   std::uint32_t frame_max_ = 131072;
   State state_ = State::closed;

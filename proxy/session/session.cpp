@@ -512,6 +512,18 @@ void Session::handle_broker_frame(const Frame& frame) {
 
 void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t key) {
   switch (key) {
+    case mid::connection_start: {
+      // Forwarded as it is; only the broker's version is kept (a quorum queue's default
+      // delivery limit depends on it).
+      amqp::ConnectionStart start;
+      if (amqp::decode_method(frame.payload, start) == amqp::MethodError::none) {
+        const amqp::FieldValue* version = start.server_properties.find("version");
+        const std::string* text = version ? version->as_string() : nullptr;
+        if (text) broker_version_ = text->substr(0, 64);
+      }
+      emit(Side::client, frame.raw);
+      return;
+    }
     case mid::connection_tune: {
       amqp::ConnectionTune tune;
       if (amqp::decode_method(frame.payload, tune) != amqp::MethodError::none) {

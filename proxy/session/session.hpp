@@ -94,6 +94,8 @@ class Session {
   // The channel the proxy keeps for itself, once tune-ok has been seen.
   std::optional<std::uint16_t> reserved_channel() const { return reserved_channel_; }
   const std::string& vhost() const { return vhost_; }
+  // The broker's "version" server property from connection.start ("4.0.5"); empty if none.
+  const std::string& broker_version() const { return broker_version_; }
   const ChannelState* channel(std::uint16_t number) const;
   const SessionStats& stats() const { return stats_; }
 
@@ -183,6 +185,7 @@ class Session {
   bool reserve_channel_ = false;
   std::uint16_t heartbeat_ = 0;
   std::string vhost_;
+  std::string broker_version_;
   std::size_t channels_with_held_ = 0;  // channels whose held queue may be released
   enum class ProxyClose { none, awaiting_client, awaiting_broker };
   ProxyClose proxy_close_ = ProxyClose::none;

@@ -124,6 +124,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
         return malformed("queue.declare");
       if (m.no_wait) ch.last_declared_queue = m.queue;
+      if (!m.passive) observer_->on_queue_declare(m);
       break;
     }
     case mid::channel_close:
@@ -361,7 +362,8 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
   if (!ch.hasher) ch.hasher = std::make_unique<BodyHasher>();
   ch.hasher->reset();
 
-  bool gated = !d.from_get && (ch.exclusive_client_tag != 0 || !ch.held.empty());
+  bool gated = !d.from_get && (ch.exclusive_client_tag != 0 || !ch.held.empty()) &&
+               !observer_->decide_before_holding(d);
   DeliveryPlan plan;
   if (gated) {
     d.held = true;

@@ -23,11 +23,18 @@ Usage (Debian's /usr/bin/python3; the environment of tests/run.sh, see below):
   compat.py clean                               forget earlier results
   compat.py list                                the clients
 
-Results go to $NACKGUARD_BUILD_DIR/compat/<client>.json, the report to
-$NACKGUARD_BUILD_DIR/compat-report.md; --update-docs copies the report to
-docs/compatibility.md. CTest runs `clean`, then each client as its own test (compat.<client>),
-then `report`. Environment: NACKGUARD_BIN, NACKGUARD_BUILD_DIR, NACKGUARD_TEST_BROKER_PORT
-(as for tests/integration), NACKGUARD_COMPAT_TIMEOUT (seconds per client, 60).
+Each run is one variant: the broker the suite is pointed at (its version, from
+connection.start) and the queue type it declares. Results go to
+$NACKGUARD_BUILD_DIR/compat/rabbitmq-<version>-<queue type>/<client>.json, so the variants do
+not overwrite each other; the report, $NACKGUARD_BUILD_DIR/compat-report.md, has a column per
+variant found there, and --update-docs copies it to docs/compatibility.md. CTest runs
+`clean`, then each client of each variant as its own test (compat.<client>,
+compat.<client>.quorum, compat.<client>.rmq40, compat.<client>.rmq40.quorum), then `report`.
+
+Environment: NACKGUARD_BIN, NACKGUARD_BUILD_DIR, NACKGUARD_TEST_BROKER_PORT (as for
+tests/integration: 35672 is the 3.10 node, 37672 the 4.0 node of tests/run.sh),
+NACKGUARD_TEST_QUEUE_TYPE (classic, the default, or quorum: the queue is declared durable
+with x-queue-type quorum), NACKGUARD_COMPAT_TIMEOUT (seconds per client, 60).
 """
 
 import datetime
@@ -40,7 +47,8 @@ import urllib.request
 import uuid
 
 from compat_common import (GOOD, MAX_REDELIVERIES, MESSAGES, POISON, PROTOCOL_ERROR_PATTERNS,
-                           QUEUE_PREFIX, QUIET_SECONDS, RESULTS_DIR, TIMEOUT, harness)
+                           QUEUE_ARGUMENTS, QUEUE_PREFIX, QUEUE_TYPE, QUIET_SECONDS, RESULTS_DIR,
+                           TIMEOUT, harness)
 from compat_clients import BY_NAME, CLIENTS, Run
 from compat_report import print_result, write_report, write_result
 from redelivery_support import NO_RATE_LIMITS, Broker, GuardProxy, policy_yaml
@@ -130,7 +138,7 @@ def run_client(client):
               "gives_back": client.gives_back, "notes": client.notes,
               "expected_reason": client.expected_reason, "bounded": client.expect_bounded,
               "queue": queue, "started": datetime.datetime.now().isoformat(timespec="seconds"),
-              "rabbitmq": rabbitmq_version(), "checks": []}
+              "rabbitmq": rabbitmq_version(), "queue_type": QUEUE_TYPE, "checks": []}
     run = None
     try:
         proxy.start()
@@ -139,7 +147,7 @@ def run_client(client):
         work_dir = os.path.join(proxy.dir, "client")
         os.makedirs(work_dir)
         run = Run(client, proxy, queue, work_dir)
-        broker.declare(queue, durable=True)
+        broker.declare(queue, durable=True, arguments=QUEUE_ARGUMENTS or None)
         client.publish(broker, queue)
         client.start(run)
         reached = wait_for_goal(client, run, broker, dlq)
@@ -201,6 +209,8 @@ def collect(result, run, broker, proxy, queue, dlq):
         good_processed=len(good_acked), good_deliveries=good_deliveries,
         dead_letters=[run.client.label_of(body) for _, _, body in dead],
         dead_letter_headers={k: v for k, v in headers.items() if k.startswith("x-nackguard")},
+        # A quorum queue's own count, carried over from the poison's last delivery.
+        dead_letter_delivery_count=headers.get("x-delivery-count"),
         left_in_queue=left, client_errors=client_errors, client_processes=run.processes,
         client_exit_codes=sorted(set(run.exit_codes)), metrics=metrics,
         proxy_fallbacks=fallbacks, proxy_exit_code=proxy.stop())

@@ -9,7 +9,7 @@ import uuid
 import pika
 
 from compat_common import (CLIENTS_DIR, GOOD, MAX_REDELIVERIES, MESSAGES, NODE_DIR, POISON,
-                           PREFETCH, PYTHON, STOP_GRACE, harness)
+                           PREFETCH, PYTHON, QUEUE_TYPE, STOP_GRACE, harness)
 
 
 def debian_version(package):
@@ -46,6 +46,7 @@ class Run:
         env = dict(os.environ)
         env.update(COMPAT_URL=self.url, COMPAT_QUEUE=self.queue, COMPAT_POISON=POISON,
                    COMPAT_EVENTS=self.events_path, COMPAT_PREFETCH=str(PREFETCH),
+                   COMPAT_QUEUE_TYPE=QUEUE_TYPE,
                    PYTHONDONTWRITEBYTECODE="1",
                    COMPAT_CELERY_BROKER=f"amqp://guest:guest@127.0.0.1:{self.proxy.port}//")
         return env
@@ -173,7 +174,12 @@ class CeleryClient(Client):
              "to the broker. Seen here, with and without nackguard: when the failing task is "
              "the last message the worker holds, Celery 5.2 sends its reject (and the ack "
              "queued before it) only when its event loop next wakes, about 10 s later; that "
-             "slows the loop down, it does not change the count.")
+             "slows the loop down, it does not change the count. On a quorum queue the app "
+             "declares the queue with `x-queue-type: quorum` (else RabbitMQ refuses Celery's "
+             "own declare, PRECONDITION_FAILED) and asks for per-consumer QoS: Celery 5.2 "
+             "sends `basic.qos(global=true)`, which a quorum queue refuses (NOT_IMPLEMENTED, "
+             "\"does not support global qos\", directly and through nackguard alike); "
+             "Celery 5.5 does the same by itself (`worker_detect_quorum_queues`).")
 
     def version(self):
         return (f"celery {python_module_version('celery')}, kombu "
@@ -195,6 +201,7 @@ class CeleryClient(Client):
         import celery_app
         app = Celery("nackguard_compat_publisher",
                      broker=f"amqp://guest:guest@127.0.0.1:{harness.BROKER_PORT}//")
+        app.conf.task_queues = celery_app.task_queues(queue, QUEUE_TYPE)
         with app.connection_for_write() as connection:
             for label in MESSAGES:
                 app.send_task(celery_app.TASK_NAME, args=[label], queue=queue,

@@ -25,6 +25,15 @@ TIMEOUT = float(os.environ.get("NACKGUARD_COMPAT_TIMEOUT") or "60")
 QUIET_SECONDS = 1.5  # after the goal is reached, so that an extra delivery would be seen
 STOP_GRACE = 15.0
 
+# The queue type every client's queue is declared with (NACKGUARD_TEST_QUEUE_TYPE, as for
+# tests/integration): classic, or quorum (durable, x-queue-type quorum).
+QUEUE_TYPE = (os.environ.get("NACKGUARD_TEST_QUEUE_TYPE") or "classic").strip().lower()
+if QUEUE_TYPE not in ("classic", "quorum"):
+    sys.exit(f"compat: NACKGUARD_TEST_QUEUE_TYPE={QUEUE_TYPE!r}: use classic or quorum")
+QUEUE_ARGUMENTS = {"x-queue-type": "quorum"} if QUEUE_TYPE == "quorum" else {}
+
+# One directory of results per variant (broker version and queue type):
+# RESULTS_DIR/rabbitmq-<version>-<queue type>/<client>.json.
 RESULTS_DIR = os.path.join(harness.BUILD_DIR, "compat")
 REPORT_PATH = os.path.join(harness.BUILD_DIR, "compat-report.md")
 DOCS_PATH = os.path.join(REPO_ROOT, "docs", "compatibility.md")

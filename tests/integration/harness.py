@@ -5,6 +5,8 @@ Environment (set by tests/run.sh and CTest):
   NACKGUARD_BUILD_DIR         build directory; temp files go to $NACKGUARD_BUILD_DIR/it-tmp
   NACKGUARD_TEST_BROKER_PORT  AMQP port of the private RabbitMQ node on 127.0.0.1 (35672)
   NACKGUARD_TEST_RABBITMQCTL  rabbitmqctl wrapper for that node (optional)
+  NACKGUARD_TEST_QUEUE_TYPE   classic (default) or quorum: the type of the queues the
+                              redelivery scenarios declare (declare_queue(), queue_kwargs())
 Developer overrides:
   NACKGUARD_IT_DIRECT_ONLY=1  start no proxy: every "through the proxy" leg goes to
                               the broker directly (tests that need a proxy skip)
@@ -22,6 +24,9 @@ What is here:
   unique_queue()     a unique queue name per test, deleted afterwards
   connect()          a pika BlockingConnection with the tests' defaults
   typed()/describe_properties()  type-exact normal forms of pika values for comparison
+  QUEUE_TYPE, queue_kwargs(), declare_queue()  the run's queue type: a quorum queue is
+                     durable with x-queue-type quorum (never exclusive or auto-delete)
+  broker_version()   the test broker's version from its connection.start, e.g. (4, 0, 5)
 """
 
 import collections
@@ -53,6 +58,10 @@ PROXY_LOG_LEVEL = os.environ.get("NACKGUARD_IT_PROXY_LOG_LEVEL") or "info"
 KEEP_TMP = os.environ.get("NACKGUARD_IT_KEEP_TMP", "") not in ("", "0")
 _ctl = os.environ.get("NACKGUARD_TEST_RABBITMQCTL") or ""
 RABBITMQCTL = _ctl if _ctl and os.access(_ctl, os.X_OK) else None
+
+QUEUE_TYPE = os.environ.get("NACKGUARD_TEST_QUEUE_TYPE") or "classic"
+if QUEUE_TYPE not in ("classic", "quorum"):
+    raise SystemExit(f"NACKGUARD_TEST_QUEUE_TYPE={QUEUE_TYPE!r}: use classic or quorum")
 
 TEST_TIMEOUT = float(os.environ.get("NACKGUARD_IT_TEST_TIMEOUT") or "150")
 PROXY_READY_TIMEOUT = 10.0
@@ -305,6 +314,42 @@ def unique_queue(tag="q"):
             delete_queue(name)
         except Exception as exc:  # cleanup must not hide the test's own failure
             print(f"warning: could not delete queue {name}: {exc!r}", file=sys.stderr)
+
+
+def queue_kwargs(durable=False, arguments=None, queue_type=None):
+    """queue_declare keyword arguments for a test queue of `queue_type` (default: the run's
+    NACKGUARD_TEST_QUEUE_TYPE). A classic queue is declared exactly as asked (no
+    x-queue-type argument, as before the switch existed); a quorum queue is always durable
+    and carries x-queue-type quorum after the caller's own arguments."""
+    queue_type = queue_type or QUEUE_TYPE
+    if queue_type == "classic":
+        return {"durable": durable, "arguments": arguments}
+    args = dict(arguments or {})
+    args["x-queue-type"] = queue_type
+    return {"durable": True, "arguments": args}
+
+
+def declare_queue(channel, name, durable=False, arguments=None, queue_type=None):
+    """Declares a test queue of the run's queue type (see queue_kwargs) on a pika channel."""
+    return channel.queue_declare(name, **queue_kwargs(durable, arguments, queue_type))
+
+
+_broker_version = None
+
+
+def broker_version():
+    """The test broker's version as a tuple of ints, from its connection.start."""
+    global _broker_version
+    if _broker_version is None:
+        conn = connect(BROKER_PORT)
+        try:
+            raw = conn._impl.server_properties.get("version", "0")
+        finally:
+            close_connection(conn)
+        raw = raw.decode() if isinstance(raw, bytes) else str(raw)
+        _broker_version = tuple(int(p) for p in raw.split("+")[0].split("-")[0].split(".")
+                                if p.isdigit())
+    return _broker_version
 
 
 def typed(value):

@@ -1,8 +1,15 @@
+# ctest-variants: quorum rmq40 rmq40.quorum
 """nackguard bounds redeliveries of poison messages, end to end against a real RabbitMQ.
 
-Every test starts its own proxy process(es) with its own policy file for its own queue
-(classic queues), publishes directly to the broker with confirms, and consumes with pika
-through the proxy. What is proven, with exact counts:
+Every test starts its own proxy process(es) with its own policy file for its own queue,
+publishes directly to the broker with confirms, and consumes with pika through the proxy.
+The queues are of NACKGUARD_TEST_QUEUE_TYPE (harness.py): classic, declared directly on
+the broker, or quorum (durable, x-queue-type quorum), declared through the proxy as an
+application would, so that the proxy knows the type of the queue it declares a DLQ or delay
+queues for. CTest runs the module on both queue types and both broker versions
+(integration.test_redelivery, .quorum, .rmq40, .rmq40.quorum; tests/integration/CMakeLists.txt).
+The headers a quorum queue or RabbitMQ 4.x adds to a delivery (x-delivery-count) are not
+part of "the original headers" below. What is proven, with exact counts:
 
 (a) nack(requeue=True) of a poison identified by message_id, max_redeliveries 5: the poison
     is delivered exactly 6 times, then sits in <queue>.dlq with x-nackguard-reason
@@ -47,6 +54,7 @@ import unittest
 import uuid
 
 import pika
+from pika.exceptions import ChannelClosedByBroker
 
 import harness
 import redelivery_support as rs
@@ -91,7 +99,12 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
         return self.broker.message_count(f"{queue}.dlq") or 0
 
     def check_dead_letter_copy(self, queue, copy, published_props, published_body, returns,
-                               reason, t_start, t_end, header_order=True):
+                               reason, t_start, t_end, header_order=True,
+                               last_delivery=None):
+        """header_order: the copy's headers are in the order they were published, where the
+        broker delivered them so (rs.broker_keeps_header_order: the copy is made from a
+        redelivery). last_delivery: the last delivery of the message through the proxy; the
+        copy keeps its headers in the order and with the types the broker delivered them."""
         method, p, body = copy
         published_props = rs.as_received(published_props)
         self.assertEqual(body, published_body, "the dead-lettered body changed")
@@ -100,9 +113,14 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
                          rs.properties_except_headers(published_props),
                          "a property other than headers changed on the dead-letter copy")
         headers = p.headers or {}
+        header_order = header_order and rs.broker_keeps_header_order(redelivered=True)
         self.assertEqual(typed_headers(rs.strip_headers(headers), header_order),
                          typed_headers(published_props.headers, header_order),
                          "the original headers are not kept unchanged")
+        if last_delivery is not None:
+            self.assertEqual(typed_headers(rs.strip_headers(headers)),
+                             typed_headers(rs.strip_headers(last_delivery.props.headers)),
+                             "the copy's headers differ from those of the last delivery")
         self.assertEqual(headers.get("x-nackguard-reason"), reason)
         self.assertEqual(headers.get("x-nackguard-returns"), returns)
         self.assertIsInstance(headers.get("x-nackguard-returns"), int)
@@ -116,6 +134,16 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
         self.assertLessEqual(utc_seconds(t_start), first)
         self.assertLessEqual(first, last)
         self.assertLessEqual(last, utc_seconds(t_end + 1))
+
+    def check_dlq_declared_like_source(self, queue):
+        """The proxy declared the DLQ durable and of the source queue's type (classic:
+        without arguments; quorum: x-queue-type quorum): an equivalent declare succeeds, a
+        different one closes the channel with 406 PRECONDITION_FAILED."""
+        try:
+            self.broker.declare(f"{queue}.dlq", durable=True)
+        except ChannelClosedByBroker as exc:
+            self.fail(f"{queue}.dlq is not a durable {harness.QUEUE_TYPE} queue like its "
+                      f"source queue: {exc}")
 
     def check_dead_lettered_log(self, proxy, queue, identity_prefix, returns, reason):
         lines = proxy.log_lines(f"dead-lettered: queue={queue} ")
@@ -146,11 +174,10 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
 
         dlq = self.broker.get_all(f"{queue}.dlq")
         self.assertEqual([m[2] for m in dlq], [POISON.encode()], "DLQ contents")
+        last = [d for d in consumer.deliveries if d.label == POISON][-1]
         self.check_dead_letter_copy(queue, dlq[0], poison_props, POISON.encode(), 6,
-                                    "max_redeliveries", t_start, t_end)
-        # The proxy declared the DLQ durable, without arguments: an equivalent declare
-        # succeeds (a different one would close the channel with 406 PRECONDITION_FAILED).
-        self.broker.declare(f"{queue}.dlq", durable=True)
+                                    "max_redeliveries", t_start, t_end, last_delivery=last)
+        self.check_dlq_declared_like_source(queue)
         self.assertEqual(self.broker.message_count(queue), 0, "the queue is not empty")
         self.check_dead_lettered_log(proxy, queue, identity_prefix, 6, "max_redeliveries")
         self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
@@ -161,7 +188,7 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
     def test_a_nack_poison_by_message_id(self):
         queue = self.queue_name("a")
         proxy = self.start_guard(self.immediate_policy(queue))
-        self.broker.declare(queue)
+        self.declare_source(proxy, queue)
         poison_props = props(
             message_id="poison-" + uuid.uuid4().hex, content_type="application/json",
             content_encoding="utf-8", delivery_mode=2, priority=3,
@@ -176,7 +203,7 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
     def test_b_reject_celery_header_id(self):
         queue = self.queue_name("b")
         proxy = self.start_guard(self.immediate_policy(queue))
-        self.broker.declare(queue)
+        self.declare_source(proxy, queue)
 
         def celery(task_id):
             return props(content_type="application/json", content_encoding="utf-8",
@@ -192,7 +219,7 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
     def test_c_no_identity_body_hash(self):
         queue = self.queue_name("c")
         proxy = self.start_guard(self.immediate_policy(queue))
-        self.broker.declare(queue)
+        self.declare_source(proxy, queue)
         poison_props = props()
         self.publish_mix(queue, poison_props, lambda label: props())
         self.run_poison_loop(queue, proxy, "nack", poison_props, "body:")
@@ -202,7 +229,7 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
     def test_d_crash_loop_consumer_process(self):
         queue = self.queue_name("d")
         proxy = self.start_guard(self.immediate_policy(queue))
-        self.broker.declare(queue)
+        self.declare_source(proxy, queue)
         poison_props = props(message_id="poison-" + uuid.uuid4().hex, delivery_mode=2)
         self.publish_mix(queue, poison_props,
                          lambda label: props(message_id=f"mid-{label}", delivery_mode=2))
@@ -249,7 +276,7 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
             queue, max_redeliveries=3, requeue="delayed",
             backoff={"initial": "1s", "multiplier": 2, "max": "4s", "jitter": "none"},
             rate=NO_RATE_LIMITS)})
-        self.broker.declare(queue)
+        self.declare_source(proxy, queue)
         published = props(
             message_id="poison-" + uuid.uuid4().hex, content_type="application/octet-stream",
             content_encoding="binary", delivery_mode=2, priority=7,
@@ -278,8 +305,11 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
             self.assertEqual(rs.properties_except_headers(d.props),
                              rs.properties_except_headers(expected),
                              f"delivery {n + 1}: a property changed")
-            self.assertEqual(typed_headers(rs.strip_headers(d.props.headers), n == 0),
-                             typed_headers(expected.headers, n == 0),
+            # Only the first delivery is the published message itself; the others are copies
+            # the broker dead-lettered back from a delay queue (it sorts their headers).
+            ordered = n == 0 and rs.broker_keeps_header_order(redelivered=False)
+            self.assertEqual(typed_headers(rs.strip_headers(d.props.headers), ordered),
+                             typed_headers(expected.headers, ordered),
                              f"delivery {n + 1}: the original headers changed")
             self.assertEqual((d.exchange, d.routing_key), ("", queue))
             returns = (d.props.headers or {}).get("x-nackguard-returns")
@@ -307,7 +337,7 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
             backoff={"initial": "1s", "multiplier": 1, "max": "1s", "jitter": "none"},
             rate={"window": "10s", "per_message": 1000, "outage_ratio": 0.5,
                   "min_deliveries": 20})})
-        self.broker.declare(queue)
+        self.declare_source(proxy, queue)
         labels = [f"msg-{i:02d}" for i in range(50)]
         self.broker.publish(queue, [(label.encode(), props(message_id=f"mid-{label}"))
                                     for label in labels])
@@ -335,7 +365,7 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
     def run_multiple_nack(self, cover_goods):
         queue = self.queue_name("g-all" if cover_goods else "g-poison")
         proxy = self.start_guard(self.immediate_policy(queue))
-        self.broker.declare(queue)
+        self.declare_source(proxy, queue)
         labels = ["good-0", "poison-1", "good-2", "poison-3", "good-4"]
         goods = [l for l in labels if l.startswith("good")]
         poisons = [l for l in labels if l.startswith("poison")]
@@ -412,7 +442,7 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
             rate=NO_RATE_LIMITS)}
         proxy_a = self.start_guard(policy, name="h-proxy-a")
         proxy_b = self.start_guard(policy, name="h-proxy-b")
-        self.broker.declare(queue)
+        self.declare_source([proxy_a, proxy_b], queue)  # each consumer's app declares it
         goods = [f"good-{i}" for i in range(10)]
         messages = [(l.encode(), props(message_id=f"mid-{l}")) for l in goods]
         messages.insert(3, (POISON.encode(), props(message_id="poison-" + uuid.uuid4().hex)))
@@ -457,7 +487,7 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
         self.addCleanup(lambda: harness.rabbitmqctl("delete_user", "limited"))
         harness.rabbitmqctl("set_permissions", "-p", "/", "limited", "^$", ".*", ".*")
         proxy = self.start_guard(self.immediate_policy(queue, max_redeliveries=2))
-        self.broker.declare(queue)
+        self.declare_source(proxy, queue)
         poison_props = props(message_id="poison-" + uuid.uuid4().hex, delivery_mode=2)
         self.publish_mix(queue, poison_props, lambda label: props(message_id=f"mid-{label}"))
         consumer = self.consumer(
@@ -474,7 +504,8 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
         in_queue = self.broker.get_all(queue)
         in_dlq = self.broker.get_all(f"{queue}.dlq")
         self.assertEqual([m[2] for m in in_queue], [POISON.encode()],
-                         "the original queue should hold exactly the poison")
+                         f"the original queue should hold exactly the poison (delivered "
+                         f"{poison_deliveries} times; DLQ: {[m[2] for m in in_dlq]})")
         self.assertEqual(len(in_queue) + len(in_dlq), 1, "poison copies (queue + DLQ)")
         self.assertIsNone(self.broker.message_count(f"{queue}.dlq"),
                           "the DLQ exists though the user may not declare it")
@@ -506,9 +537,9 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
             queue, dead_letter={"via": "reject"}))
         ch = self.broker.ch
         ch.exchange_declare(exchange, exchange_type="fanout")
-        ch.queue_declare(target)
+        self.broker.declare(target)
         ch.queue_bind(target, exchange)
-        self.broker.declare(queue, arguments={"x-dead-letter-exchange": exchange})
+        self.declare_source(proxy, queue, arguments={"x-dead-letter-exchange": exchange})
         poison_props = props(message_id="poison-" + uuid.uuid4().hex, headers={"custom": "v"})
         goods = [f"good-{i}" for i in range(9)]
         messages = [(l.encode(), props(message_id=f"mid-{l}")) for l in goods]

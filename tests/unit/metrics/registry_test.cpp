@@ -84,15 +84,17 @@ nackguard_deliveries_total{queue="orders"} 2
 # HELP nackguard_returns_total Messages the consumer gave back: nacks, rejects and recovers with requeue, and messages unacked when its channel or connection ended.
 # TYPE nackguard_returns_total counter
 nackguard_returns_total{queue="orders"} 1
-# HELP nackguard_requeues_total What became of each return: forwarded to the broker, republished with a delay, or dead-lettered.
+# HELP nackguard_requeues_total What became of each return: forwarded to the broker, republished with a delay, dead-lettered, or republished to its own queue ahead of the broker's delivery limit.
 # TYPE nackguard_requeues_total counter
 nackguard_requeues_total{queue="orders",action="forwarded"} 1
 nackguard_requeues_total{queue="orders",action="delayed"} 0
 nackguard_requeues_total{queue="orders",action="dead_lettered"} 1
+nackguard_requeues_total{queue="orders",action="republished"} 0
 # HELP nackguard_dead_letters_total Messages dead-lettered by nackguard, by reason.
 # TYPE nackguard_dead_letters_total counter
 nackguard_dead_letters_total{queue="orders",reason="max_redeliveries"} 1
 nackguard_dead_letters_total{queue="orders",reason="crash_loop"} 0
+nackguard_dead_letters_total{queue="orders",reason="broker_delivery_limit"} 0
 # HELP nackguard_fallbacks_total Republishes or dead-letters that could not be completed, so the consumer's requeue went to the broker unchanged, by cause.
 # TYPE nackguard_fallbacks_total counter
 nackguard_fallbacks_total{queue="orders",cause="body_not_retained"} 0
@@ -237,6 +239,12 @@ TEST(Registry, DeadLetterReasonsAndUnknownFallbackCauses) {
   const auto page = samples(registry.render());
   EXPECT_EQ(page.at(R"(nackguard_dead_letters_total{queue="q",reason="crash_loop"})"), "1");
   EXPECT_EQ(page.at(R"(nackguard_dead_letters_total{queue="q",reason="max_redeliveries"})"), "1");
+  registry.dead_letter("q", DeadLetterReason::broker_delivery_limit, 21);
+  registry.requeue("q", retry::Action::republish);
+  const auto later = samples(registry.render());
+  EXPECT_EQ(later.at(R"(nackguard_dead_letters_total{queue="q",reason="broker_delivery_limit"})"),
+            "1");
+  EXPECT_EQ(later.at(R"(nackguard_requeues_total{queue="q",action="republished"})"), "1");
   EXPECT_EQ(page.at(R"(nackguard_fallbacks_total{queue="q",cause="other"})"), "1");
   EXPECT_EQ(page.at(R"(nackguard_fallbacks_total{queue="q",cause="republish_failed"})"), "1");
 }

@@ -21,16 +21,22 @@ Policy five_redeliveries() {
   return policy;
 }
 
-ReturnEvent nack_at(std::int64_t now_ms, std::uint32_t header_count = 0) {
-  return ReturnEvent{.now_ms = now_ms, .header_count = header_count};
+// `carried`: the message's x-nackguard-returns.
+ReturnEvent nack_at(std::int64_t now_ms, std::uint32_t carried = 0) {
+  return ReturnEvent{.now_ms = now_ms, .carried = {carried, 0}};
+}
+
+// `delivery_count`: the message's x-delivery-count (a quorum queue's count).
+ReturnEvent quorum_nack_at(std::int64_t now_ms, std::uint32_t delivery_count) {
+  return ReturnEvent{.now_ms = now_ms, .carried = {0, delivery_count}};
 }
 
 ReturnEvent crash_at(std::int64_t now_ms) {
-  return ReturnEvent{.now_ms = now_ms, .crash = true};
+  return ReturnEvent{.now_ms = now_ms, .carried = {}, .crash = true};
 }
 
-ReturnEvent outage_at(std::int64_t now_ms, std::uint32_t header_count = 0) {
-  return ReturnEvent{.now_ms = now_ms, .header_count = header_count, .outage = true};
+ReturnEvent outage_at(std::int64_t now_ms, std::uint32_t carried = 0) {
+  return ReturnEvent{.now_ms = now_ms, .carried = {carried, 0}, .outage = true};
 }
 
 TEST(DecideReturn, ForwardsUpToMaxThenDeadLetters) {
@@ -224,7 +230,7 @@ TEST(DecideDelivery, PendingDelay) {
   entry.returns = 2;
   entry.pending_action = static_cast<std::uint8_t>(Action::delay);
   entry.pending_delay_ms = 4000;
-  const Decision decision = decide_delivery(policy, entry, 0);
+  const Decision decision = decide_delivery(policy, entry, {});
   EXPECT_EQ(decision.action, Action::delay);
   EXPECT_EQ(decision.delay, Millis(4000));
   EXPECT_EQ(decision.returns, 2u);
@@ -236,7 +242,7 @@ TEST(DecideDelivery, PendingDeadLetter) {
   entry.returns = 6;
   entry.pending_action = static_cast<std::uint8_t>(Action::dead_letter);
   entry.pending_reason = static_cast<std::uint8_t>(DeadLetterReason::crash_loop);
-  const Decision decision = decide_delivery(policy, entry, 0);
+  const Decision decision = decide_delivery(policy, entry, {});
   EXPECT_EQ(decision.action, Action::dead_letter);
   EXPECT_EQ(decision.reason, DeadLetterReason::crash_loop);
   EXPECT_EQ(decision.returns, 6u);
@@ -246,11 +252,11 @@ TEST(DecideDelivery, OverTheLimit) {
   const Policy policy = five_redeliveries();
   TrackerEntry entry;
   entry.returns = 6;
-  const Decision by_entry = decide_delivery(policy, entry, 0);
+  const Decision by_entry = decide_delivery(policy, entry, {});
   EXPECT_EQ(by_entry.action, Action::dead_letter);
   EXPECT_EQ(by_entry.reason, DeadLetterReason::max_redeliveries);
 
-  const Decision by_header = decide_delivery(policy, TrackerEntry{}, 9);
+  const Decision by_header = decide_delivery(policy, TrackerEntry{}, {9, 0});
   EXPECT_EQ(by_header.action, Action::dead_letter);
   EXPECT_EQ(by_header.reason, DeadLetterReason::max_redeliveries);
   EXPECT_EQ(by_header.returns, 9u);
@@ -261,15 +267,93 @@ TEST(DecideDelivery, Normal) {
   TrackerEntry entry;
   entry.returns = 5;  // at the limit, not over it
   entry.crash_suspect = true;
-  const Decision decision = decide_delivery(policy, entry, 3);
+  const Decision decision = decide_delivery(policy, entry, {3, 0});
   EXPECT_EQ(decision.action, Action::forward);
   EXPECT_EQ(decision.reason, DeadLetterReason::none);
   EXPECT_EQ(decision.delay, Millis(0));
   EXPECT_EQ(decision.returns, 5u);
-  EXPECT_EQ(decide_delivery(policy, TrackerEntry{}, 0).action, Action::forward);
+  EXPECT_EQ(decide_delivery(policy, TrackerEntry{}, {}).action, Action::forward);
+}
+
+TEST(CountBase, OwnRecordWinsOverTheBrokersCount) {
+  TrackerEntry entry;
+  entry.returns = 2;
+  // x-delivery-count counts returns that were not the message's doing: ignored with a record.
+  EXPECT_EQ(count_base(&entry, {0, 7}), 2u);
+  // x-nackguard-returns is nackguard's own count, carried by its copies (another replica's).
+  EXPECT_EQ(count_base(&entry, {5, 7}), 5u);
+  EXPECT_EQ(count_base(&entry, {1, 0}), 2u);
+  // No record of its own (another replica, a restart, an eviction): the larger header.
+  EXPECT_EQ(count_base(nullptr, {0, 7}), 7u);
+  EXPECT_EQ(count_base(nullptr, {9, 7}), 9u);
+  EXPECT_EQ(count_base(nullptr, {}), 0u);
+}
+
+TEST(DecideReturn, BrokerCountIgnoredOnceTheMessageHasARecord) {
+  // A quorum queue counted every crash return of every prefetched message: an innocent message
+  // that nackguard saw returned once carries x-delivery-count 4. It is not dead-lettered.
+  const Policy policy = five_redeliveries();
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  EXPECT_EQ(decide_return(policy, entry, crash_at(kT0), rng).returns, 1u);
+  const Decision second = decide_return(policy, entry, quorum_nack_at(kT0 + kApart, 9), rng);
+  EXPECT_EQ(second.action, Action::forward);
+  EXPECT_EQ(second.returns, 2u);
+}
+
+TEST(DecideReturn, BrokerCountTakenWithoutARecord) {
+  const Policy policy = five_redeliveries();
+  std::mt19937_64 rng(1);
+  TrackerEntry fresh;
+  const Decision decision = decide_return(policy, fresh, quorum_nack_at(kT0, 5), rng);
+  EXPECT_EQ(decision.action, Action::dead_letter);
+  EXPECT_EQ(decision.returns, 6u);
+  TrackerEntry in_outage;
+  EXPECT_EQ(decide_return(policy, in_outage,
+                          ReturnEvent{.now_ms = kT0, .carried = {0, 3}, .outage = true}, rng)
+                .returns,
+            3u);
+}
+
+TEST(DecideDelivery, BrokerCountIgnoredWithARecord) {
+  const Policy policy = five_redeliveries();
+  TrackerEntry entry;
+  entry.returns = 2;
+  EXPECT_EQ(decide_delivery(policy, entry, {0, 40}).action, Action::forward);
+  EXPECT_EQ(decide_delivery(policy, entry, {0, 40}).returns, 2u);
+}
+
+TEST(BrokerLimit, NextReturnPasses) {
+  EXPECT_FALSE(next_return_passes(19, 20u));
+  EXPECT_TRUE(next_return_passes(20, 20u));  // the 21st return: count 21 > 20
+  EXPECT_TRUE(next_return_passes(0, 0u));
+  EXPECT_FALSE(next_return_passes(1000, std::nullopt));
+}
+
+TEST(BrokerLimit, KeepFromBrokerLimit) {
+  Decision forward;
+  forward.returns = 21;
+  const Decision republish = keep_from_broker_limit(forward);
+  EXPECT_EQ(republish.action, Action::republish);
+  EXPECT_EQ(republish.returns, 21u);
+
+  Decision dead;
+  dead.action = Action::dead_letter;
+  dead.reason = DeadLetterReason::max_redeliveries;
+  EXPECT_EQ(keep_from_broker_limit(dead).reason, DeadLetterReason::broker_delivery_limit);
+  dead.reason = DeadLetterReason::crash_loop;
+  EXPECT_EQ(keep_from_broker_limit(dead).reason, DeadLetterReason::crash_loop);
+
+  Decision delay;
+  delay.action = Action::delay;
+  delay.delay = Millis(4000);
+  EXPECT_EQ(keep_from_broker_limit(delay).action, Action::delay);
+  EXPECT_EQ(keep_from_broker_limit(delay).delay, Millis(4000));
 }
 
 TEST(DecisionStrings, Names) {
+  EXPECT_EQ(to_string(Action::republish), "republish");
+  EXPECT_EQ(to_string(DeadLetterReason::broker_delivery_limit), "broker_delivery_limit");
   EXPECT_EQ(to_string(Action::forward), "forward");
   EXPECT_EQ(to_string(Action::delay), "delay");
   EXPECT_EQ(to_string(Action::dead_letter), "dead_letter");

@@ -63,7 +63,9 @@ TEST(Describe, DefaultPolicyPrintsEveryKey) {
             "rate.min_deliveries: 20\n"
             "dead_letter.via: publish\n"
             "dead_letter.exchange: \"\"\n"
-            "dead_letter.routing_key: {queue}.dlq\n");
+            "dead_letter.routing_key: {queue}.dlq\n"
+            "broker_delivery_limit: auto\n"
+            "queue_type: same\n");
 }
 
 TEST(Describe, CustomPolicy) {
@@ -93,7 +95,9 @@ TEST(Describe, CustomPolicy) {
             "rate.min_deliveries: 50\n"
             "dead_letter.via: reject\n"
             "dead_letter.exchange: dlx\n"
-            "dead_letter.routing_key: dead.{queue}\n");
+            "dead_letter.routing_key: dead.{queue}\n"
+            "broker_delivery_limit: auto\n"
+            "queue_type: same\n");
 }
 
 TEST(Describe, ZeroDurationAndEmptyIdentity) {

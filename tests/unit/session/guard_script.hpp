@@ -250,6 +250,13 @@ inline Message message(const std::string& id, std::optional<std::int64_t> return
   return m;
 }
 
+// The message as a quorum queue redelivers it: with x-delivery-count `count`.
+inline Message with_delivery_count(Message m, std::int64_t count) {
+  if (!m.properties.headers) m.properties.headers.emplace();
+  m.properties.headers->set("x-delivery-count", amqp::FieldValue::i64(count));
+  return m;
+}
+
 inline amqp::BasicProperties without_headers(amqp::BasicProperties p) {
   p.headers.reset();
   return p;
@@ -441,6 +448,9 @@ class GuardTest : public ::testing::Test {
 
     amqp::ConnectionStart start;
     start.server_properties.set("product", amqp::FieldValue::string("RabbitMQ"));
+    if (!broker_version.empty()) {
+      start.server_properties.set("version", amqp::FieldValue::string(broker_version));
+    }
     start.mechanisms = "PLAIN";
     start.locales = "en_US";
     broker(method(0, start));
@@ -552,6 +562,7 @@ class GuardTest : public ::testing::Test {
   }
 
   std::int64_t now = kT0;
+  std::string broker_version;  // the "version" server property connect() sends, if any
   RecordingListener listener;
   SessionOptions options;
   std::unique_ptr<GuardContext> context;

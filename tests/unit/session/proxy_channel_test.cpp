@@ -31,6 +31,9 @@ class ProxyChannelTest : public ::testing::Test {
       : channel([this](Bytes frames) { sent.insert(sent.end(), frames.begin(), frames.end()); },
                 [this](std::uint64_t job, bool ok, const std::string& why) {
                   done.push_back({job, ok, why});
+                },
+                [this](const std::string& queue, const std::string& why) {
+                  notices.emplace_back(queue, why);
                 }) {
     channel.configure(kProxyChannel, 131072);
   }
@@ -117,6 +120,7 @@ class ProxyChannelTest : public ::testing::Test {
   std::int64_t now = kT0;
   Bytes sent;
   std::vector<Done> done;
+  std::vector<std::pair<std::string, std::string>> notices;
   ProxyChannel channel;
 };
 
@@ -265,16 +269,17 @@ TEST_F(ProxyChannelTest, ChannelCloseFailsEveryJobInFlightAndTheNextJobReopens) 
   EXPECT_EQ(take_done(), std::vector<Done>{ok(3)});
 }
 
-TEST_F(ProxyChannelTest, CloseDuringADeclareFailsThatQueueAndReopensForTheWaitingJob) {
+TEST_F(ProxyChannelTest, QueueWithOtherArgumentsIsUsedAsItIs) {
   PublishRequest in_flight = to_exchange(1, "a");
   publish(in_flight);
   open();
   take_sent();
-  publish(request(2, "dq"));
-  EXPECT_EQ(take_sent(), frames({declare(request(2, "dq"))}));
-  feed(channel_close(406, "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl'", 50, 10));
-  // The publish in flight is lost with the channel; the declare's queue has failed; the
-  // waiting job needs a channel to learn that.
+  PublishRequest second = request(2, "dq");
+  publish(second);
+  EXPECT_EQ(take_sent(), frames({declare(second)}));
+  const std::string why = "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl'";
+  feed(channel_close(406, why, 50, 10));
+  // The publish in flight is lost with the channel; the waiting job needs a new channel.
   EXPECT_EQ(take_sent(), frames({method(kProxyChannel, amqp::ChannelCloseOk{}),
                                  method(kProxyChannel, amqp::ChannelOpen{})}));
   ASSERT_EQ(done.size(), 1u);
@@ -282,11 +287,46 @@ TEST_F(ProxyChannelTest, CloseDuringADeclareFailsThatQueueAndReopensForTheWaitin
   feed(method(kProxyChannel, amqp::ChannelOpenOk{}));
   take_sent();
   feed(method(kProxyChannel, amqp::ConfirmSelectOk{}));
-  EXPECT_TRUE(take_sent().empty());
-  EXPECT_EQ(take_done(),
-            (std::vector<Done>{{2, false,
-                                "cannot declare queue dq: PRECONDITION_FAILED - inequivalent arg "
-                                "'x-message-ttl'"}}));
+  // The queue exists with other arguments: a passive declare checks it is there, then it is
+  // used as it is, and told once.
+  EXPECT_EQ(take_sent(), frames({method(kProxyChannel, passive_declare("dq"))}));
+  EXPECT_TRUE(notices.empty());
+  feed(declare_ok("dq"));
+  EXPECT_EQ(take_sent(), frames({publish_frames(second)}));
+  EXPECT_EQ(notices, (std::vector<std::pair<std::string, std::string>>{{"dq", why}}));
+  feed(method(kProxyChannel, amqp::BasicAck{1, false}));
+  EXPECT_EQ(take_done(), std::vector<Done>{ok(2)});
+  // Later copies to it need no declaration (and tell nothing more).
+  PublishRequest third = request(3, "dq");
+  publish(third);
+  EXPECT_EQ(take_sent(), frames({publish_frames(third)}));
+  EXPECT_EQ(notices.size(), 1u);
+}
+
+TEST_F(ProxyChannelTest, QueueUsedAsItIsButGoneIsDeclaredAgain) {
+  PublishRequest first = request(1, "dq");
+  publish(first);
+  open();
+  EXPECT_EQ(take_sent(), frames({declare(first)}));
+  // Reopens the channel and checks the queue is there: `reopen` answers the channel's
+  // channel.open and confirm.select and returns what it sent next.
+  auto reopen = [&] {
+    EXPECT_EQ(take_sent(), frames({method(kProxyChannel, amqp::ChannelCloseOk{}),
+                                   method(kProxyChannel, amqp::ChannelOpen{})}));
+    feed(method(kProxyChannel, amqp::ChannelOpenOk{}));
+    EXPECT_EQ(take_sent(), frames({method(kProxyChannel, amqp::ConfirmSelect{})}));
+    feed(method(kProxyChannel, amqp::ConfirmSelectOk{}));
+    return take_sent();
+  };
+  feed(channel_close(406, "PRECONDITION_FAILED - inequivalent arg 'x-queue-type'", 50, 10));
+  EXPECT_EQ(reopen(), frames({method(kProxyChannel, passive_declare("dq"))}));
+  // Deleted meanwhile: the passive declare finds nothing, so the queue is declared as asked.
+  feed(channel_close(404, "NOT_FOUND - no queue 'dq'", 50, 10));
+  EXPECT_EQ(reopen(), frames({declare(first)}));
+  feed(declare_ok("dq"));
+  EXPECT_EQ(take_sent(), frames({publish_frames(first)}));
+  EXPECT_TRUE(notices.empty());
+  EXPECT_TRUE(take_done().empty());
 }
 
 TEST_F(ProxyChannelTest, QueueIsDeclaredAgainAfterRedeclareAfterMs) {

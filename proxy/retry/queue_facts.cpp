@@ -1,0 +1,90 @@
+#include "proxy/retry/queue_facts.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace nackguard::retry {
+namespace {
+// RabbitMQ 4.0 gives every quorum queue without a limit of its own this delivery limit.
+constexpr std::uint32_t kQuorumDefaultLimit4 = 20;
+}  // namespace
+
+QueueFacts::Type queue_type_from_argument(std::string_view value) {
+  if (value == "quorum") return QueueFacts::Type::quorum;
+  if (value == "classic") return QueueFacts::Type::classic;
+  if (value == "stream") return QueueFacts::Type::stream;
+  return QueueFacts::Type::unknown;
+}
+
+std::optional<std::uint32_t> broker_delivery_limit(const BrokerDeliveryLimit& policy,
+                                                   const QueueFacts& facts, int broker_major) {
+  switch (policy.kind) {
+    case BrokerDeliveryLimit::Kind::none:
+      return std::nullopt;
+    case BrokerDeliveryLimit::Kind::fixed:
+      return policy.value;
+    case BrokerDeliveryLimit::Kind::automatic:
+      break;
+  }
+  if (facts.type == QueueFacts::Type::classic) return std::nullopt;
+  if (facts.declared_limit) {
+    if (*facts.declared_limit < 0) return std::nullopt;
+    return static_cast<std::uint32_t>(
+        std::min<std::int64_t>(*facts.declared_limit, std::numeric_limits<std::uint32_t>::max()));
+  }
+  if (facts.type == QueueFacts::Type::quorum && broker_major >= 4) return kQuorumDefaultLimit4;
+  return std::nullopt;
+}
+
+QueueType declared_queue_type(QueueType policy, const QueueFacts& facts) {
+  if (policy != QueueType::same) return policy;
+  return facts.type == QueueFacts::Type::quorum ? QueueType::quorum : QueueType::classic;
+}
+
+QueueFacts& QueueFactsRegistry::slot(std::string_view queue) {
+  auto it = facts_.find(std::string(queue));
+  if (it != facts_.end()) return it->second;
+  while (!order_.empty() && facts_.size() >= max_queues_) {
+    facts_.erase(order_.front());
+    order_.pop_front();
+    ++forgotten_;
+  }
+  order_.emplace_back(queue);
+  return facts_[std::string(queue)];
+}
+
+void QueueFactsRegistry::on_declare(std::string_view queue, QueueFacts::Type type,
+                                    std::optional<std::int64_t> delivery_limit) {
+  if (queue.empty() || max_queues_ == 0) return;
+  std::lock_guard lock(mutex_);
+  QueueFacts& facts = slot(queue);
+  // A declaration without x-queue-type gets the broker's default type, which the proxy cannot
+  // see: what a delivery showed stays.
+  if (type != QueueFacts::Type::unknown) facts.type = type;
+  facts.declared_limit = delivery_limit;
+}
+
+void QueueFactsRegistry::on_delivery_count(std::string_view queue) {
+  if (queue.empty() || max_queues_ == 0) return;
+  std::lock_guard lock(mutex_);
+  QueueFacts& facts = slot(queue);
+  if (facts.type == QueueFacts::Type::unknown) facts.type = QueueFacts::Type::quorum;
+}
+
+QueueFacts QueueFactsRegistry::find(std::string_view queue) const {
+  std::lock_guard lock(mutex_);
+  auto it = facts_.find(std::string(queue));
+  return it == facts_.end() ? QueueFacts{} : it->second;
+}
+
+std::size_t QueueFactsRegistry::size() const {
+  std::lock_guard lock(mutex_);
+  return facts_.size();
+}
+
+std::uint64_t QueueFactsRegistry::forgotten() const {
+  std::lock_guard lock(mutex_);
+  return forgotten_;
+}
+
+}  // namespace nackguard::retry

@@ -1,0 +1,67 @@
+#pragma once
+// What the proxy knows of a queue from the traffic through it: its type and the delivery limit
+// it was declared with. Shared by all connections and bounded; with it, the pure rules that give
+// a queue's broker delivery limit and the type of the queues nackguard declares for it.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "proxy/retry/policy.hpp"
+
+namespace nackguard::retry {
+
+struct QueueFacts {
+  enum class Type : std::uint8_t { unknown, classic, quorum, stream };
+  Type type = Type::unknown;
+  // x-delivery-limit of a queue.declare that passed through the proxy, as given (negative: none).
+  std::optional<std::int64_t> declared_limit;
+  bool operator==(const QueueFacts&) const = default;
+};
+
+// The x-queue-type argument's value: "quorum", "classic", "stream"; anything else is unknown.
+QueueFacts::Type queue_type_from_argument(std::string_view value);
+
+// The broker's delivery limit in force on a queue, nullopt for none. In this order: the policy's
+// broker_delivery_limit; the x-delivery-limit the queue was declared with; 20 for a quorum
+// queue on RabbitMQ 4.0 or later (`broker_major`, 0 if unknown), which gives every quorum
+// queue that default; otherwise none.
+std::optional<std::uint32_t> broker_delivery_limit(const BrokerDeliveryLimit& policy,
+                                                   const QueueFacts& facts, int broker_major);
+
+// The type of the DLQ and delay queues nackguard declares for a queue: the policy's choice, or
+// with `same` the source queue's type as far as the proxy knows it (classic otherwise).
+QueueType declared_queue_type(QueueType policy, const QueueFacts& facts);
+
+// The facts of at most `max_queues` queues; past that the oldest learnt is forgotten.
+class QueueFactsRegistry {
+ public:
+  explicit QueueFactsRegistry(std::size_t max_queues = 10000) : max_queues_(max_queues) {}
+
+  // A queue.declare (not passive) with these arguments passed through the proxy.
+  void on_declare(std::string_view queue, QueueFacts::Type type,
+                  std::optional<std::int64_t> delivery_limit);
+  // A delivery from the queue carried x-delivery-count: only quorum queues count deliveries.
+  void on_delivery_count(std::string_view queue);
+  QueueFacts find(std::string_view queue) const;
+
+  std::size_t size() const;
+  std::size_t max_queues() const { return max_queues_; }
+  std::uint64_t forgotten() const;
+
+ private:
+  QueueFacts& slot(std::string_view queue);  // with mutex_ held
+
+  std::size_t max_queues_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, QueueFacts> facts_;
+  std::deque<std::string> order_;  // names in the order they were learnt
+  std::uint64_t forgotten_ = 0;
+};
+
+}  // namespace nackguard::retry

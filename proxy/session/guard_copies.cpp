@@ -1,0 +1,217 @@
+// The copies a Guard publishes for the deliveries it took over: delayed copies, dead-letters
+// and republishes into the message's own queue, and what happens once the broker confirmed
+// (or refused) them.
+
+#include <xxhash.h>
+
+#include <charconv>
+#include <cstdio>
+
+#include "proxy/session/guard.hpp"
+#include "proxy/session/identity.hpp"
+#include "proxy/session/raw_properties.hpp"
+
+namespace nackguard::session {
+
+namespace {
+
+// After a copy failed, how long its queue's messages go to the consumer unchanged. The proxy
+// channel retries a refused declaration after the same time.
+constexpr std::int64_t kCopiesFailingMs = 30000;
+
+std::uint64_t to_seconds(std::int64_t ms) {
+  return ms < 0 ? 0 : static_cast<std::uint64_t>(ms / 1000);
+}
+
+void set_quorum(amqp::FieldTable& arguments) {
+  arguments.set("x-queue-type", amqp::FieldValue::string("quorum"));
+}
+
+}  // namespace
+
+std::string delay_queue_name(std::string_view queue, retry::Millis ttl) {
+  constexpr std::size_t kMaxQueueName = 255;
+  constexpr std::size_t kKeptPrefix = 200;
+  std::string suffix = "." + std::to_string(ttl.count()) + "ms";
+  std::string name = "nackguard.delay.";
+  if (name.size() + queue.size() + suffix.size() <= kMaxQueueName) {
+    return name.append(queue).append(suffix);
+  }
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(queue.data(), queue.size())));
+  return name.append(queue.substr(0, kKeptPrefix)).append("~").append(hash).append(suffix);
+}
+
+QueueSpec dead_letter_queue_spec(std::string name, retry::QueueType type) {
+  QueueSpec spec;
+  spec.name = std::move(name);
+  spec.use_existing = true;  // an operator's own DLQ is used as it is
+  if (type == retry::QueueType::quorum) set_quorum(spec.arguments);
+  return spec;
+}
+
+QueueSpec delay_queue_spec(std::string_view queue, retry::Millis ttl, retry::QueueType type) {
+  QueueSpec spec;
+  spec.name = delay_queue_name(queue, ttl);
+  amqp::FieldTable& arguments = spec.arguments;
+  if (type == retry::QueueType::quorum) set_quorum(arguments);
+  arguments.set("x-message-ttl", amqp::FieldValue::i64(ttl.count()));
+  arguments.set("x-dead-letter-exchange", amqp::FieldValue::string(""));
+  arguments.set("x-dead-letter-routing-key", amqp::FieldValue::string(std::string(queue)));
+  if (type == retry::QueueType::quorum) {
+    // At-most-once (the default) would drop a copy whose move back to the source failed.
+    arguments.set("x-dead-letter-strategy", amqp::FieldValue::string("at-least-once"));
+    arguments.set("x-overflow", amqp::FieldValue::string("reject-publish"));
+  }
+  // Unused delay queues go away; redeclaring at least once per TTL keeps one that may still
+  // hold messages from expiring.
+  arguments.set("x-expires", amqp::FieldValue::i64(2 * ttl.count() + 60000));
+  spec.redeclare_after_ms = ttl.count();
+  return spec;
+}
+
+int major_version(std::string_view version) {
+  int major = 0;
+  auto [end, error] = std::from_chars(version.data(), version.data() + version.size(), major);
+  (void)end;
+  return error == std::errc() && major > 0 ? major : 0;
+}
+
+bool Guard::needs_copy(const Intent& intent) {
+  return intent.decision.action != retry::Action::dead_letter ||
+         intent.policy->dead_letter.via == retry::DeadLetter::Via::publish;
+}
+
+bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& request,
+                       const char*& cause, const char*& detail) {
+  const retry::Policy& policy = *intent.policy;
+  std::int64_t now = context_.now_ms();
+  request.job = intent.job = ++next_job_;
+  request.body = d.body;
+  request.deadline_ms = now + context_.settings().confirm_timeout.count();
+  RawProperties props;
+  if (!decode_properties(d.header_payload, props)) {
+    cause = "malformed_properties";
+    detail = "the message's properties could not be decoded";
+    return false;
+  }
+  // The proxy's headers, in the order they are written.
+  std::vector<HeaderEdit> edits;
+  edits.push_back({kReturnsHeader, amqp::FieldValue::i64(intent.decision.returns)});
+  // A return during an outage is not counted and may have no first return time yet.
+  std::int64_t first_return = intent.first_return_ms != 0 ? intent.first_return_ms : now;
+  std::int64_t last_return = intent.last_return_ms != 0 ? intent.last_return_ms : now;
+  edits.push_back({kFirstReturnHeader, amqp::FieldValue::timestamp(to_seconds(first_return))});
+  edits.push_back({kOriginalExchangeHeader, amqp::FieldValue::string(d.exchange), true});
+  edits.push_back({kOriginalRoutingKeyHeader, amqp::FieldValue::string(d.routing_key), true});
+  retry::QueueType type =
+      retry::declared_queue_type(policy.queue_type, context_.queue_facts().find(intent.queue));
+  switch (intent.decision.action) {
+    case retry::Action::dead_letter:
+      edits.push_back({kReasonHeader, amqp::FieldValue::string(
+                                          std::string(retry::to_string(intent.decision.reason)))});
+      edits.push_back({kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return))});
+      edits.push_back({kQueueHeader, amqp::FieldValue::string(intent.queue)});
+      request.exchange = policy.dead_letter.exchange;
+      request.routing_key = policy.dead_letter.routing_key_for(intent.queue);
+      if (request.exchange.empty())
+        request.ensure = dead_letter_queue_spec(request.routing_key, type);
+      break;
+    case retry::Action::republish:
+      // Back to the tail of its own queue, which exists: it was just delivered from it.
+      request.exchange = "";
+      request.routing_key = intent.queue;
+      break;
+    case retry::Action::delay:
+    case retry::Action::forward:
+      request.ensure = delay_queue_spec(intent.queue, intent.decision.delay, type);
+      request.exchange = "";
+      request.routing_key = request.ensure->name;
+      break;
+  }
+  request.header = std::move(props.header);
+  if (!props.opaque) {
+    amqp::BasicProperties& properties = request.header.properties;
+    if (!properties.headers) properties.headers.emplace();
+    apply_edits(*properties.headers, edits);
+    return true;
+  }
+  // A table the codec cannot re-encode: the copy carries the original property bytes, the
+  // proxy's headers edited in at the top level only.
+  constexpr std::size_t kHeaderFixed = 12;  // class, weight, body size
+  if (!copy_properties(d.header_payload, props, edits, request.raw_properties) ||
+      (session_->frame_max() != 0 &&
+       kHeaderFixed + request.raw_properties.size() + amqp::kFrameOverhead >
+           session_->frame_max())) {
+    cause = "malformed_properties";
+    detail = "the message's properties could not be copied into one content header frame";
+    return false;
+  }
+  return true;
+}
+
+void Guard::execute(const Delivery& d) {
+  DeliveryKey dkey{d.channel, d.broker_tag};
+  auto it = intents_.find(dkey);
+  if (it == intents_.end()) return;
+  Intent& intent = it->second;
+  bool dead_letter = intent.decision.action == retry::Action::dead_letter;
+
+  if (dead_letter && intent.policy->dead_letter.via == retry::DeadLetter::Via::reject) {
+    session_->settle_withheld(d.channel, d.broker_tag, SettleKind::reject, false);
+    context_.tracker().erase(intent.key);
+    context_.listener().on_requeue(intent.queue, retry::Action::dead_letter);
+    context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
+                                       intent.decision.reason);
+    intents_.erase(it);
+    return;
+  }
+  if (!d.body || d.body->bytes.size() != d.body_size) {
+    give_back(dkey, intent, "body_not_retained",
+              "the body could not be kept within limits.retained_body_bytes");
+    return;
+  }
+  PublishRequest request;
+  const char* cause = nullptr;
+  const char* detail = nullptr;
+  if (!build_copy(d, intent, request, cause, detail)) {
+    give_back(dkey, intent, cause, detail);
+    return;
+  }
+  jobs_[request.job] = dkey;
+  proxy_.publish(std::move(request), context_.now_ms());
+}
+
+void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
+  auto job_it = jobs_.find(job);
+  if (job_it == jobs_.end()) return;
+  DeliveryKey dkey = job_it->second;
+  jobs_.erase(job_it);
+  auto it = intents_.find(dkey);
+  if (it == intents_.end() || it->second.job != job) return;
+  Intent& intent = it->second;
+  if (!ok) {
+    context_.mark_copies_failing(intent.queue, context_.now_ms() + kCopiesFailingMs);
+    give_back(dkey, intent, "republish_failed", why);
+    return;
+  }
+  session_->settle_withheld(dkey.first, dkey.second, SettleKind::ack, false);
+  context_.listener().on_requeue(intent.queue, intent.decision.action);
+  if (intent.decision.action == retry::Action::dead_letter) {
+    context_.tracker().erase(intent.key);
+    context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
+                                       intent.decision.reason);
+  }
+  intents_.erase(it);
+}
+
+void Guard::give_back(const DeliveryKey& dkey, const Intent& intent, std::string_view cause,
+                      std::string_view detail) {
+  session_->settle_withheld(dkey.first, dkey.second, intent.fallback, true);
+  context_.listener().on_fallback(intent.queue, cause, detail);
+  context_.listener().on_requeue(intent.queue, retry::Action::forward);
+  intents_.erase(dkey);
+}
+
+}  // namespace nackguard::session

@@ -1,0 +1,72 @@
+// The policy keys about the broker's own queues: broker_delivery_limit and queue_type, their
+// errors, and the --check-config warning about RabbitMQ 4.0's default delivery limit.
+
+#include <gtest/gtest.h>
+
+#include "config/config_test_support.hpp"
+#include "proxy/config/policy_loader.hpp"
+
+namespace nackguard::config {
+namespace {
+
+using retry::BrokerDeliveryLimit;
+using retry::QueueType;
+using testing::config_error_of;
+
+retry::Policy parse(std::string_view text) {
+  return parse_policy(text, "p.yaml");
+}
+
+std::string error_for(std::string_view text) {
+  return config_error_of([&] { parse(text); });
+}
+
+TEST(BrokerDeliveryLimitKey, Values) {
+  EXPECT_EQ(parse("queue: q\n").broker_delivery_limit, BrokerDeliveryLimit{});
+  EXPECT_EQ(parse("queue: q\nbroker_delivery_limit: 5\n").broker_delivery_limit,
+            (BrokerDeliveryLimit{BrokerDeliveryLimit::Kind::fixed, 5}));
+  EXPECT_EQ(parse("queue: q\nbroker_delivery_limit: 0\n").broker_delivery_limit,
+            (BrokerDeliveryLimit{BrokerDeliveryLimit::Kind::fixed, 0}));
+  EXPECT_EQ(parse("queue: q\nbroker_delivery_limit: none\n").broker_delivery_limit.kind,
+            BrokerDeliveryLimit::Kind::none);
+  EXPECT_EQ(parse("queue: q\nbroker_delivery_limit: auto\n").broker_delivery_limit.kind,
+            BrokerDeliveryLimit::Kind::automatic);
+}
+
+TEST(BrokerDeliveryLimitKey, Errors) {
+  EXPECT_EQ(error_for("queue: q\nbroker_delivery_limit: -1\n"),
+            "p.yaml:2:24: broker_delivery_limit: expected a number of returns such as 20, none, "
+            "or auto, got -1; write none for a queue without a limit");
+  EXPECT_EQ(error_for("queue: q\nbroker_delivery_limit: [3]\n").substr(0, 60),
+            "p.yaml:2:24: broker_delivery_limit: expected a number of ret");
+  EXPECT_NE(error_for("queue: q\nbroker_delivery_limit: lots\n").find("p.yaml:2:24: "),
+            std::string::npos);
+}
+
+TEST(QueueTypeKey, Values) {
+  EXPECT_EQ(parse("queue: q\n").queue_type, QueueType::same);
+  EXPECT_EQ(parse("queue: q\nqueue_type: quorum\n").queue_type, QueueType::quorum);
+  EXPECT_EQ(parse("queue: q\nqueue_type: classic\n").queue_type, QueueType::classic);
+  EXPECT_EQ(parse("queue: q\nqueue_type: same\n").queue_type, QueueType::same);
+  const std::string error = error_for("queue: q\nqueue_type: qourum\n");
+  EXPECT_EQ(error.substr(0, 25), "p.yaml:2:13: queue_type: ");
+  EXPECT_NE(error.find("quorum"), std::string::npos);
+}
+
+TEST(PolicyWarnings, MaxRedeliveriesAtTheQuorumDefaultLimit) {
+  retry::Policy under = parse("queue: a\nmax_redeliveries: 19\n");
+  retry::Policy at = parse("queue: b\nmax_redeliveries: 20\n");
+  retry::Policy none = parse("queue: c\nmax_redeliveries: 30\nbroker_delivery_limit: none\n");
+  retry::Policy fixed = parse("queue: d\nmax_redeliveries: 30\nbroker_delivery_limit: 50\n");
+  const std::vector<std::string> warnings =
+      policy_warnings(retry::PolicySet({under, at, none, fixed}));
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(warnings[0].substr(0, 50), "warning: p.yaml: max_redeliveries: 20 is at or pas");
+  EXPECT_NE(warnings[0].find("broker_delivery_limit"), std::string::npos);
+  EXPECT_EQ(warnings[1].substr(0, 38), "warning: p.yaml: max_redeliveries: 30 ");
+  // The built-in default (10) warns of nothing.
+  EXPECT_TRUE(policy_warnings(retry::PolicySet()).empty());
+}
+
+}  // namespace
+}  // namespace nackguard::config

@@ -1,0 +1,80 @@
+#include "proxy/retry/queue_facts.hpp"
+
+#include <gtest/gtest.h>
+
+namespace nackguard::retry {
+namespace {
+
+using Kind = BrokerDeliveryLimit::Kind;
+using Type = QueueFacts::Type;
+
+QueueFacts quorum(std::optional<std::int64_t> declared = std::nullopt) {
+  return QueueFacts{Type::quorum, declared};
+}
+
+TEST(BrokerDeliveryLimit, PolicyKeyComesFirst) {
+  EXPECT_EQ(broker_delivery_limit({Kind::fixed, 5}, quorum(3), 4), 5u);
+  EXPECT_EQ(broker_delivery_limit({Kind::fixed, 5}, QueueFacts{}, 3), 5u);
+  EXPECT_EQ(broker_delivery_limit({Kind::none, 0}, quorum(3), 4), std::nullopt);
+}
+
+TEST(BrokerDeliveryLimit, ThenTheDeclaredArgument) {
+  EXPECT_EQ(broker_delivery_limit({}, quorum(3), 3), 3u);
+  EXPECT_EQ(broker_delivery_limit({}, quorum(50), 4), 50u);
+  EXPECT_EQ(broker_delivery_limit({}, quorum(-1), 4), std::nullopt);  // -1 turns it off on 4.x
+  EXPECT_EQ(broker_delivery_limit({}, QueueFacts{Type::unknown, 7}, 3), 7u);
+}
+
+TEST(BrokerDeliveryLimit, ThenTwentyOnQuorumQueuesOfFourOrLater) {
+  EXPECT_EQ(broker_delivery_limit({}, quorum(), 4), 20u);
+  EXPECT_EQ(broker_delivery_limit({}, quorum(), 5), 20u);
+  EXPECT_EQ(broker_delivery_limit({}, quorum(), 3), std::nullopt);  // 3.x: no default limit
+  EXPECT_EQ(broker_delivery_limit({}, quorum(), 0), std::nullopt);  // version unknown
+  EXPECT_EQ(broker_delivery_limit({}, QueueFacts{Type::classic, std::nullopt}, 4), std::nullopt);
+  EXPECT_EQ(broker_delivery_limit({}, QueueFacts{}, 4), std::nullopt);
+}
+
+TEST(DeclaredQueueType, SameFollowsTheSource) {
+  EXPECT_EQ(declared_queue_type(QueueType::same, quorum()), QueueType::quorum);
+  EXPECT_EQ(declared_queue_type(QueueType::same, QueueFacts{}), QueueType::classic);
+  EXPECT_EQ(declared_queue_type(QueueType::classic, quorum()), QueueType::classic);
+  EXPECT_EQ(declared_queue_type(QueueType::quorum, QueueFacts{}), QueueType::quorum);
+}
+
+TEST(QueueFactsRegistry, LearnsFromDeclaresAndDeliveries) {
+  QueueFactsRegistry registry(10);
+  registry.on_declare("orders", Type::quorum, 5);
+  EXPECT_EQ(registry.find("orders"), quorum(5));
+  registry.on_delivery_count("jobs");
+  EXPECT_EQ(registry.find("jobs").type, Type::quorum);
+  // A declaration without x-queue-type keeps what a delivery showed.
+  registry.on_declare("jobs", Type::unknown, std::nullopt);
+  EXPECT_EQ(registry.find("jobs").type, Type::quorum);
+  registry.on_declare("plain", Type::classic, std::nullopt);
+  registry.on_delivery_count("plain");
+  EXPECT_EQ(registry.find("plain").type, Type::classic);
+  EXPECT_EQ(registry.find("unknown"), QueueFacts{});
+  registry.on_declare("", Type::quorum, 1);  // a server-named queue: nothing to remember
+  EXPECT_EQ(registry.size(), 3u);
+}
+
+TEST(QueueFactsRegistry, BoundedOldestForgotten) {
+  QueueFactsRegistry registry(2);
+  registry.on_declare("a", Type::quorum, std::nullopt);
+  registry.on_declare("b", Type::quorum, std::nullopt);
+  registry.on_declare("c", Type::quorum, std::nullopt);
+  EXPECT_EQ(registry.size(), 2u);
+  EXPECT_EQ(registry.forgotten(), 1u);
+  EXPECT_EQ(registry.find("a"), QueueFacts{});
+  EXPECT_EQ(registry.find("c").type, Type::quorum);
+}
+
+TEST(QueueFacts, TypeArgument) {
+  EXPECT_EQ(queue_type_from_argument("quorum"), Type::quorum);
+  EXPECT_EQ(queue_type_from_argument("classic"), Type::classic);
+  EXPECT_EQ(queue_type_from_argument("stream"), Type::stream);
+  EXPECT_EQ(queue_type_from_argument("Quorum"), Type::unknown);
+}
+
+}  // namespace
+}  // namespace nackguard::retry
