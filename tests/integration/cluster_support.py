@@ -257,8 +257,9 @@ class ReconnectingConsumer:
     """A pika consumer through `port` that reconnects whenever its connection ends, as a
     consumer of a cluster behind one endpoint does.
 
-    decide(consumer, delivery) returns "ack", "nack" (requeue=True) or None (leave it
-    unsettled); deliveries are redelivery_support.Delivery-like tuples (label, tag,
+    decide(consumer, delivery) returns "ack", "nack" (requeue=True), "cancel-nack" (cancel
+    the consumer first, so that the requeued message stays in the queue until the next
+    connection consumes again) or None (leave it unsettled); deliveries are redelivery_support.Delivery-like tuples (label, tag,
     redelivered, props, body, time). `closes` records (reply_code, reply_text) of every
     connection.close the consumer got, `connect_errors` every failed (re)connect.
     """
@@ -295,6 +296,9 @@ class ReconnectingConsumer:
         if action == "ack":
             ch.basic_ack(method.delivery_tag)
         elif action == "nack":
+            ch.basic_nack(method.delivery_tag, multiple=False, requeue=True)
+        elif action == "cancel-nack":
+            ch.basic_cancel(method.consumer_tag)
             ch.basic_nack(method.delivery_tag, multiple=False, requeue=True)
         elif action is not None:
             raise ValueError(action)

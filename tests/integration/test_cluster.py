@@ -10,9 +10,12 @@ a. failover: a consumer (prefetch 50) acks 2,000 messages; when it has acked 500
    serving its upstream connection is stopped. It gets connection.close 320, reconnects through
    the same nackguard to a live node and gets every remaining message: all 2,000 acked, at
    most the prefetch duplicated, the queue empty.
-b. the limit holds: max_redeliveries 4, a poison nacked with requeue; its third delivery is
-   held when its node is stopped (a crash return, counted like a nack). After the reconnect
-   it is delivered exactly 5 times in all, then it is in <queue>.dlq and not in the queue.
+b. the limit holds: max_redeliveries 4, a poison nacked with requeue every time. After its
+   second nack (the consumer cancelled first, so it waits in the queue) the node serving the
+   upstream connection is stopped; the consumer reconnects, to another node, and the poison
+   is delivered exactly 5 times in all, then it is in <queue>.dlq and not in the queue.
+   b2: held (unsettled) when its node is stopped instead, that return is the broker's, not
+   the consumer's, and is not counted: exactly 6 deliveries, then the DLQ.
 c. a delayed copy survives its node: requeue delayed, backoff 10 s, queue_type quorum. The
    node holding the delay queue's leader is stopped while the copy waits; the copy comes back
    from another node 10 s after the nack (less than 8 s late), once, and is acked.
@@ -163,11 +166,53 @@ class ClusterTest(ops.OpsTest):
         self.broker.publish(queue, [(b"poison", props(message_id=poison_id, delivery_mode=2))])
         proxy = self.start_cluster_proxy({"q.yaml": rs.policy_yaml(
             queue, max_redeliveries=max_redeliveries, rate=NO_RATE_LIMITS)})
+        state = {"stopped": None, "idle": False}
+
+        def decide(consumer, delivery):
+            if len(consumer.deliveries) == 2 and state["stopped"] is None:
+                state["idle"] = True  # nacked and back in the queue, nothing consumes it
+                return "cancel-nack"
+            return "nack"
+
+        def tick():
+            if state["idle"] and state["stopped"] is None:
+                self.stop_serving_node(proxy, state)
+
+        consumer = self.consumer(proxy, queue, decide, prefetch=10)
+        consumer.run_until(lambda: len(consumer.deliveries) >= max_redeliveries + 1,
+                           timeout=60, tick=tick)
+        consumer.poll(3.0)  # a further delivery would show here
+        after = cs.serving_nodes(proxy)
+        consumer.close()
+
+        self.assertIsNotNone(state["stopped"], "the node was never stopped")
+        self.assertEqual(consumer.closes[0][0], FORCED, consumer.closes)
+        self.assertNotIn(state["stopped"], after, "the reconnect went to the stopped node")
+        self.assertEqual(len(consumer.deliveries), max_redeliveries + 1,
+                         [(d[0], d[2]) for d in consumer.deliveries])
+        dlq = f"{queue}.dlq"
+        self.assertEqual(cs.wait_for(lambda: self.broker.message_count(dlq) == 1, 10), True,
+                         f"{dlq} holds {self.broker.message_count(dlq)} messages")
+        [(_, dead_props, body)] = self.broker.get_all(dlq)
+        self.assertEqual((body, dead_props.message_id), (b"poison", poison_id))
+        self.assertEqual(self.broker.message_count(queue), 0)
+
+    def test_b2_a_return_caused_by_the_node_is_not_the_consumers(self):
+        # The poison's third delivery is held, unsettled, when its node is stopped: the
+        # broker takes it back, but no consumer failed it, so nackguard does not count that
+        # return (ReturnCause::broker_lost). One delivery more than with nacks only, exactly.
+        max_redeliveries = 4
+        queue = self.queue_name("held")
+        self.declare_quorum(queue)
+        poison_id = "poison-" + uuid.uuid4().hex
+        self.broker.publish(queue, [(b"poison", props(message_id=poison_id, delivery_mode=2))])
+        proxy = self.start_cluster_proxy({"q.yaml": rs.policy_yaml(
+            queue, max_redeliveries=max_redeliveries, rate=NO_RATE_LIMITS)})
         state = {"stopped": None, "holding": False}
 
         def decide(consumer, delivery):
             if len(consumer.deliveries) == 3 and state["stopped"] is None:
-                state["holding"] = True  # unsettled when its node goes down
+                state["holding"] = True
                 return None
             return "nack"
 
@@ -176,20 +221,15 @@ class ClusterTest(ops.OpsTest):
                 self.stop_serving_node(proxy, state)
 
         consumer = self.consumer(proxy, queue, decide, prefetch=10)
-        consumer.run_until(lambda: len(consumer.deliveries) >= max_redeliveries + 1,
+        consumer.run_until(lambda: len(consumer.deliveries) >= max_redeliveries + 2,
                            timeout=60, tick=tick)
-        consumer.poll(3.0)  # a further delivery would show here
+        consumer.poll(3.0)
         consumer.close()
-
-        self.assertIsNotNone(state["stopped"], "the node was never stopped")
         self.assertEqual(consumer.closes[0][0], FORCED, consumer.closes)
-        self.assertEqual(len(consumer.deliveries), max_redeliveries + 1,
+        self.assertEqual(len(consumer.deliveries), max_redeliveries + 2,
                          [(d[0], d[2]) for d in consumer.deliveries])
         dlq = f"{queue}.dlq"
-        self.assertEqual(cs.wait_for(lambda: self.broker.message_count(dlq) == 1, 10), True,
-                         f"{dlq} holds {self.broker.message_count(dlq)} messages")
-        [(_, dead_props, body)] = self.broker.get_all(dlq)
-        self.assertEqual((body, dead_props.message_id), (b"poison", poison_id))
+        self.assertEqual(cs.wait_for(lambda: self.broker.message_count(dlq) == 1, 10), True)
         self.assertEqual(self.broker.message_count(queue), 0)
 
     # ------------------------------------------------------------ c. a delayed copy
