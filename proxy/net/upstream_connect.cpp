@@ -52,52 +52,67 @@ asio::awaitable<std::optional<std::string>> connect_tcp(tcp::socket& socket,
   co_return std::nullopt;
 }
 
-std::string ip_of(const tcp::endpoint& endpoint) {
-  return endpoint.address().to_string();
+// The TLS handshake over a connected `stream`, within `deadline`; logged when it fails.
+asio::awaitable<bool> handshake(Stream& stream, const UpstreamAddress& address,
+                                const UpstreamConnectOptions& options, Clock::time_point deadline,
+                                std::uint64_t conn) {
+  expect_broker_identity(stream.start_tls(*options.tls->upstream).native_handle(), *options.tls,
+                         address.host);
+  auto failure =
+      co_await stream.handshake(asio::ssl::stream_base::client, deadline, TlsPeer::broker);
+  if (!failure) co_return true;
+  if (failure->timed_out) {
+    spdlog::warn(
+        "conn {}: the TLS handshake with upstream {} did not complete within {} ms "
+        "(upstream.connect_timeout)",
+        conn, address.name, options.connect_timeout.count());
+  } else {
+    spdlog::warn("conn {}: TLS handshake with upstream {} failed: {}", conn, address.name,
+                 failure->reason);
+  }
+  co_return false;
 }
 
 // One address: each IP in turn, the TCP connect and the TLS handshake within connect_timeout.
-// nullopt when `stream` is connected; else what went wrong, worded for the log.
-asio::awaitable<std::optional<std::string>> try_address(Stream& stream,
-                                                        const UpstreamAddress& address,
-                                                        const UpstreamConnectOptions& options) {
+// True when `stream` is connected; every failure is logged.
+asio::awaitable<bool> try_address(Stream& stream, const UpstreamAddress& address,
+                                  const UpstreamConnectOptions& options, std::uint64_t conn) {
   Resolved resolved = co_await resolve(address);
-  if (resolved.problem) co_return *resolved.problem + "; check " + options.upstreams->config_key();
-  std::string problems;
+  if (resolved.problem) {
+    spdlog::warn("conn {}: {}; check {}", conn, *resolved.problem, options.upstreams->config_key());
+    co_return false;
+  }
+  std::string refused;  // "IP: why" of each IP whose TCP connect failed
   for (const auto& entry : resolved.endpoints) {
     const tcp::endpoint endpoint = entry.endpoint();
     stream.reset();
     const auto deadline = Clock::now() + options.connect_timeout;
     std::optional<std::string> problem = co_await connect_tcp(stream.tcp(), endpoint, deadline);
-    if (problem && *problem == "timed out") {
-      problem = "timed out after " + std::to_string(options.connect_timeout.count()) +
-                " ms (upstream.connect_timeout)";
-    }
-    if (!problem && options.tls && options.tls->upstream) {
-      boost::system::error_code ignored;
-      stream.tcp().set_option(tcp::no_delay(true), ignored);
-      expect_broker_identity(stream.start_tls(*options.tls->upstream).native_handle(), *options.tls,
-                             address.host);
-      auto failure =
-          co_await stream.handshake(asio::ssl::stream_base::client, deadline, TlsPeer::broker);
-      if (failure) {
-        problem = failure->timed_out ? "the TLS handshake did not complete within " +
-                                           std::to_string(options.connect_timeout.count()) +
-                                           " ms (upstream.connect_timeout)"
-                                     : "TLS handshake failed: " + failure->reason;
+    if (problem) {
+      if (*problem == "timed out") {
+        *problem = "timed out after " + std::to_string(options.connect_timeout.count()) +
+                   " ms (upstream.connect_timeout)";
       }
+      if (!refused.empty()) refused += ", ";
+      refused += endpoint.address().to_string() + ": " + *problem;
+      continue;
     }
-    if (!problem) {
-      boost::system::error_code ignored;
-      stream.tcp().set_option(tcp::no_delay(true), ignored);
-      co_return std::nullopt;
+    boost::system::error_code ignored;
+    stream.tcp().set_option(tcp::no_delay(true), ignored);
+    if (!options.tls || !options.tls->upstream ||
+        co_await handshake(stream, address, options, deadline, conn)) {
+      co_return true;
     }
-    if (!problems.empty()) problems += ", ";
-    problems += ip_of(endpoint) + ": " + *problem;
   }
   stream.reset();
-  if (problems.empty()) problems = "the name resolves to no address";
-  co_return problems;
+  if (!refused.empty()) {
+    spdlog::warn("conn {}: cannot connect to upstream {} ({}); is the broker up?", conn,
+                 address.name, refused);
+  } else if (resolved.endpoints.empty()) {
+    spdlog::warn("conn {}: upstream {} resolves to no address; check {}", conn, address.name,
+                 options.upstreams->config_key());
+  }
+  co_return false;
 }
 
 }  // namespace
@@ -109,16 +124,13 @@ asio::awaitable<std::optional<std::size_t>> connect_upstream(Stream& stream,
   const std::vector<std::size_t> plan = upstreams.picker().plan();
   for (std::size_t i : plan) {
     const UpstreamAddress& address = upstreams.addresses()[i];
-    std::optional<std::string> problem = co_await try_address(stream, address, options);
-    if (!problem) {
+    if (co_await try_address(stream, address, options, conn)) {
       upstreams.picker().succeeded(i);
       spdlog::debug("conn {}: connected to upstream {}", conn, address.name);
       co_return i;
     }
     upstreams.picker().failed(i);
     if (options.metrics) options.metrics->upstream_connect_failed(i);
-    spdlog::warn("conn {}: cannot connect to upstream {} ({}); is the broker up?", conn,
-                 address.name, *problem);
   }
   if (options.metrics) options.metrics->upstream_unavailable();
   if (upstreams.addresses().size() > 1) {
