@@ -6,6 +6,8 @@ queue here is a quorum queue replicated on the three nodes (x-quorum-initial-gro
 published to directly with confirms; every nackguard lists the three nodes in
 upstream.addresses, and its upstream_connections gauge says which node serves a connection.
 
+0. six client connections through one nackguard: two upstream connections on each node (its
+   upstream_connections gauge and the broker's list_connections agree), none failed.
 a. failover: a consumer (prefetch 50) acks 2,000 messages; when it has acked 500, the node
    serving its upstream connection is stopped. It gets connection.close 320, reconnects through
    the same nackguard to a live node and gets every remaining message: all 2,000 acked, at
@@ -29,8 +31,8 @@ Case (c) needs the policy key queue_type and quorum delay queues (issue 11, sect
 """
 
 import collections
+import json
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -110,6 +112,32 @@ class ClusterTest(ops.OpsTest):
         c = cs.ReconnectingConsumer(proxy.port, queue, decide, prefetch=prefetch)
         self.addCleanup(c.close)
         return c
+
+    # ------------------------------------------------------------ 0. the spread
+
+    def test_0_connections_spread_over_the_nodes(self):
+        self.broker.close()  # so that the broker lists only the proxy's connections
+        proxy = self.start_cluster_proxy({})
+        conns = []
+        for _ in range(6):
+            conn = harness.connect(proxy.port)
+            self.addCleanup(harness.close_connection, conn, 3)
+            conns.append(conn)
+        self.assertEqual(cs.serving_nodes(proxy), {node: 2 for node in cs.NODES})
+        # The broker sees the same: two connections on each node's AMQP port.
+        rows = json.loads(cs.ctl(cs.NODES[0], "-q", "list_connections", "port",
+                                 "--formatter", "json"))
+        ports = collections.Counter(row["port"] for row in rows)
+        self.assertEqual({node.port: ports[node.port] for node in cs.NODES},
+                         {node.port: 2 for node in cs.NODES})
+        for conn in conns:
+            harness.close_connection(conn)
+        page = proxy.wait_metric("nackguard_upstream_connections", 0, timeout=3,
+                                 address=cs.NODES[2].address)
+        self.assertEqual([v for _, v in page.series("nackguard_upstream_connections")],
+                         [0, 0, 0])
+        self.assertEqual(sum(v for _, v in page.series(
+            "nackguard_upstream_connect_failures_total")), 0)
 
     # ------------------------------------------------------------ a. failover
 
