@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# The single test command: install dependencies, build, start a private
-# RabbitMQ node, run every test with ctest.
+# The single test command: install dependencies, build, start the private
+# RabbitMQ nodes (3.10.8 and 4.0.5), run every test with ctest.
 #
 #   tests/run.sh [ctest args...]        e.g. tests/run.sh -L unit
+#   NACKGUARD_TEST_BROKERS=3.10 tests/run.sh   only the 3.10 node, and every test but those
+#                                              against 4.0 (named *.rmq40 or *.rmq40.*)
+#   NACKGUARD_TEST_BROKERS=4.0 tests/run.sh    only the 4.0 node and the tests against it
+#                                              (e.g. integration.test_redelivery.rmq40)
 #
 # Environment:
 #   NACKGUARD_BUILD_DIR       build directory (default: build)
 #   NACKGUARD_JOBS            parallel build jobs (default: 2)
-#   NACKGUARD_TEST_KEEP_NODE=1  leave the RabbitMQ node running afterwards
-#                             (the next run reuses it and saves its boot time)
-#   NACKGUARD_TEST_RABBITMQ_FRESH=0  keep the node's queues/users from an
+#   NACKGUARD_TEST_BROKERS    which RabbitMQ versions to start and test against: 3.10, 4.0,
+#                             or both (default; also written "3.10,4.0")
+#   NACKGUARD_TEST_KEEP_NODE=1  leave the RabbitMQ nodes running afterwards
+#                             (the next run reuses them and saves their boot time)
+#   NACKGUARD_TEST_RABBITMQ_FRESH=0  keep the nodes' queues/users from an
 #                             earlier run (default: wipe them when starting)
 #   NACKGUARD_TEST_NODE, NACKGUARD_TEST_BROKER_PORT, NACKGUARD_TEST_DIST_PORT,
-#   NACKGUARD_TEST_EPMD_PORT  see tests/rabbitmq-node.sh
+#   NACKGUARD_TEST_EPMD_PORT  the 3.10 node (build/rabbitmq); see tests/rabbitmq-node.sh
+#   NACKGUARD_TEST40_NODE, NACKGUARD_TEST40_BROKER_PORT, NACKGUARD_TEST40_DIST_PORT,
+#   NACKGUARD_TEST40_EPMD_PORT  the 4.0 node (build/rabbitmq-4.0; nackguard-test40@localhost,
+#                             37672, 37673, 37369); exported for the tests as
+#                             NACKGUARD_TEST40_* beside the 3.10 node's NACKGUARD_TEST_*
+#   NACKGUARD_TEST_ROOTFS     the Debian 13 root file system the 4.0 node runs in (default:
+#                             build/rootfs-trixie; built with debootstrap, about 2 minutes,
+#                             while the C++ build runs, and kept for the next run)
 #   NACKGUARD_EXTRA_CHECKS    which checks run after the main suite, comma-separated:
 #                             asan (codec, retry and session unit tests and the integration
 #                             tests, built with AddressSanitizer and UndefinedBehaviorSanitizer), tsan (tracker and session
@@ -50,19 +63,66 @@ fi
 step "dependencies"
 "$root/deploy/install-deps.sh"
 
-# Boot the node (5-10 s) while the build runs. The node must not inherit the
-# lock (fd 9), or the lock would live as long as the node.
-node_started=0
-node_start_pid=
-node_start_log="$build_dir/rabbitmq-start.log"
-if "$node_script" status "$node_dir" >/dev/null 2>&1 9>&-; then
-  echo "tests/run.sh: reusing the RabbitMQ node already running in $node_dir"
-else
-  node_started=1
-  NACKGUARD_TEST_RABBITMQ_FRESH=${NACKGUARD_TEST_RABBITMQ_FRESH:-1} \
-    "$node_script" start "$node_dir" >"$node_start_log" 2>&1 9>&- &
-  node_start_pid=$!
-fi
+brokers=${NACKGUARD_TEST_BROKERS:-both}
+case "$brokers" in
+  both | "3.10,4.0" | "4.0,3.10" | "3.10 4.0") brokers="3.10,4.0" ;;
+  3.10 | 4.0) ;;
+  *)
+    echo "tests/run.sh: NACKGUARD_TEST_BROKERS='$brokers': use 3.10, 4.0 or both" >&2
+    exit 2
+    ;;
+esac
+wants_broker() { [[ ,$brokers, == *,$1,* ]]; }
+# A test against the 4.0 node has ".rmq40" as a part of its name (tests/CMakeLists.txt).
+# With 4.0 alone the filter is a -R, which a -R among the ctest arguments replaces.
+rmq40_regex='[.]rmq40([.]|$)'
+broker_filter=()
+if [[ $brokers == 3.10 ]]; then broker_filter=(-E "$rmq40_regex"); fi
+if [[ $brokers == 4.0 ]]; then broker_filter=(-R "$rmq40_regex"); fi
+
+node40_dir="$build_dir/rabbitmq-4.0"
+port40=${NACKGUARD_TEST40_BROKER_PORT:-37672}
+name40=${NACKGUARD_TEST40_NODE:-nackguard-test40@localhost}
+# The 4.0 node's settings, whatever NACKGUARD_TEST_* say about the 3.10 node.
+node40() {
+  NACKGUARD_TEST_RABBITMQ_VERSION=4.0 \
+    NACKGUARD_TEST_ROOTFS=${NACKGUARD_TEST_ROOTFS:-$build_dir/rootfs-trixie} \
+    NACKGUARD_TEST_NODE=$name40 \
+    NACKGUARD_TEST_BROKER_PORT=$port40 \
+    NACKGUARD_TEST_DIST_PORT=${NACKGUARD_TEST40_DIST_PORT:-37673} \
+    NACKGUARD_TEST_EPMD_PORT=${NACKGUARD_TEST40_EPMD_PORT:-37369} \
+    NACKGUARD_TEST_START_TIMEOUT=${NACKGUARD_TEST_START_TIMEOUT:-120} \
+    "$node_script" "$@"
+}
+node310() { NACKGUARD_TEST_RABBITMQ_VERSION=3.10 "$node_script" "$@"; }
+
+# Boot the nodes (5-10 s; the 4.0 node's first run also builds its root file system, about
+# 2 minutes of mostly network) while the build runs. A node must not inherit the lock
+# (fd 9), or the lock would live as long as the node. Each start's output goes to
+# DIR-start.log and its exit status to DIR-start.status.
+nodes_started=()  # "version dir" of each node this run started
+node_start_pids=()
+start_node() { # version dir
+  local version=$1 dir=$2 fn=node310
+  [[ $version == 4.0 ]] && fn=node40
+  if "$fn" status "$dir" >/dev/null 2>&1 9>&-; then
+    echo "tests/run.sh: reusing the RabbitMQ $version node already running in $dir"
+    return 0
+  fi
+  nodes_started+=("$version $dir")
+  rm -f "$dir-start.status"
+  {
+    local t0=$SECONDS status=0
+    NACKGUARD_TEST_RABBITMQ_FRESH=${NACKGUARD_TEST_RABBITMQ_FRESH:-1} "$fn" start "$dir" ||
+      status=$?
+    echo "tests/run.sh: the RabbitMQ $version node's start took $((SECONDS - t0))s" \
+      "(exit $status)"
+    echo "$status" >"$dir-start.status"
+  } >"$dir-start.log" 2>&1 9>&- &
+  node_start_pids+=($!)
+}
+if wants_broker 3.10; then start_node 3.10 "$node_dir"; fi
+if wants_broker 4.0; then start_node 4.0 "$node40_dir"; fi
 
 extras_pid=
 stop_node() {
@@ -71,15 +131,21 @@ stop_node() {
     kill -- -"$extras_pid" 2>/dev/null || true
     extras_pid=
   fi
-  if [[ -n $node_start_pid ]]; then
-    wait "$node_start_pid" 2>/dev/null || true
-    node_start_pid=
+  local p entry fn
+  for p in "${node_start_pids[@]}"; do
+    wait "$p" 2>/dev/null || true
+  done
+  node_start_pids=()
+  if [[ ${NACKGUARD_TEST_KEEP_NODE:-0} != 1 ]]; then
+    for entry in "${nodes_started[@]}"; do
+      fn=node310
+      [[ ${entry%% *} == 4.0 ]] && fn=node40
+      "$fn" stop "${entry#* }" >"${entry#* }-stop.log" 2>&1 9>&- ||
+        echo "tests/run.sh: stopping the RabbitMQ ${entry%% *} node failed; see" \
+          "${entry#* }-stop.log" >&2
+    done
   fi
-  if ((node_started)) && [[ ${NACKGUARD_TEST_KEEP_NODE:-0} != 1 ]]; then
-    node_started=0
-    "$node_script" stop "$node_dir" >"$build_dir/rabbitmq-stop.log" 2>&1 9>&- ||
-      echo "tests/run.sh: stopping the RabbitMQ node failed; see $build_dir/rabbitmq-stop.log" >&2
-  fi
+  nodes_started=()
 }
 trap stop_node EXIT
 trap 'exit 130' INT
@@ -88,9 +154,13 @@ trap 'exit 143' TERM
 step "configure ($build_dir)"
 if [[ -f $build_dir/CMakeCache.txt ]] && grep -q '^CMAKE_BUILD_TYPE:' "$build_dir/CMakeCache.txt"; then
   # Keep the existing cache (build type, options): no rebuild from scratch.
-  cmake -S "$root" -B "$build_dir"
+  cmake -S "$root" -B "$build_dir" -DNACKGUARD_TEST40_BROKER_PORT="$port40" -DNACKGUARD_TEST40_NODE="$name40"
 else
   cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
+  if [[ $port40 != 37672 || $name40 != nackguard-test40@localhost ]]; then
+    # The 4.0 tests' node (tests/CMakeLists.txt), when not the default one.
+    cmake -S "$root" -B "$build_dir" -DNACKGUARD_TEST40_BROKER_PORT="$port40" -DNACKGUARD_TEST40_NODE="$name40"
+  fi
 fi
 
 step "build"
@@ -123,7 +193,8 @@ build_extras() {
   if wants asan; then
     build_extra "$asan_dir" "nackguard unit_amqp unit_retry unit_session" \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNACKGUARD_SANITIZE=address,undefined \
-      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g"
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DNACKGUARD_TEST40_BROKER_PORT="$port40" \
+      -DNACKGUARD_TEST40_NODE="$name40" -DNACKGUARD_TEST40_NODE_DIR="$node40_dir"
   fi
   if wants tsan; then
     build_extra "$tsan_dir" "unit_retry unit_session" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -138,24 +209,34 @@ build_extras() {
 if [[ -n $extra_checks ]]; then
   step "sanitizer and fuzzer builds start in the background ($extra_checks)"
   setsid nice -n 19 bash -c "$(declare -f build_extra build_extras wants); $(declare -p root jobs \
-    extra_checks asan_dir tsan_dir fuzz_dir); build_extras" 9>&- &
+    extra_checks asan_dir tsan_dir fuzz_dir port40 name40 node40_dir); build_extras" 9>&- &
   extras_pid=$!
 fi
 
-step "RabbitMQ node ($node_dir)"
-if [[ -n $node_start_pid ]]; then
-  node_start_status=0
-  wait "$node_start_pid" || node_start_status=$?
-  node_start_pid=
-  cat "$node_start_log"
-  if ((node_start_status != 0)); then
-    echo "tests/run.sh: could not start the RabbitMQ node" >&2
-    exit "$node_start_status"
+step "RabbitMQ nodes ($brokers)"
+for p in "${node_start_pids[@]}"; do
+  wait "$p" || true
+done
+node_start_pids=()
+for entry in "${nodes_started[@]}"; do
+  dir=${entry#* }
+  cat "$dir-start.log"
+  if [[ $(cat "$dir-start.status" 2>/dev/null) != 0 ]]; then
+    echo "tests/run.sh: could not start the RabbitMQ ${entry%% *} node ($dir-start.log)" >&2
+    exit 1
   fi
+done
+if wants_broker 4.0; then
+  # The 4.0 node's variables for the tests, beside the 3.10 node's NACKGUARD_TEST_*.
+  node_env=$(node40 env "$node40_dir" 9>&- | sed 's/^export NACKGUARD_TEST_/export NACKGUARD_TEST40_/')
+  eval "$node_env"
+  echo "$node_env"
 fi
-node_env=$("$node_script" env "$node_dir" 9>&-)
-eval "$node_env"
-echo "$node_env"
+if wants_broker 3.10; then
+  node_env=$(node310 env "$node_dir" 9>&-)
+  eval "$node_env"
+  echo "$node_env"
+fi
 
 total_passed=0
 total_failed=0
@@ -181,8 +262,18 @@ run_ctest() {
 }
 
 
-step "ctest"
-run_ctest "$build_dir" "$@"
+if (($# == 0)); then
+  # The integration tests mostly wait on the brokers, each on its own queues: two at a time
+  # (a module marked "# ctest-run-serial" still runs alone). Everything else, the fault suite
+  # included, one at a time as before.
+  step "ctest: integration tests (-j2)"
+  run_ctest "$build_dir" -j2 -L integration "${broker_filter[@]}"
+  step "ctest: unit, compatibility, deployment, benchmark smoke and fault tests"
+  run_ctest "$build_dir" -LE integration "${broker_filter[@]}"
+else
+  step "ctest $*"
+  run_ctest "$build_dir" "${broker_filter[@]}" "$@"
+fi
 
 if [[ -n $extras_pid ]]; then
   step "waiting for the sanitizer and fuzzer builds"
@@ -208,8 +299,15 @@ if wants asan; then
   if built "$asan_dir"; then
     # The codec, the decisions and the session core, where hostile bytes land, plus every
     # integration test against the sanitized proxy.
+    # Two at a time: the background builds are done, and the integration tests mostly wait.
+    asan_tests='^(amqp|retry|session)[.]|^integration[.]'
+    case "$brokers" in
+      3.10) asan_filter=(-R "$asan_tests" -E "$rmq40_regex") ;;
+      4.0) asan_filter=(-R "^integration[.].*$rmq40_regex") ;;
+      *) asan_filter=(-R "$asan_tests") ;;
+    esac
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-      run_ctest "$asan_dir" -R '^(amqp|retry|session)[.]|^integration[.]'
+      run_ctest "$asan_dir" -j2 "${asan_filter[@]}"
   fi
 fi
 

@@ -57,6 +57,10 @@
     "Return counts dropped, least recently used first, to stay within tracker.max_entries.")       \
   X(tracker_expiries_total, counter_source,                                                        \
     "Return counts forgotten after tracker.idle_ttl without a return.")                            \
+  X(queue_facts, gauge_source,                                                                     \
+    "Queues whose type and declared delivery limit nackguard remembers (at most 10000).")          \
+  X(queue_facts_forgotten_total, counter_source,                                                   \
+    "Queues forgotten, oldest first, to stay within that bound.")                                  \
   X(retained_body_bytes, gauge_source,                                                             \
     "Message bytes held in memory for republishing and for deliveries held back.")                 \
   X(retained_body_bytes_limit, gauge_source,                                                       \
@@ -113,8 +117,9 @@ inline constexpr std::array<std::string_view, 4> kActionValues{"forwarded", "del
 inline constexpr std::array<std::string_view, 3> kReasonValues{"max_redeliveries", "crash_loop",
                                                                "broker_delivery_limit"};
 // The guard's fallback causes; any other cause is counted as "other".
-inline constexpr std::array<std::string_view, 5> kCauseValues{
-    "body_not_retained", "no_channel", "malformed_properties", "republish_failed", "other"};
+inline constexpr std::array<std::string_view, 6> kCauseValues{
+    "body_not_retained", "no_channel",      "malformed_properties",
+    "republish_failed",  "at_broker_limit", "other"};
 inline constexpr std::array<std::string_view, 2> kResultValues{"ok", "error"};
 
 // The queue label value that the queues beyond max_queue_labels add up under.

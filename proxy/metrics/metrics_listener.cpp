@@ -47,6 +47,10 @@ void watch_guard_context(Registry& registry, session::GuardContext& context) {
                       [&tracker] { return static_cast<double>(tracker.stats().evictions); });
   registry.set_source(Metric::tracker_expiries_total,
                       [&tracker] { return static_cast<double>(tracker.stats().expiries); });
+  retry::QueueFactsRegistry& facts = context.queue_facts();
+  registry.set_source(Metric::queue_facts, [&facts] { return static_cast<double>(facts.size()); });
+  registry.set_source(Metric::queue_facts_forgotten_total,
+                      [&facts] { return static_cast<double>(facts.forgotten()); });
   registry.set_source(Metric::retained_body_bytes,
                       [&budget] { return static_cast<double>(budget.used()); });
   registry.set_source(Metric::retained_body_bytes_limit,

@@ -47,10 +47,14 @@ void LogListener::on_fallback(std::string_view queue, std::string_view cause,
     suppressed = repeats.suppressed;
     repeats = Repeats{now, 0};
   }
-  spdlog::warn(
-      "fallback: queue={} cause={}: {}; the message went back to the broker as the "
-      "consumer asked, nothing is lost ({} similar lines suppressed)",
-      printable(queue), cause, printable(detail), suppressed);
+  // A message at the broker's own delivery limit went back to a broker that may end it.
+  const char* outcome = cause == "at_broker_limit"
+                            ? "the message went back to the broker, whose own delivery limit may "
+                              "now dead-letter or drop it"
+                            : "the message went back to the broker as the consumer asked, "
+                              "nothing is lost";
+  spdlog::warn("fallback: queue={} cause={}: {}; {} ({} similar lines suppressed)",
+               printable(queue), cause, printable(detail), outcome, suppressed);
 }
 
 void LogListener::on_outage(std::string_view queue, bool started, double ratio) {

@@ -151,12 +151,14 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
       decision.reason = retry::DeadLetterReason::max_redeliveries;
     }
   }
-  if (at_limit && decision.action == retry::Action::forward) {
-    decision.action = retry::Action::republish;
-  }
   if (decision.action != retry::Action::forward && context_.copies_failing(d.queue, now)) {
     // Its copy cannot be published now: hand it to the consumer, as without the proxy.
     decision.action = retry::Action::forward;
+  }
+  // A republish into the queue itself needs no declaration, so copies failing for want of a
+  // DLQ or delay queue do not stop it; and handing the message out would let the broker end it.
+  if (at_limit && decision.action == retry::Action::forward) {
+    decision.action = retry::Action::republish;
   }
   if (decision.action == retry::Action::forward) {
     plan.exclusive = entry && entry->crash_suspect;
@@ -190,8 +192,7 @@ bool Guard::at_broker_limit(const Delivery& d, const retry::Policy& policy,
   std::uint32_t broker_count = carried_count(properties).broker;
   return broker_count != 0 &&
          retry::next_return_passes(broker_count, broker_limit(policy, d.queue)) &&
-         session_->reserved_channel().has_value() &&
-         !context_.copies_failing(d.queue, context_.now_ms());
+         session_->reserved_channel().has_value();
 }
 
 bool Guard::decide_before_holding(const Delivery& d) {
@@ -263,9 +264,17 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   Intent intent;
   retry::Decision decision = count_return(d, id, false, false, intent);
   std::uint32_t broker_count = carried_count(id.header.properties).broker;
-  if (retry::next_return_passes(broker_count, broker_limit(*id.policy, d.queue))) {
+  const bool passes = retry::next_return_passes(broker_count, broker_limit(*id.policy, d.queue));
+  if (passes) {
     // Forwarded, this requeue would have the broker drop or dead-letter the message itself.
     decision = intent.decision = retry::keep_from_broker_limit(decision);
+  }
+  if (passes && decision.action != retry::Action::republish &&
+      context_.copies_failing(d.queue, context_.now_ms())) {
+    // Its DLQ or delay queue is refused: republishing it to its own queue needs neither, and a
+    // fallback to the consumer's requeue would have the broker end it.
+    decision = intent.decision = {retry::Action::republish, retry::Millis(0),
+                                  retry::DeadLetterReason::none, decision.returns};
   }
   if (decision.action == retry::Action::forward) {
     context_.listener().on_requeue(d.queue, retry::Action::forward);
@@ -280,7 +289,8 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
     } else if (!session_->reserved_channel()) {
       cause_label = "no_channel";
       detail = "the broker's channel_max leaves no channel for the proxy";
-    } else if (context_.copies_failing(d.queue, context_.now_ms())) {
+    } else if (decision.action != retry::Action::republish &&
+               context_.copies_failing(d.queue, context_.now_ms())) {
       cause_label = "republish_failed";
       detail = "copies for this queue failed moments ago (see the earlier fallback line)";
     }

@@ -96,8 +96,11 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
     detail = "the message's properties could not be decoded";
     return false;
   }
-  // The proxy's headers, in the order they are written.
+  // The proxy's headers, in the order they are written. The broker's x-delivery-count counts
+  // deliveries of the original; on a copy it would be stale (RabbitMQ sets it only from a
+  // message's first redelivery on), and would read as a count the copy does not have.
   std::vector<HeaderEdit> edits;
+  edits.push_back({kDeliveryCountHeader, amqp::FieldValue::none(), false, true});
   edits.push_back({kReturnsHeader, amqp::FieldValue::i64(intent.decision.returns)});
   // A return during an outage is not counted and may have no first return time yet.
   std::int64_t first_return = intent.first_return_ms != 0 ? intent.first_return_ms : now;
@@ -209,7 +212,14 @@ void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
 void Guard::give_back(const DeliveryKey& dkey, const Intent& intent, std::string_view cause,
                       std::string_view detail) {
   session_->settle_withheld(dkey.first, dkey.second, intent.fallback, true);
-  context_.listener().on_fallback(intent.queue, cause, detail);
+  if (intent.decision.action == retry::Action::republish) {
+    // The republish was to keep the message from the broker's own limit, which this return
+    // may now pass: said as a cause of its own.
+    std::string why = std::string(cause) + ": " + std::string(detail);
+    context_.listener().on_fallback(intent.queue, "at_broker_limit", why);
+  } else {
+    context_.listener().on_fallback(intent.queue, cause, detail);
+  }
   context_.listener().on_requeue(intent.queue, retry::Action::forward);
   intents_.erase(dkey);
 }

@@ -125,6 +125,10 @@ bool decode_properties(amqp::ByteView payload, RawProperties& out) {
 
 void apply_edits(amqp::FieldTable& table, const std::vector<HeaderEdit>& edits) {
   for (const HeaderEdit& edit : edits) {
+    if (edit.remove) {
+      std::erase_if(table.entries, [&](const auto& entry) { return entry.first == edit.name; });
+      continue;
+    }
     if (edit.only_if_absent && table.find(edit.name)) continue;
     table.set(edit.name, edit.value);
   }
@@ -155,7 +159,7 @@ bool copy_properties(amqp::ByteView payload, const RawProperties& props,
                  payload.begin() + static_cast<std::ptrdiff_t>(e.end));
   }
   for (const HeaderEdit& edit : edits) {
-    if (edit.only_if_absent && present(edit.name)) continue;
+    if (edit.remove || (edit.only_if_absent && present(edit.name))) continue;
     if (!encode_entry(table, edit.name, edit.value)) return false;
   }
   if (table.size() > 0xFFFFFFFFu) return false;

@@ -41,11 +41,13 @@ struct RawProperties {
 bool decode_properties(amqp::ByteView payload, RawProperties& out);
 
 // A header the proxy writes on a copy: it replaces a top-level header of the same name, or,
-// with only_if_absent, is left out when the message has one.
+// with only_if_absent, is left out when the message has one. With remove, the header is taken
+// out of the copy (`value` is unused).
 struct HeaderEdit {
   std::string name;
   amqp::FieldValue value;
   bool only_if_absent = false;
+  bool remove = false;
 };
 
 // The property flags and property list of a copy of an opaque header (`payload` is the one

@@ -11,10 +11,18 @@ Environment:
                               $NACKGUARD_BUILD_DIR/faults-rabbitmq, temp files in
                               $NACKGUARD_BUILD_DIR/faults-tmp, results in
                               $NACKGUARD_BUILD_DIR/faults-results
+  NACKGUARD_FAULTS_RABBITMQ_VERSION  3.10 (default) or 4.0: the private node's RabbitMQ
+                              (passed to tests/rabbitmq-node.sh as
+                              NACKGUARD_TEST_RABBITMQ_VERSION); it also chooses the defaults
+                              of the next four and the node's directory
+                              ($NACKGUARD_BUILD_DIR/faults-rabbitmq, faults-rabbitmq-4.0)
   NACKGUARD_FAULTS_NODE, NACKGUARD_FAULTS_BROKER_PORT, NACKGUARD_FAULTS_DIST_PORT,
-  NACKGUARD_FAULTS_EPMD_PORT  the private node (nackguard-faults@localhost, 45672, 45673,
-                              45369); passed to tests/rabbitmq-node.sh as its
+  NACKGUARD_FAULTS_EPMD_PORT  the private node (3.10: nackguard-faults@localhost, 45672,
+                              45673, 45369; 4.0: nackguard-faults40@localhost, 46672, 46673,
+                              46369); passed to tests/rabbitmq-node.sh as its
                               NACKGUARD_TEST_* variables
+  NACKGUARD_TEST_QUEUE_TYPE   classic (default) or quorum: the type of the queues the tests
+                              declare (quorum: durable, x-queue-type quorum)
   NACKGUARD_FAULTS_KEEP_TMP=1 keep the proxies' directories (configs, policies, logs)
   NACKGUARD_FAULTS_TEST_TIMEOUT  seconds one test may take before the watchdog dumps every
                               thread's stack and the proxies' logs and exits (300)
@@ -62,12 +70,27 @@ BUILD_DIR = os.path.abspath(os.environ.get("NACKGUARD_BUILD_DIR") or
                             os.path.join(REPO_ROOT, "build"))
 PROXY_BIN = os.environ.get("NACKGUARD_BIN") or os.path.join(BUILD_DIR, "nackguard")
 NODE_SCRIPT = os.path.join(REPO_ROOT, "tests", "rabbitmq-node.sh")
-NODE_DIR = os.path.join(BUILD_DIR, "faults-rabbitmq")
-NODE_NAME = os.environ.get("NACKGUARD_FAULTS_NODE") or "nackguard-faults@localhost"
+RABBITMQ_VERSION = os.environ.get("NACKGUARD_FAULTS_RABBITMQ_VERSION") or "3.10"
+# The private node of each version: (directory, node name, AMQP, distribution, epmd port).
+_NODE_DEFAULTS = {
+    "3.10": ("faults-rabbitmq", "nackguard-faults@localhost", 45672, 45673, 45369),
+    "4.0": ("faults-rabbitmq-4.0", "nackguard-faults40@localhost", 46672, 46673, 46369),
+}
+if RABBITMQ_VERSION not in _NODE_DEFAULTS:
+    sys.exit(f"faults: NACKGUARD_FAULTS_RABBITMQ_VERSION={RABBITMQ_VERSION!r}: use "
+             f"{' or '.join(_NODE_DEFAULTS)}")
+_node_dir, _node_name, _amqp, _dist, _epmd = _NODE_DEFAULTS[RABBITMQ_VERSION]
+NODE_DIR = os.path.join(BUILD_DIR, _node_dir)
+NODE_NAME = os.environ.get("NACKGUARD_FAULTS_NODE") or _node_name
 BROKER_HOST = "127.0.0.1"
-BROKER_PORT = int(os.environ.get("NACKGUARD_FAULTS_BROKER_PORT") or "45672")
-DIST_PORT = int(os.environ.get("NACKGUARD_FAULTS_DIST_PORT") or "45673")
-EPMD_PORT = int(os.environ.get("NACKGUARD_FAULTS_EPMD_PORT") or "45369")
+BROKER_PORT = int(os.environ.get("NACKGUARD_FAULTS_BROKER_PORT") or _amqp)
+DIST_PORT = int(os.environ.get("NACKGUARD_FAULTS_DIST_PORT") or _dist)
+EPMD_PORT = int(os.environ.get("NACKGUARD_FAULTS_EPMD_PORT") or _epmd)
+QUEUE_TYPE = (os.environ.get("NACKGUARD_TEST_QUEUE_TYPE") or "classic").strip().lower()
+if QUEUE_TYPE not in ("classic", "quorum"):
+    sys.exit(f"faults: NACKGUARD_TEST_QUEUE_TYPE={QUEUE_TYPE!r}: use classic or quorum")
+# What the tests declare their queues with.
+QUEUE_ARGUMENTS = {"x-queue-type": "quorum"} if QUEUE_TYPE == "quorum" else None
 KEEP_TMP = os.environ.get("NACKGUARD_FAULTS_KEEP_TMP", "") not in ("", "0")
 TEST_TIMEOUT = float(os.environ.get("NACKGUARD_FAULTS_TEST_TIMEOUT") or "300")
 RESULTS_DIR = os.path.join(BUILD_DIR, "faults-results")
@@ -224,6 +247,7 @@ class Node:
             "NACKGUARD_TEST_BROKER_PORT": str(BROKER_PORT),
             "NACKGUARD_TEST_DIST_PORT": str(DIST_PORT),
             "NACKGUARD_TEST_EPMD_PORT": str(EPMD_PORT),
+            "NACKGUARD_TEST_RABBITMQ_VERSION": RABBITMQ_VERSION,
             "NACKGUARD_TEST_RABBITMQ_FRESH": "1" if fresh else "0",
             "NACKGUARD_TEST_START_TIMEOUT": "150",
         })
@@ -410,8 +434,9 @@ def start_module_node():
     except BaseException:
         release_machine_lock()
         raise
-    log(f"private node {NODE_NAME} ready on 127.0.0.1:{BROKER_PORT} after {seconds:.1f}s "
-        f"(started by this module: {node.started_by_us})")
+    log(f"private node {NODE_NAME} (RabbitMQ {RABBITMQ_VERSION}) ready on "
+        f"127.0.0.1:{BROKER_PORT} after {seconds:.1f}s (started by this module: "
+        f"{node.started_by_us}); the tests declare {QUEUE_TYPE} queues")
     _module_node = node
     return node
 
@@ -652,11 +677,13 @@ def close_quietly(conn, timeout=3.0):
 
 
 def declare_queues(*names, durable=True):
+    """Declares the queues directly, of QUEUE_TYPE (a quorum queue is always durable)."""
     conn = connect(BROKER_PORT)
     try:
         ch = conn.channel()
         for name in names:
-            ch.queue_declare(name, durable=durable)
+            ch.queue_declare(name, durable=durable or QUEUE_ARGUMENTS is not None,
+                             arguments=QUEUE_ARGUMENTS)
     finally:
         close_quietly(conn)
 
@@ -1368,6 +1395,14 @@ class FaultTest(unittest.TestCase):
                          f"{Ledger.summary(account)}")
         self.assertEqual(account["unknown_ids"], [], f"{what}: messages nobody published")
 
+    def assert_only_poison_dead_lettered(self, dlq, poison_every, what=""):
+        """No innocent message in the DLQ: only ids n with n % poison_every == 0 (the ones
+        the consumer always gives back) may be there (`dlq`: a Counter of ids)."""
+        innocent = sorted(i for i in dlq if number_of(i) % poison_every != 0)
+        self.record(innocent_dead_lettered=len(innocent))
+        self.assertEqual(innocent, [], f"{what}: {len(innocent)} innocent messages "
+                                       f"dead-lettered (poison: every {poison_every}th)")
+
     def record(self, **data):
         self.result_data.update(data)
 
@@ -1388,6 +1423,8 @@ class FaultTest(unittest.TestCase):
         data = dict(getattr(self, "result_data", {}))
         data["seconds"] = round(time.monotonic() - getattr(self, "t_start", time.monotonic()), 1)
         data["outcome"] = "fail" if failed else "pass"
+        data["rabbitmq"] = RABBITMQ_VERSION
+        data["queue_type"] = QUEUE_TYPE
         try:
             record_result(self.id(), data)
         except OSError:

@@ -70,12 +70,13 @@ class ProcessFaultTest(fs.FaultTest):
         self.assert_no_loss(account, "bystander")
         return account
 
-    def account(self, ledger, queue, what, extra_queues=()):
+    def account(self, ledger, queue, what, extra_queues=(), poison_every=25):
         dlq, delayed, queued = fs.final_count(NODE, queue, extra_queues)
         account = ledger.account(dlq, delayed, queued)
         fs.log(f"{what}: {fs.Ledger.summary(account)}")
         self.record(account=account)
         self.assert_no_loss(account, what)
+        self.assert_only_poison_dead_lettered(dlq, poison_every, what)
         return account
 
     # ------------------------------------------------------------ (2) consumer kill -9
@@ -205,7 +206,7 @@ class ProcessFaultTest(fs.FaultTest):
         drained = fs.wait_drained(ledger, queue, 60, dlq_expected=poison)
         self.assertTrue(con.stop(), "the consumer thread is stuck")
         time.sleep(0.5)
-        account = self.account(ledger, queue, "proxy kill -9")
+        account = self.account(ledger, queue, "proxy kill -9", poison_every=3)
         errors = sorted({d for _, _, d in pub.events.since(t_kill, "error")
                          + con.events.since(t_kill, "error")})
         self.record(fault="proxy kill -9 during a republish/dead-letter burst, restart",

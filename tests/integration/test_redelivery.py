@@ -477,22 +477,19 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
             self.skipTest("NACKGUARD_TEST_RABBITMQCTL is not set")
         queue = self.queue_name("i")
         # rabbitmqctl is slow (seconds per call on a loaded machine): as few calls as possible.
-        try:
-            harness.rabbitmqctl("add_user", "limited", "limited")  # no tags
-        except AssertionError as exc:
-            if "already exists" not in str(exc):
-                raise
-            harness.rabbitmqctl("change_password", "limited", "limited")
-            harness.rabbitmqctl("set_user_tags", "limited")  # none
-        self.addCleanup(lambda: harness.rabbitmqctl("delete_user", "limited"))
-        harness.rabbitmqctl("set_permissions", "-p", "/", "limited", "^$", ".*", ".*")
+        # The user's name is this run's own: the variants of this module may run at the same
+        # time against one node (ctest -j2).
+        user = f"nackguard-it-limited-{uuid.uuid4().hex[:8]}"
+        harness.rabbitmqctl("add_user", user, "limited")  # no tags
+        self.addCleanup(lambda: harness.rabbitmqctl("delete_user", user))
+        harness.rabbitmqctl("set_permissions", "-p", "/", user, "^$", ".*", ".*")
         proxy = self.start_guard(self.immediate_policy(queue, max_redeliveries=2))
         self.declare_source(proxy, queue)
         poison_props = props(message_id="poison-" + uuid.uuid4().hex, delivery_mode=2)
         self.publish_mix(queue, poison_props, lambda label: props(message_id=f"mid-{label}"))
         consumer = self.consumer(
             proxy, queue, lambda d: "nack" if d.label == POISON else "ack", prefetch=10,
-            credentials=pika.PlainCredentials("limited", "limited"))
+            credentials=pika.PlainCredentials(user, "limited"))
         rs.poll_until([consumer], lambda: False, timeout=3.0)
         self.assertTrue(consumer.ch.is_open and consumer.conn.is_open,
                         "the consumer's channel or connection was closed")

@@ -96,6 +96,8 @@ TEST(WatchGuardContext, ReadsTrackerAndBudgetAtScrapeTime) {
   EXPECT_TRUE(has_line(page, "nackguard_tracker_entries 0"));
   EXPECT_TRUE(has_line(page, "nackguard_tracker_evictions_total 0"));
   EXPECT_TRUE(has_line(page, "nackguard_tracker_expiries_total 0"));
+  EXPECT_TRUE(has_line(page, "nackguard_queue_facts 0"));
+  EXPECT_TRUE(has_line(page, "nackguard_queue_facts_forgotten_total 0"));
   EXPECT_TRUE(has_line(page, "nackguard_retained_body_bytes 0"));
   EXPECT_TRUE(has_line(page, "nackguard_retained_body_bytes_limit 1000"));
 

@@ -101,6 +101,7 @@ nackguard_fallbacks_total{queue="orders",cause="body_not_retained"} 0
 nackguard_fallbacks_total{queue="orders",cause="no_channel"} 1
 nackguard_fallbacks_total{queue="orders",cause="malformed_properties"} 0
 nackguard_fallbacks_total{queue="orders",cause="republish_failed"} 0
+nackguard_fallbacks_total{queue="orders",cause="at_broker_limit"} 0
 nackguard_fallbacks_total{queue="orders",cause="other"} 0
 # HELP nackguard_outage 1 while most messages of the queue fail: returns are delayed and not counted towards dead-lettering.
 # TYPE nackguard_outage gauge
@@ -112,6 +113,10 @@ nackguard_tracker_entries 7
 # TYPE nackguard_tracker_evictions_total counter
 # HELP nackguard_tracker_expiries_total Return counts forgotten after tracker.idle_ttl without a return.
 # TYPE nackguard_tracker_expiries_total counter
+# HELP nackguard_queue_facts Queues whose type and declared delivery limit nackguard remembers (at most 10000).
+# TYPE nackguard_queue_facts gauge
+# HELP nackguard_queue_facts_forgotten_total Queues forgotten, oldest first, to stay within that bound.
+# TYPE nackguard_queue_facts_forgotten_total counter
 # HELP nackguard_retained_body_bytes Message bytes held in memory for republishing and for deliveries held back.
 # TYPE nackguard_retained_body_bytes gauge
 # HELP nackguard_retained_body_bytes_limit limits.retained_body_bytes: past it, nackguard falls back to forwarding requeues.

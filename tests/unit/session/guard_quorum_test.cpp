@@ -74,6 +74,7 @@ TEST_F(GuardQuorum, InnocentPrefetchedWithACrashingPoisonIsNeverDeadLettered) {
   Copy dead = take_copy(to_broker());
   EXPECT_EQ(dead.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
   EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(4)));
+  EXPECT_EQ(dead.header_text("x-delivery-count"), "absent");
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(1)}));
   client(ack(1));
@@ -107,6 +108,8 @@ TEST_F(GuardQuorum, OnFourDotZeroADeliveryAtTheDefaultLimitIsRepublishedBeforeTh
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(20)));
   EXPECT_EQ(copy.header_text("x-original-exchange"), text(amqp::FieldValue::string("ex")));
   EXPECT_EQ(copy.header_text("x-nackguard-reason"), "absent");
+  // The broker's count is the original's: on the copy it would be stale (and read as a count).
+  EXPECT_EQ(copy.header_text("x-delivery-count"), "absent");
   EXPECT_EQ(copy.body, bytes_of(m.body));
   EXPECT_TRUE(to_broker().empty());  // the original is acked only after the confirm
   confirm(1);
@@ -122,6 +125,18 @@ TEST_F(GuardQuorum, OnFourDotZeroADeliveryAtTheDefaultLimitIsRepublishedBeforeTh
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(as<amqp::BasicDeliver>(got[0]).delivery_tag, 1u);  // the client saw no gap
   EXPECT_EQ(got[2].payload, bytes_of(m.body));
+}
+
+TEST_F(GuardQuorum, ARefusedRepublishFallsBackAndSaysTheBrokersLimitMayEndIt) {
+  broker_version = "4.0.5";
+  start(policy(30));
+  broker(delivery(1, with_delivery_count(message("m1"), 20), true));
+  republished();
+  refuse(1);
+  EXPECT_EQ(to_broker(), frames({nack(1)}));
+  ASSERT_EQ(listener.fallbacks.size(), 1u);
+  EXPECT_EQ(listener.fallbacks[0].cause, "at_broker_limit");
+  EXPECT_NE(listener.fallbacks[0].detail.find("republish_failed: "), std::string::npos);
 }
 
 TEST_F(GuardQuorum, OnThreeDotTenNoDefaultLimit) {
@@ -228,6 +243,30 @@ TEST_F(GuardQuorum, AHeldDeliveryAtTheLimitIsRepublishedInsteadOfWaiting) {
   Copy copy = republished();
   EXPECT_EQ(copy.publish.routing_key, "q");
   EXPECT_EQ(copy.body, bytes_of(other.body));
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(2)}));
+}
+
+TEST_F(GuardQuorum, WhileItsDlqIsRefusedAMessageAtTheLimitIsStillRepublished) {
+  broker_version = "4.0.5";
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  broker(channel_close(403, "ACCESS_REFUSED - configure access to queue 'q.dlq' refused", 50, 10));
+  // The copy failed: the consumer's own nack goes to the broker, and copies for "q" fall back
+  // for a while.
+  EXPECT_EQ(reopen_proxy_channel(), frames({nack(1)}));
+  EXPECT_EQ(listener.fallbacks.size(), 1u);
+  ASSERT_TRUE(context->copies_failing(kQueue, now));
+  // A delivery at the broker's limit: forwarding a return of it, as a fallback does, would have
+  // the broker drop it. Its republish needs no declaration, so it is still made.
+  broker(delivery(2, with_delivery_count(message("m2"), 20), true));
+  EXPECT_TRUE(client_bytes().empty());
+  std::vector<Wire> sent = to_broker();
+  Copy copy = take_copy(sent);
+  EXPECT_EQ(copy.frames, sent.size());
+  EXPECT_EQ(copy.publish.routing_key, "q");
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(2)}));
 }
