@@ -73,8 +73,7 @@ asio::awaitable<bool> handshake(Stream& stream, const UpstreamAddress& address,
   co_return false;
 }
 
-// One address: each IP in turn, the TCP connect and the TLS handshake within connect_timeout.
-// True when `stream` is connected; every failure is logged.
+// One address: its name resolved, then connect_endpoints.
 asio::awaitable<bool> try_address(Stream& stream, const UpstreamAddress& address,
                                   const UpstreamConnectOptions& options, std::uint64_t conn) {
   Resolved resolved = co_await resolve(address);
@@ -82,9 +81,18 @@ asio::awaitable<bool> try_address(Stream& stream, const UpstreamAddress& address
     spdlog::warn("conn {}: {}; check {}", conn, *resolved.problem, options.upstreams->config_key());
     co_return false;
   }
+  std::vector<tcp::endpoint> endpoints;
+  for (const auto& entry : resolved.endpoints) endpoints.push_back(entry.endpoint());
+  co_return co_await connect_endpoints(stream, address, endpoints, options, conn);
+}
+
+}  // namespace
+
+asio::awaitable<bool> connect_endpoints(Stream& stream, const UpstreamAddress& address,
+                                        const std::vector<tcp::endpoint>& endpoints,
+                                        const UpstreamConnectOptions& options, std::uint64_t conn) {
   std::string refused;  // "IP: why" of each IP whose TCP connect failed
-  for (const auto& entry : resolved.endpoints) {
-    const tcp::endpoint endpoint = entry.endpoint();
+  for (const tcp::endpoint& endpoint : endpoints) {
     stream.reset();
     const auto deadline = Clock::now() + options.connect_timeout;
     std::optional<std::string> problem = co_await connect_tcp(stream.tcp(), endpoint, deadline);
@@ -94,7 +102,8 @@ asio::awaitable<bool> try_address(Stream& stream, const UpstreamAddress& address
                    " ms (upstream.connect_timeout)";
       }
       if (!refused.empty()) refused += ", ";
-      refused += endpoint.address().to_string() + ": " + *problem;
+      refused +=
+          endpoint.address().to_string() + ":" + std::to_string(endpoint.port()) + ": " + *problem;
       continue;
     }
     boost::system::error_code ignored;
@@ -108,14 +117,12 @@ asio::awaitable<bool> try_address(Stream& stream, const UpstreamAddress& address
   if (!refused.empty()) {
     spdlog::warn("conn {}: cannot connect to upstream {} ({}); is the broker up?", conn,
                  address.name, refused);
-  } else if (resolved.endpoints.empty()) {
+  } else if (endpoints.empty()) {
     spdlog::warn("conn {}: upstream {} resolves to no address; check {}", conn, address.name,
                  options.upstreams->config_key());
   }
   co_return false;
 }
-
-}  // namespace
 
 asio::awaitable<std::optional<std::size_t>> connect_upstream(Stream& stream,
                                                              const UpstreamConnectOptions& options,

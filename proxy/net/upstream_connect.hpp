@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
 
 #include "proxy/metrics/registry.hpp"
 #include "proxy/net/stream.hpp"
@@ -32,6 +35,14 @@ struct UpstreamConnectOptions {
 // client connection in log lines.
 boost::asio::awaitable<std::optional<std::size_t>> connect_upstream(
     Stream& stream, const UpstreamConnectOptions& options, std::uint64_t conn);
+
+// The IP addresses one address resolved to, in turn: the TCP connect and the TLS handshake
+// (when configured) within connect_timeout each. True when `stream` is connected; the
+// failures are logged (the TCP ones in one line naming each IP address and why).
+boost::asio::awaitable<bool> connect_endpoints(
+    Stream& stream, const UpstreamAddress& address,
+    const std::vector<boost::asio::ip::tcp::endpoint>& endpoints,
+    const UpstreamConnectOptions& options, std::uint64_t conn);
 
 // A bare TCP connect to any IP of `address` within `timeout`, closed at once: nullopt when it
 // was accepted, else why not (for /readyz).

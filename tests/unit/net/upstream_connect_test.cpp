@@ -151,6 +151,33 @@ TEST_F(UpstreamConnect, ProbeSaysWhichAddressDoesNotAnswer) {
             "upstream " + name + " does not answer: Connection refused");
 }
 
+// What a name resolving to several IP addresses gets: each IP in turn until one accepts.
+TEST_F(UpstreamConnect, EveryIpAddressOfANameIsTriedInTurn) {
+  use({{"rabbit", open_port()}});
+  const auto loopback = asio::ip::make_address("127.0.0.1");
+  auto run = [&](std::vector<tcp::endpoint> endpoints) {
+    UpstreamConnectOptions options;
+    options.upstreams = upstreams_.get();
+    options.connect_timeout = std::chrono::milliseconds(2000);
+    options.tls = &tls_;
+    Stream stream(Stream::Tcp(io_.get_executor()));
+    std::optional<std::uint16_t> connected_port;
+    asio::co_spawn(io_,
+                   connect_endpoints(stream, upstreams_->addresses()[0], endpoints, options, 1),
+                   [&](std::exception_ptr error, bool connected) {
+                     if (error) std::rethrow_exception(error);
+                     if (connected) connected_port = stream.tcp().remote_endpoint().port();
+                   });
+    io_.restart();
+    io_.run();
+    return connected_port;
+  };
+  const std::uint16_t refused = closed_port(io_);
+  EXPECT_EQ(run({{loopback, refused}, {loopback, open_port()}}), open_port());
+  EXPECT_EQ(run({{loopback, refused}, {loopback, refused}}), std::nullopt);
+  EXPECT_EQ(run({}), std::nullopt);
+}
+
 // SNI and the checked name: upstream.tls.server_name when set, else the address's own host.
 class BrokerIdentity : public ::testing::Test {
  protected:
