@@ -8,7 +8,7 @@ uses and does not change):
                      them out
   start_cluster()    boots the cluster (reused when it already runs clustered)
   stop_cluster()     stops the three nodes
-  stop_node(), start_node(), start_node_async(), ensure_all_running()
+  stop_node(), kill_node(), start_node(), start_node_async(), ensure_all_running()
                      one node at a time, through tests/rabbitmq-node.sh with that node's
                      settings
   use_node()         points harness (BROKER_PORT, RABBITMQCTL) at a node that is up, so that
@@ -28,6 +28,7 @@ Environment:
 import fcntl
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -147,6 +148,24 @@ def stop_cluster():
 def stop_node(node):
     """Stops one node (rabbitmqctl stop: its clients get connection.close 320 first)."""
     _run([NODE_SCRIPT, "stop", node.dir], env=_node_env(node))
+
+
+def kill_node(node, timeout=20):
+    """SIGKILLs the node's Erlang VM (the pid tests/rabbitmq-node.sh recorded when it started
+    the node, checked to be that node's VM): the node dies without closing anything, as on a
+    crash or a lost machine. Returns once its AMQP port refuses connections."""
+    with open(os.path.join(node.dir, "beam.pid")) as f:
+        pid = int(f.read().strip())
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        environ = f.read().split(b"\0")
+    if f"RABBITMQ_NODENAME={node.name}".encode() not in environ:
+        raise AssertionError(f"pid {pid} in {node.dir}/beam.pid is not {node.name}'s VM")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while node.accepts():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{node} still accepts connections {timeout} s after SIGKILL")
+        time.sleep(0.05)
 
 
 def start_node(node):

@@ -12,6 +12,8 @@ a. failover: a consumer (prefetch 50) acks 2,000 messages; when it has acked 500
    serving its upstream connection is stopped. It gets connection.close 320, reconnects through
    the same nackguard to a live node and gets every remaining message: all 2,000 acked, at
    most the prefetch duplicated, the queue empty.
+a2. the same with the serving node SIGKILLed (300 messages): nackguard itself closes the
+   client with 320 ("the broker connection was lost"), and the reconnect goes to a live node.
 b. the limit holds: max_redeliveries 4, a poison nacked with requeue every time. After its
    second nack (the consumer cancelled first, so it waits in the queue) the node serving the
    upstream connection is stopped; the consumer reconnects, to another node, and the poison
@@ -182,6 +184,46 @@ class ClusterTest(ops.OpsTest):
         self.assertNotIn(stopped, after, "the reconnect went to the stopped node")
         self.assertEqual(cs.wait_for(lambda: self.broker.message_count(queue) == 0, 5), True)
         self.assert_proxy_alive(proxy)
+
+    def test_a2_a_killed_node_is_left_for_a_live_one(self):
+        # SIGKILL instead of a clean stop: the broker says nothing, nackguard sees its TCP
+        # connection end and closes the client with its own connection.close 320.
+        total = 300
+        queue = self.queue_name("killed")
+        self.declare_quorum(queue)
+        labels = [f"k-{i:03d}" for i in range(total)]
+        self.broker.publish(queue, [(label.encode(), props(message_id=label, delivery_mode=2))
+                                    for label in labels])
+        proxy = self.start_cluster_proxy(
+            {"q.yaml": rs.policy_yaml(queue, max_redeliveries=50, rate=NO_RATE_LIMITS)})
+        acked = collections.Counter()
+        state = {"killed": None}
+
+        def decide(consumer, delivery):
+            acked[delivery[0]] += 1
+            return "ack"
+
+        def tick():
+            if state["killed"] is None and len(acked) >= total // 3:
+                node = self.the_serving_node(proxy)
+                state["killed"] = node
+                self.reconnect_broker(avoid=[node])
+                cs.kill_node(node)
+                self.addCleanup(cs.start_node_async, node)
+
+        consumer = self.consumer(proxy, queue, decide, prefetch=PREFETCH)
+        done = consumer.run_until(lambda: len(acked) == total, timeout=90, tick=tick)
+        consumer.poll(1.0)
+        after = cs.serving_nodes(proxy)
+        consumer.close()
+        self.assertIsNotNone(state["killed"])
+        self.assertTrue(done, f"{len(acked)} of {total} acked; {consumer.connect_errors[-5:]}")
+        self.assertEqual(set(acked), set(labels))
+        self.assertLessEqual(sum(n - 1 for n in acked.values()), PREFETCH)
+        self.assertEqual(consumer.closes[0],
+                         (FORCED, "CONNECTION_FORCED - nackguard: the broker connection was lost"))
+        self.assertNotIn(state["killed"], after)
+        self.assertEqual(cs.wait_for(lambda: self.broker.message_count(queue) == 0, 5), True)
 
     # ------------------------------------------------------------ b. the limit holds
 
