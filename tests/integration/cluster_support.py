@@ -18,6 +18,9 @@ uses and does not change):
   serving_nodes()    the nodes a nackguard has upstream connections to now (its
                      upstream_connections gauge)
   QUORUM_ARGS        arguments of a quorum queue replicated on the three nodes
+  ClusterTest        unittest base (an operations_support.OpsTest): every node up before
+                     each test, quorum declares, nackguards listing the three nodes, the
+                     serving node stopped, reconnecting consumers (reconnecting_consumer.py)
 
 Environment:
   NACKGUARD_TEST_CLUSTER_DIR   where the nodes live ($NACKGUARD_BUILD_DIR/cluster)
@@ -33,9 +36,10 @@ import socket
 import subprocess
 import time
 
-from pika.exceptions import AMQPError, ConnectionClosedByBroker
-
 import harness
+import operations_support as ops
+import redelivery_support as rs
+from reconnecting_consumer import ReconnectingConsumer
 
 TESTS_DIR = os.path.dirname(harness.HERE)
 CLUSTER_SCRIPT = os.path.join(TESTS_DIR, "rabbitmq-cluster.sh")
@@ -270,91 +274,55 @@ def wait_for(predicate, timeout, step=0.1):
         time.sleep(step)
 
 
-# ---------------------------------------------------------------- a consumer that reconnects
+# ---------------------------------------------------------------- test base
 
-class ReconnectingConsumer:
-    """A pika consumer through `port` that reconnects whenever its connection ends, as a
-    consumer of a cluster behind one endpoint does.
+class ClusterTest(ops.OpsTest):
+    """OpsTest in front of the cluster: every node up before each test, direct connections
+    to a live node, nackguards listing the three nodes."""
 
-    decide(consumer, delivery) returns "ack", "nack" (requeue=True), "cancel-nack" (cancel
-    the consumer first, so that the requeued message stays in the queue until the next
-    connection consumes again) or None (leave it unsettled); deliveries are redelivery_support.Delivery-like tuples (label, tag,
-    redelivered, props, body, time). `closes` records (reply_code, reply_text) of every
-    connection.close the consumer got, `connect_errors` every failed (re)connect.
-    """
+    def setUp(self):
+        ensure_all_running()  # a node a previous test stopped is back
+        use_node(NODES[0])
+        super().setUp()
 
-    def __init__(self, port, queue, decide, prefetch=50):
-        self.port = port
-        self.queue = queue
-        self.decide = decide
-        self.prefetch = prefetch
-        self.conn = None
-        self.ch = None
-        self.deliveries = []
-        self.closes = []
-        self.connect_errors = []
-        self.connects = 0
+    def declare_quorum(self, queue):
+        self.broker.declare(queue, durable=True, arguments=QUORUM_ARGS)
 
-    def _connect(self):
-        conn = harness.connect(self.port)
+    def reconnect_broker(self, avoid=()):
+        """Direct connections and clean-ups go to a live node not in `avoid` from now on."""
+        node = use_live_node(avoid)
         try:
-            ch = conn.channel()
-            ch.basic_qos(prefetch_count=self.prefetch)
-            ch.basic_consume(self.queue, self._on_delivery)
+            self.broker.close()
         except Exception:
-            harness.close_connection(conn, timeout=2)
-            raise
-        self.conn, self.ch = conn, ch
-        self.connects += 1
+            pass
+        self.broker = rs.Broker()
+        self.addCleanup(self.broker.close)
+        return node
 
-    def _on_delivery(self, ch, method, props, body):
-        d = (body.decode(errors="replace"), method.delivery_tag, method.redelivered, props,
-             body, time.monotonic())
-        self.deliveries.append(d)
-        action = self.decide(self, d)
-        if action == "ack":
-            ch.basic_ack(method.delivery_tag)
-        elif action == "nack":
-            ch.basic_nack(method.delivery_tag, multiple=False, requeue=True)
-        elif action == "cancel-nack":
-            ch.basic_cancel(method.consumer_tag)
-            ch.basic_nack(method.delivery_tag, multiple=False, requeue=True)
-        elif action is not None:
-            raise ValueError(action)
+    def start_cluster_proxy(self, policies, **config):
+        proxy = self.start_ops(policies, config=proxy_config(**config))
+        status, body = proxy.wait_ready(200, 10)
+        self.assertEqual(status, 200, f"/readyz: {body!r}")
+        return proxy
 
-    def _lost(self, exc):
-        if isinstance(exc, ConnectionClosedByBroker):
-            self.closes.append((exc.reply_code, exc.reply_text))
-        self.conn = self.ch = None
+    def the_serving_node(self, proxy):
+        serving = serving_nodes(proxy)
+        self.assertEqual(list(serving.values()), [1],
+                         f"expected one upstream connection, the gauge says {serving}")
+        return next(iter(serving))
 
-    def run_until(self, done, timeout, tick=None, retry_pause=0.3):
-        """Consumes (reconnecting) until done() holds; tick() runs between I/O rounds.
-        Returns whether done() held before `timeout`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if done():
-                return True
-            if self.conn is None:
-                try:
-                    self._connect()
-                except (AMQPError, OSError) as exc:
-                    self.connect_errors.append(repr(exc))
-                    time.sleep(retry_pause)
-                    continue
-            try:
-                self.conn.process_data_events(time_limit=0.05)
-                if tick is not None:
-                    tick()  # a tick that stops a node: the next round reads the close
-            except (AMQPError, OSError) as exc:
-                self._lost(exc)
-        return done()
+    def stop_serving_node(self, proxy, state):
+        """Stops the node the proxy's only upstream connection uses; remembers it in state."""
+        node = self.the_serving_node(proxy)
+        state["stopped"] = node
+        self.reconnect_broker(avoid=[node])
+        t0 = time.monotonic()
+        stop_node(node)
+        state["stop_seconds"] = time.monotonic() - t0
+        self.addCleanup(start_node_async, node)  # the next test finds it back
+        return node
 
-    def poll(self, seconds):
-        """Consumes for `seconds` more (reconnecting if needed)."""
-        end = time.monotonic() + seconds
-        self.run_until(lambda: time.monotonic() >= end, seconds + 1)
-
-    def close(self):
-        if self.conn is not None:
-            harness.close_connection(self.conn, timeout=3)
-        self.conn = self.ch = None
+    def consumer(self, proxy, queue, decide, prefetch=50):
+        c = ReconnectingConsumer(proxy.port, queue, decide, prefetch=prefetch)
+        self.addCleanup(c.close)
+        return c

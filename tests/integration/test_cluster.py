@@ -45,7 +45,6 @@ from pika.exceptions import AMQPConnectionError, ConnectionClosedByBroker
 
 import cluster_support as cs
 import harness
-import operations_support as ops
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
@@ -64,56 +63,7 @@ def tearDownModule():
     cs.stop_cluster()
 
 
-class ClusterTest(ops.OpsTest):
-
-    def setUp(self):
-        cs.ensure_all_running()  # a node a previous test stopped is back
-        cs.use_node(cs.NODES[0])
-        super().setUp()
-
-    # ------------------------------------------------------------ helpers
-
-    def declare_quorum(self, queue):
-        self.broker.declare(queue, durable=True, arguments=cs.QUORUM_ARGS)
-
-    def reconnect_broker(self, avoid=()):
-        """Direct connections and clean-ups go to a live node not in `avoid` from now on."""
-        node = cs.use_live_node(avoid)
-        try:
-            self.broker.close()
-        except Exception:
-            pass
-        self.broker = rs.Broker()
-        self.addCleanup(self.broker.close)
-        return node
-
-    def start_cluster_proxy(self, policies, **config):
-        proxy = self.start_ops(policies, config=cs.proxy_config(**config))
-        status, body = proxy.wait_ready(200, 10)
-        self.assertEqual(status, 200, f"/readyz: {body!r}")
-        return proxy
-
-    def the_serving_node(self, proxy):
-        serving = cs.serving_nodes(proxy)
-        self.assertEqual(list(serving.values()), [1],
-                         f"expected one upstream connection, the gauge says {serving}")
-        return next(iter(serving))
-
-    def stop_serving_node(self, proxy, state):
-        """Stops the node the proxy's only upstream connection uses; remembers it in state."""
-        node = self.the_serving_node(proxy)
-        state["stopped"] = node
-        self.reconnect_broker(avoid=[node])
-        t0 = time.monotonic()
-        cs.stop_node(node)
-        state["stop_seconds"] = time.monotonic() - t0
-        self.addCleanup(cs.start_node_async, node)  # the next test finds it back
-        return node
-
-    def consumer(self, proxy, queue, decide, prefetch=PREFETCH):
-        c = cs.ReconnectingConsumer(proxy.port, queue, decide, prefetch=prefetch)
-        self.addCleanup(c.close)
-        return c
+class FailoverTest(cs.ClusterTest):
 
     # ------------------------------------------------------------ 0. the spread
 
