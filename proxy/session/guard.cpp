@@ -125,8 +125,8 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   amqp::ContentHeader header;
   if (!decode_delivery_header(d, header)) return plan;
   retry::CarriedCount carried = carried_count(header.properties);
+  if (carried.from_quorum_queue) learn_quorum(d.queue);
   if (!d.redelivered && carried.nackguard == 0 && carried.broker == 0) return plan;
-  if (carried.broker != 0) context_.queue_facts().on_delivery_count(d.queue);
   plan.cookie |= kMaybeTracked;
   std::optional<std::string> identity = message_identity(policy.identity, header.properties, d);
   if (!identity) {
@@ -185,6 +185,15 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
   plan.action = DeliveryPlan::Action::withhold;
   return plan;
+}
+
+void Guard::learn_quorum(const std::string& queue) {
+  // Once per connection and queue: RabbitMQ 3.x marks every delivery of a quorum queue.
+  constexpr std::size_t kMaxLearnt = 1000;
+  if (quorum_learnt_.count(queue)) return;
+  if (quorum_learnt_.size() >= kMaxLearnt) quorum_learnt_.clear();
+  quorum_learnt_.insert(queue);
+  context_.queue_facts().on_delivery_count(queue);
 }
 
 bool Guard::at_broker_limit(const Delivery& d, const retry::Policy& policy,

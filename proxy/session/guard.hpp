@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "proxy/session/guard_context.hpp"
@@ -69,6 +70,8 @@ class Guard final : public SessionObserver {
   };
 
   const retry::Policy& policy_for(const std::string& queue);
+  // A delivery from `queue` carried x-delivery-count: it is a quorum queue.
+  void learn_quorum(const std::string& queue);
   // Whether one more return of `delivery` (whose header is `header`) would pass the broker's
   // delivery limit, and a copy can be published to prevent it.
   bool at_broker_limit(const Delivery& delivery, const retry::Policy& policy,
@@ -96,6 +99,7 @@ class Guard final : public SessionObserver {
   std::shared_ptr<const retry::PolicySet> policies_;
   std::uint64_t policies_version_ = 0;
   std::unordered_map<std::string, const retry::Policy*> policy_cache_;
+  std::unordered_set<std::string> quorum_learnt_;  // queues told to queue_facts() as quorum
   std::map<DeliveryKey, Intent> intents_;
   std::unordered_map<std::uint64_t, DeliveryKey> jobs_;
   std::uint64_t next_job_ = 0;

@@ -89,7 +89,8 @@ std::uint32_t count_header(const amqp::BasicProperties& properties, const char* 
 }  // namespace
 
 retry::CarriedCount carried_count(const amqp::BasicProperties& properties) {
-  return {count_header(properties, kReturnsHeader), count_header(properties, kDeliveryCountHeader)};
+  return {count_header(properties, kReturnsHeader), count_header(properties, kDeliveryCountHeader),
+          header(properties, kDeliveryCountHeader) != nullptr};
 }
 
 }  // namespace nackguard::session

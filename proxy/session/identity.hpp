@@ -32,7 +32,8 @@ std::optional<std::string> message_identity(const std::vector<retry::IdentitySou
 bool identity_needs_body(const std::vector<retry::IdentitySource>& sources,
                          const amqp::BasicProperties& properties);
 
-// x-nackguard-returns and x-delivery-count, each 0 when absent (or not an integer).
+// x-nackguard-returns and x-delivery-count, each 0 when absent (or not an integer), and
+// whether x-delivery-count is there at all.
 retry::CarriedCount carried_count(const amqp::BasicProperties& properties);
 
 }  // namespace nackguard::session

@@ -91,6 +91,20 @@ def scrape_metrics(proxy, queue):
     return found
 
 
+def queue_types(*names):
+    """{name: type} of those of `names` that exist, from rabbitmqctl list_queues; None when
+    there is no rabbitmqctl (NACKGUARD_TEST_RABBITMQCTL, which tests/run.sh sets)."""
+    if harness.RABBITMQCTL is None:
+        return None
+    found = {}
+    for line in harness.rabbitmqctl("list_queues", "-q", "--no-table-headers", "name",
+                                    "type").splitlines():
+        parts = line.split("\t") if "\t" in line else line.split()
+        if len(parts) >= 2 and parts[0] in names:
+            found[parts[0]] = parts[1]
+    return found
+
+
 def rabbitmq_version():
     conn = harness.connect(harness.BROKER_PORT)
     try:
@@ -197,6 +211,7 @@ def collect(result, run, broker, proxy, queue, dlq):
                       if PROTOCOL_ERROR_PATTERNS.search(line)]
     client_errors = run.errors + counts["errors"] + protocol_lines[:5]
     metrics = scrape_metrics(proxy, queue)
+    types = queue_types(queue, dlq)
     fallbacks = proxy.log_lines("fallback")
     headers = dict(dead[0][1].headers or {}) if dead else {}
     for key, value in list(headers.items()):
@@ -212,7 +227,7 @@ def collect(result, run, broker, proxy, queue, dlq):
         # A quorum queue's own count, carried over from the poison's last delivery.
         dead_letter_delivery_count=headers.get("x-delivery-count"),
         left_in_queue=left, client_errors=client_errors, client_processes=run.processes,
-        client_exit_codes=sorted(set(run.exit_codes)), metrics=metrics,
+        client_exit_codes=sorted(set(run.exit_codes)), metrics=metrics, queue_types=types,
         proxy_fallbacks=fallbacks, proxy_exit_code=proxy.stop())
 
     def check(name, ok, detail):
@@ -223,6 +238,11 @@ def collect(result, run, broker, proxy, queue, dlq):
           "; ".join(client_errors) or "none")
     check("proxy: exits 0, no fallback", result["proxy_exit_code"] == 0 and not fallbacks,
           f"exit code {result['proxy_exit_code']}, {len(fallbacks)} fallback lines")
+    if types is not None:
+        # The DLQ, when the proxy declared one, takes the queue's type.
+        check(f"the queue and its DLQ are {QUEUE_TYPE} queues",
+              types.get(queue) == QUEUE_TYPE and all(t == QUEUE_TYPE for t in types.values()),
+              ", ".join(f"{name}: {kind}" for name, kind in sorted(types.items())))
     client = run.client
     if client.expect_bounded:
         ok, expected = client.poison_deliveries_ok(poison_deliveries)

@@ -191,11 +191,15 @@ def render_report(variants):
         "```sh",
         "/usr/bin/python3 tests/compat/compat.py run all",
         "NACKGUARD_TEST_QUEUE_TYPE=quorum /usr/bin/python3 tests/compat/compat.py run all",
-        "NACKGUARD_TEST_BROKER_PORT=37672 /usr/bin/python3 tests/compat/compat.py run all",
+        "NACKGUARD_TEST_BROKER_PORT=37672 NACKGUARD_TEST_QUEUE_TYPE=quorum "
+        "/usr/bin/python3 tests/compat/compat.py run all",
         "/usr/bin/python3 tests/compat/compat.py report --update-docs",
         "```",
         "",
-        "writes build/compat-report.md from every variant's results and copies it here.",
+        "writes build/compat-report.md from every variant's results and copies it here. "
+        "The check of the queue types (`rabbitmqctl list_queues name type`) needs "
+        "`NACKGUARD_TEST_RABBITMQCTL`, which tests/run.sh sets (for the 4.0 variants CTest "
+        "does); without it a run does not check them.",
         "",
     ]
     return "\n".join(lines)

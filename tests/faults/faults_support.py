@@ -380,6 +380,17 @@ class Node:
         return found
 
 
+    def queue_types(self, prefix=""):
+        """{name: type} (classic, quorum, ...) of the queues whose name starts with prefix."""
+        out = self.ctl("list_queues", "-q", "--no-table-headers", "name", "type")
+        found = {}
+        for line in out.splitlines():
+            parts = line.split("\t") if "\t" in line else line.split()
+            if len(parts) >= 2 and parts[0].startswith(prefix):
+                found[parts[0]] = parts[1]
+        return found
+
+
 _module_node = None
 _module_lock = None
 
@@ -1394,6 +1405,17 @@ class FaultTest(unittest.TestCase):
                          f"{what}: lost confirmed messages {account['lost_ids']}: "
                          f"{Ledger.summary(account)}")
         self.assertEqual(account["unknown_ids"], [], f"{what}: messages nobody published")
+
+    def assert_proxy_queues_typed(self, node, queue, what=""):
+        """The DLQ and delay queues the proxy declared for `queue` have the queue's own type
+        (QUEUE_TYPE): on a quorum queue, a dead letter or a delayed copy must not sit on one
+        node's classic queue."""
+        types = {name: kind for name, kind in node.queue_types().items()
+                 if name == f"{queue}.dlq" or name.startswith(f"nackguard.delay.{queue}.")}
+        self.record(proxy_queue_types=types)
+        wrong = {name: kind for name, kind in types.items() if kind != QUEUE_TYPE}
+        self.assertFalse(wrong, f"{what}: the proxy declared queues of another type for a "
+                                f"{QUEUE_TYPE} queue: {types}")
 
     def assert_only_poison_dead_lettered(self, dlq, poison_every, what=""):
         """No innocent message in the DLQ: only ids n with n % poison_every == 0 (the ones

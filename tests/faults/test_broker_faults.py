@@ -91,12 +91,15 @@ class BrokerFaultTest(fs.FaultTest):
         drained = fs.wait_drained(ledger, queue, drain_timeout, dlq_expected=poison)
         self.assertTrue(con.stop(), f"{what}: the consumer thread is stuck")
         time.sleep(0.5)
+        types = NODE.queue_types(queue)
         dlq, delayed, queued = fs.final_count(NODE, queue)
         account = ledger.account(dlq, delayed, queued)
         fs.log(f"{what}: {fs.Ledger.summary(account)} (drained: {drained})")
         self.record(account=account, drained=drained)
         self.assert_no_loss(account, what)
         self.assert_only_poison_dead_lettered(dlq, 25, what)
+        self.assertEqual(types.get(queue), fs.QUEUE_TYPE, f"{what}: the queue's type: {types}")
+        self.assert_proxy_queues_typed(NODE, queue, what)
         self.assertGreater(account["confirmed"], 100, f"{what}: too little traffic")
         return account
 

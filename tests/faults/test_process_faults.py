@@ -71,12 +71,15 @@ class ProcessFaultTest(fs.FaultTest):
         return account
 
     def account(self, ledger, queue, what, extra_queues=(), poison_every=25):
+        types = NODE.queue_types(queue)
         dlq, delayed, queued = fs.final_count(NODE, queue, extra_queues)
         account = ledger.account(dlq, delayed, queued)
         fs.log(f"{what}: {fs.Ledger.summary(account)}")
         self.record(account=account)
         self.assert_no_loss(account, what)
         self.assert_only_poison_dead_lettered(dlq, poison_every, what)
+        self.assertEqual(types.get(queue), fs.QUEUE_TYPE, f"{what}: the queue's type: {types}")
+        self.assert_proxy_queues_typed(NODE, queue, what)
         return account
 
     # ------------------------------------------------------------ (2) consumer kill -9

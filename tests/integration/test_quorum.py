@@ -165,24 +165,41 @@ class QuorumQueueTest(rs.RedeliveryTest):
 
     # ------------------------------------------------------------ (d), (e) declared queues
 
-    def test_d_delay_queue_and_dlq_are_quorum_queues(self):
-        queue = self.queue_name("qd", delay_ttls_ms=(1000,))
-        proxy = self.start_guard(self.policy(
-            queue, 1, requeue="delayed",
-            backoff={"initial": "1s", "multiplier": 2, "max": "1s", "jitter": "none"}))
+    DELAY_1S = {"initial": "1s", "multiplier": 1, "max": "1s", "jitter": "none"}
+
+    def lone_poison(self, policy, queue, before_dlq=None):
+        """A proxy with `policy`, `queue` declared through it as a quorum queue, and a poison
+        alone in it, nacked until it is in the DLQ; before_dlq() is polled first, if given.
+        Returns the proxy and the consumer."""
+        proxy = self.start_guard(policy)
         self.declare_quorum(proxy, queue)
         self.broker.publish(queue, [(POISON.encode(), props(message_id="p-" + queue))])
         consumer = self.consumer(proxy, queue, lambda d: "nack")
-        delay_queue = f"nackguard.delay.{queue}.1000ms"
-        self.assertTrue(rs.poll_until([consumer], lambda: self.broker.exists(delay_queue),
-                                      timeout=10))
-        queue_type, arguments = self.queue_info(delay_queue)
-        self.assertEqual(queue_type, "quorum")
-        self.assertIn("at-least-once", arguments)
-        self.assertIn("reject-publish", arguments)
+        if before_dlq is not None:
+            self.assertTrue(rs.poll_until([consumer], before_dlq, timeout=10), proxy.log_text())
         self.assertTrue(rs.poll_until(
             [consumer], lambda: (self.broker.message_count(f"{queue}.dlq") or 0) == 1,
             timeout=20), proxy.log_text())
+        return proxy, consumer
+
+    def test_d_delay_queue_and_dlq_are_quorum_queues(self):
+        queue = self.queue_name("qd", delay_ttls_ms=(1000,))
+        delay_queue = f"nackguard.delay.{queue}.1000ms"
+        types = {}
+
+        def delay_queue_seen():
+            # Looked at while the copy waits in it: it exists only once nackguard declared it.
+            if self.broker.exists(delay_queue):
+                types["delay"] = self.queue_info(delay_queue)
+            return "delay" in types
+
+        _, consumer = self.lone_poison(
+            self.policy(queue, 1, requeue="delayed", backoff=self.DELAY_1S), queue,
+            before_dlq=delay_queue_seen)
+        queue_type, arguments = types["delay"]
+        self.assertEqual(queue_type, "quorum")
+        self.assertIn("at-least-once", arguments)
+        self.assertIn("reject-publish", arguments)
         self.assertEqual(consumer.delivered(POISON), 2, "max_redeliveries 1: two deliveries")
         self.assertEqual(self.queue_info(f"{queue}.dlq")[0], "quorum")
 
@@ -190,13 +207,7 @@ class QuorumQueueTest(rs.RedeliveryTest):
         queue = self.queue_name("qd2")
         policy = self.policy(queue, 0)
         policy["q.yaml"] += "queue_type: classic\n"
-        proxy = self.start_guard(policy)
-        self.declare_quorum(proxy, queue)
-        self.broker.publish(queue, [(POISON.encode(), props(message_id="p-" + queue))])
-        consumer = self.consumer(proxy, queue, lambda d: "nack")
-        self.assertTrue(rs.poll_until(
-            [consumer], lambda: (self.broker.message_count(f"{queue}.dlq") or 0) == 1,
-            timeout=20), proxy.log_text())
+        self.lone_poison(policy, queue)
         self.assertEqual(self.queue_info(f"{queue}.dlq")[0], "classic")
 
     def test_e_existing_delay_queue_with_other_arguments_is_used_as_it_is(self):
@@ -206,15 +217,8 @@ class QuorumQueueTest(rs.RedeliveryTest):
         self.broker.ch.queue_declare(delay_queue, durable=True, arguments={
             "x-message-ttl": 1000, "x-dead-letter-exchange": "",
             "x-dead-letter-routing-key": queue})
-        proxy = self.start_guard(self.policy(
-            queue, 2, requeue="delayed",
-            backoff={"initial": "1s", "multiplier": 1, "max": "1s", "jitter": "none"}))
-        self.declare_quorum(proxy, queue)
-        self.broker.publish(queue, [(POISON.encode(), props(message_id="p-" + queue))])
-        consumer = self.consumer(proxy, queue, lambda d: "nack")
-        self.assertTrue(rs.poll_until(
-            [consumer], lambda: (self.broker.message_count(f"{queue}.dlq") or 0) == 1,
-            timeout=20), proxy.log_text())
+        proxy, consumer = self.lone_poison(
+            self.policy(queue, 2, requeue="delayed", backoff=self.DELAY_1S), queue)
         self.assertEqual(consumer.delivered(POISON), 3, "two delayed copies came back")
         self.assertEqual(self.queue_info(delay_queue)[0], "classic", "used as it was")
         lines = proxy.log_lines(f"queue={delay_queue}: exists with other arguments")

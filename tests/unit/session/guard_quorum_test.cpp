@@ -290,6 +290,21 @@ TEST_F(GuardQuorum, QuorumSourceGetsQuorumDelayQueuesThatDeadLetterAtLeastOnce) 
             frames({method(kProxyChannel, durable_declare("nackguard.delay.q.1000ms", args))}));
 }
 
+TEST_F(GuardQuorum, ThreeDotXMarksAQuorumQueuesFirstDeliveryWhichTellsItsType) {
+  // RabbitMQ 3.x sets x-delivery-count 0 on a quorum queue's first delivery: a queue declared
+  // elsewhere is known as quorum before its first return.
+  retry::Policy p = policy(5);
+  p.requeue = retry::RequeueMode::delayed;
+  start(p);
+  deliver_passes(delivery(1, with_delivery_count(message("m1"), 0)));
+  client(nack(1));
+  std::vector<Wire> sent = open_proxy_channel();
+  ASSERT_EQ(sent.size(), 1u);
+  const amqp::QueueDeclare declare = as<amqp::QueueDeclare>(sent[0]);
+  EXPECT_EQ(declare.queue, "nackguard.delay.q.1000ms");
+  EXPECT_EQ(text(declare.arguments.find("x-queue-type")), text(amqp::FieldValue::string("quorum")));
+}
+
 TEST_F(GuardQuorum, QuorumSourceGetsAQuorumDlq) {
   start(policy(0));
   declare_quorum(std::nullopt);
