@@ -22,10 +22,32 @@ session::GuardSettings guard_settings(const config::Config& cfg) {
   return settings;
 }
 
+// "a:5672, b:5672": the broker addresses, for log lines.
+std::string upstream_list(const config::Config& cfg) {
+  std::string out;
+  for (const config::Endpoint& address : config::upstream_targets(cfg)) {
+    if (!out.empty()) out += ", ";
+    out += config::to_string(address);
+  }
+  return out;
+}
+
+metrics::RegistryOptions registry_options(const config::Config& cfg) {
+  metrics::RegistryOptions options;
+  options.version = kVersion;
+  options.max_queue_labels = cfg.metrics_max_queue_labels;
+  options.upstream_addresses.clear();
+  for (const config::Endpoint& address : config::upstream_targets(cfg)) {
+    options.upstream_addresses.push_back(config::to_string(address));
+  }
+  return options;
+}
+
 net::RelayOptions relay_options(const config::Config& cfg, session::GuardContext& guard) {
   net::RelayOptions options;
-  options.upstream_host = cfg.upstream.host;
-  options.upstream_port = cfg.upstream.port;
+  options.upstreams = std::make_shared<net::Upstreams>(
+      config::upstream_targets(cfg),
+      cfg.upstream_addresses.empty() ? "upstream.host" : "upstream.addresses");
   options.connect_timeout = cfg.upstream_connect_timeout;
   options.handshake_timeout = cfg.handshake_timeout;
   options.tls = net::load_tls(cfg);
@@ -37,11 +59,14 @@ net::RelayOptions relay_options(const config::Config& cfg, session::GuardContext
                                                      : "verified when presented");
   }
   if (cfg.upstream_tls) {
-    spdlog::info("connecting to the broker with TLS ({}{})",
-                 cfg.upstream_tls->verify
-                     ? "its certificate verified for " + cfg.upstream_tls->server_name
-                     : std::string("its certificate NOT verified: upstream.tls.verify is false"),
-                 cfg.upstream_tls->cert_file.empty() ? "" : "; presenting a client certificate");
+    spdlog::info(
+        "connecting to the broker with TLS ({}{})",
+        cfg.upstream_tls->verify
+            ? "its certificate verified for " + (cfg.upstream_tls->server_name.empty()
+                                                     ? std::string("each address's host name")
+                                                     : cfg.upstream_tls->server_name)
+            : std::string("its certificate NOT verified: upstream.tls.verify is false"),
+        cfg.upstream_tls->cert_file.empty() ? "" : "; presenting a client certificate");
   }
   options.buffer_bytes = cfg.buffer_bytes;
   options.session.max_frame_bytes = cfg.max_frame_bytes;
@@ -72,7 +97,7 @@ std::vector<std::string> keys_needing_restart(const config::Config& now,
     if (differs) keys.emplace_back(key);
   };
   check(now.listen.host != loaded.listen.host || now.listen.port != loaded.listen.port, "listen");
-  check(now.upstream.host != loaded.upstream.host || now.upstream.port != loaded.upstream.port ||
+  check(upstream_list(now) != upstream_list(loaded) ||
             now.upstream_connect_timeout != loaded.upstream_connect_timeout,
         "upstream");
   check(now.threads != loaded.threads, "threads");
@@ -95,7 +120,7 @@ std::vector<std::string> keys_needing_restart(const config::Config& now,
 
 App::App(config::Config config, retry::PolicySet policies)
     : config_(std::move(config)),
-      registry_(metrics::RegistryOptions{kVersion, config_.metrics_max_queue_labels}),
+      registry_(registry_options(config_)),
       metrics_listener_(registry_, &log_listener_),
       guard_(guard_settings(config_), std::make_shared<const retry::PolicySet>(std::move(policies)),
              &metrics_listener_),
@@ -126,9 +151,8 @@ std::optional<std::string> App::not_ready_reason() const {
 int App::run() {
   server_->start();
   metrics_server_->start();
-  spdlog::info("nackguard {} listening on {}:{}, forwarding to {}:{} ({} threads)", kVersion,
-               config_.listen.host, config_.listen.port, config_.upstream.host,
-               config_.upstream.port, config_.threads);
+  spdlog::info("nackguard {} listening on {}:{}, forwarding to {} ({} threads)", kVersion,
+               config_.listen.host, config_.listen.port, upstream_list(config_), config_.threads);
   wait_for_stop();
   wait_for_reload();
   std::vector<std::thread> workers;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "proxy/config/tls_section.hpp"
+#include "proxy/config/upstream_addresses.hpp"
 #include "proxy/config/yaml_section.hpp"
 #include "proxy/config/yaml_values.hpp"
 
@@ -43,7 +44,8 @@ constexpr std::array<std::string_view, 10> kTopKeys{
     "listen", "upstream", "threads",  "policies_dir", "metrics",
     "log",    "limits",   "timeouts", "tracker",      "shutdown"};
 constexpr std::array<std::string_view, 3> kListenKeys{"address", "port", "tls"};
-constexpr std::array<std::string_view, 4> kUpstreamKeys{"host", "port", "connect_timeout", "tls"};
+constexpr std::array<std::string_view, 5> kUpstreamKeys{"host", "port", "addresses",
+                                                        "connect_timeout", "tls"};
 constexpr std::array<std::string_view, 3> kMetricsKeys{"address", "port", "max_queue_labels"};
 constexpr std::array<std::string_view, 1> kShutdownKeys{"grace"};
 constexpr std::uint64_t kMaxQueueLabels = 100000;
@@ -162,6 +164,7 @@ void read_listen(const Source& source, const Section& top, Config& config) {
 void read_upstream(const Source& source, const Section& top, Config& config) {
   const Section upstream = top.child("upstream", kUpstreamKeys);
   read_endpoint(upstream, "host", config.upstream);
+  detail::read_upstream_addresses(source, upstream, config);
   if (const Field* timeout = upstream.find("connect_timeout")) {
     config.upstream_connect_timeout =
         detail::read_duration(*timeout, milliseconds(1), kLongestTimeout);
@@ -255,6 +258,16 @@ Config build_config(const Source& source, const YAML::Node& document,
 
 unsigned default_thread_count() {
   return std::clamp(std::thread::hardware_concurrency(), 1u, kMaxThreads);
+}
+
+std::vector<Endpoint> upstream_targets(const Config& config) {
+  if (!config.upstream_addresses.empty()) return config.upstream_addresses;
+  return {config.upstream};
+}
+
+std::string to_string(const Endpoint& endpoint) {
+  const bool v6 = endpoint.host.find(':') != std::string::npos;
+  return (v6 ? "[" + endpoint.host + "]" : endpoint.host) + ":" + std::to_string(endpoint.port);
 }
 
 Config parse_config(std::string_view yaml_text, const fs::path& file_for_messages) {

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "proxy/config/duration.hpp"
 
@@ -46,7 +47,8 @@ struct ListenTls {
 struct UpstreamTls {
   bool verify = true;  // the broker's certificate chain, dates and name
   ConfigFile ca_file;  // PEM; empty: the system's trust store
-  // Sent as SNI and matched against the broker's certificate; upstream.host when not set.
+  // Sent as SNI and matched against the broker's certificate. When not set: upstream.host, or
+  // with upstream.addresses empty, meaning each address's own host name.
   std::string server_name;
   // Both or neither: the client certificate the proxy presents (for SASL EXTERNAL).
   ConfigFile cert_file;
@@ -56,10 +58,19 @@ struct UpstreamTls {
 // std::thread::hardware_concurrency(), at least 1 and at most 256.
 unsigned default_thread_count();
 
+struct Config;
+// The broker addresses to connect to: upstream.addresses, or the one of upstream.host/port.
+std::vector<Endpoint> upstream_targets(const Config& config);
+// "host:port", with an IPv6 address in brackets: as in upstream.addresses and in messages.
+std::string to_string(const Endpoint& endpoint);
+
 struct Config {
   std::filesystem::path file;  // the file it was loaded from, absolute
   Endpoint listen{"127.0.0.1", 5673};
+  // upstream.host and upstream.port; with upstream.addresses, the first address.
   Endpoint upstream{"127.0.0.1", 5672};
+  // upstream.addresses, in the order written; empty when upstream.host/port are used.
+  std::vector<Endpoint> upstream_addresses;
   std::optional<ListenTls> listen_tls;      // absent: clients connect in plain TCP
   std::optional<UpstreamTls> upstream_tls;  // absent: plain TCP to the broker
   std::chrono::milliseconds upstream_connect_timeout{5000};

@@ -35,10 +35,25 @@ void append_tls(std::ostream& out, const Config& config) {
     out << "upstream.tls.verify: " << (tls->verify ? "true" : "false") << "\n"
         << "upstream.tls.ca_file: "
         << file_or(tls->ca_file, tls->verify ? "(none: the system trust store)" : "(none)") << "\n"
-        << "upstream.tls.server_name: " << tls->server_name << "\n"
+        << "upstream.tls.server_name: "
+        << (tls->server_name.empty() ? "(each address's host name)" : tls->server_name) << "\n"
         << "upstream.tls.cert_file: " << file_or(tls->cert_file, "(none)") << "\n"
         << "upstream.tls.key_file: " << file_or(tls->key_file, "(none)") << "\n";
   }
+}
+
+// upstream.host and upstream.port, or upstream.addresses when those are set.
+std::string upstream_lines(const Config& config) {
+  if (config.upstream_addresses.empty()) {
+    return "upstream.host: " + config.upstream.host +
+           "\nupstream.port: " + std::to_string(config.upstream.port) + "\n";
+  }
+  std::string out = "upstream.addresses: [";
+  for (const Endpoint& address : config.upstream_addresses) {
+    if (&address != &config.upstream_addresses.front()) out += ", ";
+    out += to_string(address);
+  }
+  return out + "]\n";
 }
 
 }  // namespace
@@ -48,8 +63,7 @@ std::string describe(const Config& config) {
   out << "file: " << config.file.string() << "\n"
       << "listen.address: " << config.listen.host << "\n"
       << "listen.port: " << config.listen.port << "\n"
-      << "upstream.host: " << config.upstream.host << "\n"
-      << "upstream.port: " << config.upstream.port << "\n"
+      << upstream_lines(config)
       << "upstream.connect_timeout: " << format_duration(config.upstream_connect_timeout) << "\n"
       << "threads: " << config.threads << "\n"
       << "policies_dir: " << config.policies_dir.string() << "\n"

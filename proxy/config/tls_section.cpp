@@ -106,7 +106,8 @@ void read_upstream_tls(const Source& source, const Section& upstream, Config& co
   UpstreamTls settings;
   if (const Field* verify = tls.find("verify")) settings.verify = read_bool(*verify);
   settings.ca_file = read_file(source, tls, "ca_file", config.file, "the CA file");
-  settings.server_name = config.upstream.host;
+  // With several addresses, each connection checks the name of the address it connects to.
+  if (config.upstream_addresses.empty()) settings.server_name = config.upstream.host;
   if (const Field* name = tls.find("server_name")) {
     settings.server_name = read_word(*name, "a host name");
   }

@@ -12,7 +12,8 @@ namespace nackguard::config::detail {
 // `config.file` must be set: relative paths are resolved against its directory.
 void read_listen_tls(const Source& source, const Section& listen, Config& config);
 
-// `config.upstream.host` must be read first: it is the default server_name.
+// `config.upstream.host` and `config.upstream_addresses` must be read first: they decide the
+// default server_name.
 void read_upstream_tls(const Source& source, const Section& upstream, Config& config);
 
 }  // namespace nackguard::config::detail

@@ -3,8 +3,10 @@
 // help text and its labels. /metrics renders them in this order. Alert rules and outside tests
 // use these names: rename nothing.
 //
-// Every label has a bounded set of values: a fixed list below, the build's version, or a queue
-// name (at most RegistryOptions::max_queue_labels of them, the rest add up under "_other").
+// Every label has a bounded set of values: a fixed list below, the build's version, an
+// upstream address (one of the configured list, RegistryOptions::upstream_addresses), or a
+// queue name (at most RegistryOptions::max_queue_labels of them, the rest add up under
+// "_other").
 
 #include <array>
 #include <cstddef>
@@ -20,8 +22,14 @@
     "Always 1; the version label names the running nackguard.", version)                           \
   X(client_connections, gauge,                                                                     \
     "Client connections open now.")                                                                \
+  X(upstream_connections, gauge,                                                                   \
+    "Upstream connections open now, by the broker address they were made to.", address)           \
   X(upstream_connect_failures_total, counter,                                                      \
-    "Connections to the broker that could not be resolved, failed or timed out.")                  \
+    "Connects to a broker address that could not be resolved, failed or timed out, the TLS "       \
+    "handshake included, by address.", address)                                                    \
+  X(upstream_unavailable_total, counter,                                                           \
+    "Client connections closed before the AMQP handshake because no broker address accepted "     \
+    "the upstream connection.")                                                                    \
   X(frames_total, counter,                                                                         \
     "AMQP frames relayed, by the direction they travelled.", direction)                            \
   X(bytes_total, counter,                                                                          \
@@ -88,7 +96,16 @@ constexpr std::string_view prometheus_type(MetricType type) {
   return "untyped";
 }
 
-enum class MetricLabel : std::uint8_t { version, direction, queue, action, reason, cause, result };
+enum class MetricLabel : std::uint8_t {
+  version,
+  direction,
+  queue,
+  action,
+  reason,
+  cause,
+  result,
+  address
+};
 
 // Fixed value lists, in the order of the enums they label.
 inline constexpr std::array<std::string_view, 2> kDirectionValues{"client_to_broker",
@@ -115,6 +132,7 @@ enum class LabelKind : std::uint8_t {
   fixed,     // one of `values`
   queue,     // a queue name, capped
   constant,  // one value given at start (the version)
+  address,   // one of the upstream addresses given at start, by index
 };
 
 struct LabelDef {
@@ -139,6 +157,8 @@ constexpr LabelDef label_def(MetricLabel label) {
       return {"cause", LabelKind::fixed, kCauseValues};
     case MetricLabel::result:
       return {"result", LabelKind::fixed, kResultValues};
+    case MetricLabel::address:
+      return {"address", LabelKind::address, {}};
   }
   return {};
 }

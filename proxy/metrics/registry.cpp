@@ -21,6 +21,17 @@ constexpr bool only_plain_metrics_have_labels() {
 }
 static_assert(only_plain_metrics_have_labels());
 
+// add_for_address indexes the series by the address alone.
+constexpr bool address_is_the_only_label() {
+  for (const MetricDef& def : kMetricDefs) {
+    for (std::size_t i = 0; i < def.label_count; ++i) {
+      if (def.labels[i] == MetricLabel::address && def.label_count != 1) return false;
+    }
+  }
+  return true;
+}
+static_assert(address_is_the_only_label());
+
 std::span<const double> histogram_bounds(Metric metric) {
   switch (metric) {
     case Metric::returns_before_dead_letter:
@@ -51,6 +62,10 @@ static_assert(kReasonValues.size() == 3 &&
 
 Registry::Registry(RegistryOptions options)
     : options_(std::move(options)), queues_(options_.max_queue_labels) {
+  if (options_.upstream_addresses.empty()) {
+    throw std::invalid_argument("RegistryOptions::upstream_addresses needs at least one address");
+  }
+  for (const std::string& address : options_.upstream_addresses) address_values_.push_back(address);
   for (std::size_t i = 0; i < kMetricCount; ++i) {
     auto family = std::make_unique<Family>();
     family->def = &kMetricDefs[i];
@@ -59,8 +74,8 @@ Registry::Registry(RegistryOptions options)
       if (def.kind == LabelKind::queue) {
         family->has_queue = true;
         family->queue_slots = queues_.slots();
-      } else if (def.kind == LabelKind::fixed) {
-        family->fixed_count *= def.values.size();
+      } else if (def.kind == LabelKind::fixed || def.kind == LabelKind::address) {
+        family->fixed_count *= label_values(label).size();
       }
     }
     if (family->def->type == MetricType::histogram) {
@@ -94,8 +109,32 @@ void Registry::client_disconnected() {
   add(Metric::client_connections, 0, 0, ~std::uint64_t{0});
 }
 
-void Registry::upstream_connect_failed() {
-  add(Metric::upstream_connect_failures_total, 0, 0);
+std::span<const std::string_view> Registry::label_values(MetricLabel label) const {
+  const LabelDef def = label_def(label);
+  if (def.kind == LabelKind::address) return address_values_;
+  return def.values;
+}
+
+// The address label is the only label of these metrics, so the address is the series index.
+void Registry::add_for_address(Metric metric, std::size_t address, std::uint64_t n) {
+  if (address >= address_values_.size()) return;
+  add(metric, 0, address, n);
+}
+
+void Registry::upstream_connected(std::size_t address) {
+  add_for_address(Metric::upstream_connections, address, 1);
+}
+
+void Registry::upstream_disconnected(std::size_t address) {
+  add_for_address(Metric::upstream_connections, address, ~std::uint64_t{0});
+}
+
+void Registry::upstream_connect_failed(std::size_t address) {
+  add_for_address(Metric::upstream_connect_failures_total, address, 1);
+}
+
+void Registry::upstream_unavailable() {
+  add(Metric::upstream_unavailable_total, 0, 0);
 }
 
 void Registry::add_traffic(Direction direction, std::uint64_t frames, std::uint64_t bytes) {

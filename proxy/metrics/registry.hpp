@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "proxy/metrics/metric_list.hpp"
 #include "proxy/metrics/queue_labels.hpp"
@@ -26,6 +27,9 @@ struct RegistryOptions {
   std::string version = "unknown";  // build_info's version label
   // Distinct queue label values; the series of further queues add up under queue="_other".
   std::size_t max_queue_labels = 100;
+  // The address label's values, "host:port", in the order of upstream.addresses (at least
+  // one); the net layer passes an address by its index in this list.
+  std::vector<std::string> upstream_addresses{"127.0.0.1:5672"};
 };
 
 class Registry {
@@ -41,7 +45,13 @@ class Registry {
   // Connections and traffic (net).
   void client_connected();
   void client_disconnected();
-  void upstream_connect_failed();
+  // By the address's index in RegistryOptions::upstream_addresses (one out of range is
+  // ignored).
+  void upstream_connected(std::size_t address);
+  void upstream_disconnected(std::size_t address);
+  void upstream_connect_failed(std::size_t address);
+  // No address accepted a client connection's upstream connection.
+  void upstream_unavailable();
   void add_traffic(Direction direction, std::uint64_t frames, std::uint64_t bytes);
 
   // Policy reloads (whoever reloads them).
@@ -74,11 +84,15 @@ class Registry {
 
   Family& family(Metric metric) { return *families_[static_cast<std::size_t>(metric)]; }
   void add(Metric metric, std::size_t queue_index, std::size_t fixed_index, std::uint64_t n = 1);
+  // The values of a fixed or address label, in index order.
+  std::span<const std::string_view> label_values(MetricLabel label) const;
+  void add_for_address(Metric metric, std::size_t address, std::uint64_t n);
   void render_family(std::string& out, const Family& family,
                      const std::vector<QueueLabels::Entry>& queues) const;
   void render_histogram(std::string& out, const Family& family) const;
 
   RegistryOptions options_;
+  std::vector<std::string_view> address_values_;  // views of options_.upstream_addresses
   QueueLabels queues_;
   std::array<std::unique_ptr<Family>, kMetricCount> families_;
   std::mutex other_outage_mutex_;

@@ -15,18 +15,29 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 
 // The value of the fixed label at `position` in the series `fixed_index` of `def`: fixed
 // labels are the digits of fixed_index, the last label varying fastest.
-std::string_view fixed_value(const MetricDef& def, std::size_t position, std::size_t fixed_index) {
+// `addresses` are the address label's values.
+std::span<const std::string_view> values_of(MetricLabel label,
+                                            std::span<const std::string_view> addresses) {
+  const LabelDef def = label_def(label);
+  return def.kind == LabelKind::address ? addresses : def.values;
+}
+
+std::string_view fixed_value(const MetricDef& def, std::size_t position, std::size_t fixed_index,
+                             std::span<const std::string_view> addresses) {
   std::size_t stride = 1;
   for (std::size_t i = position + 1; i < def.label_count; ++i) {
     const LabelDef later = label_def(def.labels[i]);
-    if (later.kind == LabelKind::fixed) stride *= later.values.size();
+    if (later.kind == LabelKind::fixed || later.kind == LabelKind::address) {
+      stride *= values_of(def.labels[i], addresses).size();
+    }
   }
-  const auto values = label_def(def.labels[position]).values;
+  const auto values = values_of(def.labels[position], addresses);
   return values[(fixed_index / stride) % values.size()];
 }
 
 void append_series_name(std::string& out, const MetricDef& def, std::string_view queue,
-                        std::size_t fixed_index, std::string_view version) {
+                        std::size_t fixed_index, std::string_view version,
+                        std::span<const std::string_view> addresses) {
   out += def.name;
   if (def.label_count == 0) return;
   out += '{';
@@ -43,7 +54,8 @@ void append_series_name(std::string& out, const MetricDef& def, std::string_view
         append_label_value(out, version);
         break;
       case LabelKind::fixed:
-        append_label_value(out, fixed_value(def, i, fixed_index));
+      case LabelKind::address:
+        append_label_value(out, fixed_value(def, i, fixed_index, addresses));
         break;
     }
     out += '"';
@@ -102,7 +114,7 @@ void Registry::render_family(std::string& out, const Family& family,
     for (std::size_t fixed = 0; fixed < family.fixed_count; ++fixed) {
       const std::uint64_t value =
           family.values[queue_index * family.fixed_count + fixed].load(kRelaxed);
-      append_series_name(out, def, queue, fixed, options_.version);
+      append_series_name(out, def, queue, fixed, options_.version, address_values_);
       out += ' ';
       if (gauge) {
         append_value(out, static_cast<std::int64_t>(value));

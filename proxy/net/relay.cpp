@@ -1,11 +1,12 @@
 #include "proxy/net/relay.hpp"
 
+#include "proxy/net/upstream_connect.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <utility>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -50,10 +51,8 @@ asio::awaitable<void> Relay::run() {
   tcp::endpoint peer = client_.stream.tcp().remote_endpoint(ec);
   spdlog::debug("conn {}: accepted from {}:{}", id_, peer.address().to_string(), peer.port());
   bool connected = co_await accept_tls(peer);
-  if (connected && !co_await connect_upstream()) {
-    connected = false;
-    if (options_.metrics) options_.metrics->upstream_connect_failed();
-  }
+  // Failures are logged and counted per address by connect_upstream.
+  if (connected && !co_await connect_upstream()) connected = false;
   if (!connected) {
     close_socket(Side::client);
     done_ = true;
@@ -68,6 +67,7 @@ asio::awaitable<void> Relay::run() {
   }
   co_await (reader(Side::client) && reader(Side::broker) && writer(Side::client) &&
             writer(Side::broker) && watchdog());
+  upstream_lease_.release();
   if (guard_) guard_->on_connection_end();
   done_ = true;
   const auto& stats = session_.stats();
@@ -120,48 +120,22 @@ void Relay::report_traffic(Side side) {
 }
 
 asio::awaitable<bool> Relay::connect_upstream() {
-  auto executor = co_await asio::this_coro::executor;
-  tcp::resolver resolver(executor);
-  auto [resolve_ec, endpoints] = co_await resolver.async_resolve(
-      options_.upstream_host, std::to_string(options_.upstream_port), kUseTuple);
-  if (resolve_ec) {
-    spdlog::warn("conn {}: cannot resolve upstream host {}: {}; check upstream.host", id_,
-                 options_.upstream_host, resolve_ec.message());
-    co_return false;
-  }
-  asio::steady_timer deadline(executor, options_.connect_timeout);
-  auto result = co_await (asio::async_connect(broker_.stream.tcp(), endpoints, kUseTuple) ||
-                          deadline.async_wait(kUseTuple));
-  std::string target = options_.upstream_host + ":" + std::to_string(options_.upstream_port);
-  if (result.index() == 1) {
-    spdlog::warn("conn {}: connecting to upstream {} timed out after {} ms; is the broker up?", id_,
-                 target, options_.connect_timeout.count());
-    co_return false;
-  }
-  auto [connect_ec, endpoint] = std::get<0>(result);
-  if (connect_ec) {
-    spdlog::warn("conn {}: cannot connect to upstream {}: {}; is the broker up?", id_, target,
-                 connect_ec.message());
-    co_return false;
-  }
-  boost::system::error_code ignored;
-  broker_.stream.tcp().set_option(tcp::no_delay(true), ignored);
-  if (!options_.tls.upstream) co_return true;
-  expect_broker_identity(broker_.stream.start_tls(*options_.tls.upstream).native_handle(),
-                         options_.tls);
-  auto failure = co_await broker_.stream.handshake(asio::ssl::stream_base::client,
-                                                   deadline.expiry(), TlsPeer::broker);
-  if (!failure) co_return true;
-  if (failure->timed_out) {
-    spdlog::warn(
-        "conn {}: the TLS handshake with upstream {} did not complete within {} ms "
-        "(upstream.connect_timeout)",
-        id_, target, options_.connect_timeout.count());
-  } else {
-    spdlog::warn("conn {}: TLS handshake with upstream {} failed: {}", id_, target,
-                 failure->reason);
-  }
-  co_return false;
+  UpstreamConnectOptions connect;
+  connect.upstreams = options_.upstreams.get();
+  connect.connect_timeout = options_.connect_timeout;
+  connect.tls = &options_.tls;
+  connect.metrics = options_.metrics;
+  std::optional<std::size_t> address = co_await net::connect_upstream(broker_.stream, connect, id_);
+  if (!address) co_return false;
+  upstream_lease_.metrics = options_.metrics;
+  upstream_lease_.address = address;
+  if (options_.metrics) options_.metrics->upstream_connected(*address);
+  co_return true;
+}
+
+void Relay::UpstreamLease::release() {
+  if (metrics && address) metrics->upstream_disconnected(*address);
+  address.reset();
 }
 
 bool Relay::now_ready_to_close() const {

@@ -15,15 +15,16 @@
 #include "proxy/metrics/registry.hpp"
 #include "proxy/net/stream.hpp"
 #include "proxy/net/tls.hpp"
+#include "proxy/net/upstreams.hpp"
 #include "proxy/session/guard.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::net {
 
 struct RelayOptions {
-  std::string upstream_host;
-  std::uint16_t upstream_port = 5672;
-  std::chrono::milliseconds connect_timeout{5000};     // the TLS handshake included
+  // The broker addresses, shared by every relay and the server's readiness probes.
+  std::shared_ptr<Upstreams> upstreams;
+  std::chrono::milliseconds connect_timeout{5000};     // per IP tried, the TLS handshake included
   std::chrono::milliseconds handshake_timeout{10000};  // the client's TLS handshake included
   TlsContexts tls;                                     // no context: plain TCP on that side
   // Output buffered towards one side beyond this stops reading from the other side.
@@ -69,6 +70,13 @@ class Relay : public std::enable_shared_from_this<Relay> {
   Endpoint& end(Side side) { return side == Side::client ? client_ : broker_; }
   boost::asio::awaitable<bool> accept_tls(const boost::asio::ip::tcp::endpoint& peer);
   boost::asio::awaitable<bool> connect_upstream();
+  // Counts the upstream connection in upstream_connections{address} until the relay ends.
+  struct UpstreamLease {
+    metrics::Registry* metrics = nullptr;
+    std::optional<std::size_t> address;
+    void release();  // once; later calls do nothing
+    ~UpstreamLease() { release(); }
+  };
   // Adds what the session counted since the last call to the metrics.
   void report_traffic(Side side);
   boost::asio::awaitable<void> reader(Side side);
@@ -88,6 +96,7 @@ class Relay : public std::enable_shared_from_this<Relay> {
   std::uint64_t id_;
   Endpoint client_;
   Endpoint broker_;
+  UpstreamLease upstream_lease_;
   std::unique_ptr<session::Guard> guard_;
   session::Session session_;
   std::chrono::steady_clock::time_point started_;

@@ -1,5 +1,7 @@
 #include "proxy/net/server.hpp"
 
+#include "proxy/net/upstream_connect.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,9 +12,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -22,11 +22,11 @@ namespace nackguard::net {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-using namespace asio::experimental::awaitable_operators;
 
 Server::Server(asio::io_context& io, const std::string& address, std::uint16_t port,
                RelayOptions options)
     : io_(io), acceptor_(asio::make_strand(io)), options_(std::move(options)) {
+  if (!options_.upstreams) throw std::invalid_argument("Server: RelayOptions::upstreams is unset");
   std::string where = address + ":" + std::to_string(port);
   boost::system::error_code ec;
   auto ip = asio::ip::make_address(address, ec);
@@ -44,7 +44,9 @@ Server::Server(asio::io_context& io, const std::string& address, std::uint16_t p
 
 void Server::start() {
   asio::co_spawn(acceptor_.get_executor(), accept_loop(), asio::detached);
-  asio::co_spawn(acceptor_.get_executor(), probe_upstream(), asio::detached);
+  for (std::size_t i = 0; i < options_.upstreams->addresses().size(); ++i) {
+    asio::co_spawn(acceptor_.get_executor(), probe_upstream(i), asio::detached);
+  }
   asio::co_spawn(acceptor_.get_executor(), trim_heap(), asio::detached);
 }
 
@@ -80,44 +82,19 @@ asio::awaitable<void> Server::trim_heap() {
 }
 
 std::optional<std::string> Server::upstream_unreachable() const {
-  std::lock_guard lock(probe_mutex_);
-  return upstream_problem_;
+  return options_.upstreams->unreachable();
 }
 
-asio::awaitable<void> Server::probe_upstream() {
+asio::awaitable<void> Server::probe_upstream(std::size_t index) {
   // A bare TCP connect, closed at once: enough to know the broker's port answers, and cheap
-  // for the broker. Until the first probe ends, the broker counts as unreachable.
-  {
-    std::lock_guard lock(probe_mutex_);
-    upstream_problem_ = "the broker has not been reached yet";
-  }
+  // for the broker. Each address has its own probe, so that one black-holed node does not
+  // delay the others' results.
   auto executor = co_await asio::this_coro::executor;
   asio::steady_timer pause(executor);
-  std::string target = options_.upstream_host + ":" + std::to_string(options_.upstream_port);
+  Upstreams& upstreams = *options_.upstreams;
+  const UpstreamAddress address = upstreams.addresses()[index];
   while (acceptor_.is_open()) {
-    tcp::resolver resolver(executor);
-    auto [resolve_ec, endpoints] = co_await resolver.async_resolve(
-        options_.upstream_host, std::to_string(options_.upstream_port),
-        asio::as_tuple(asio::use_awaitable));
-    std::optional<std::string> problem;
-    if (resolve_ec) {
-      problem = "cannot resolve upstream " + target + ": " + resolve_ec.message();
-    } else {
-      tcp::socket socket(executor);
-      asio::steady_timer deadline(executor, options_.connect_timeout);
-      auto result =
-          co_await (asio::async_connect(socket, endpoints, asio::as_tuple(asio::use_awaitable)) ||
-                    deadline.async_wait(asio::as_tuple(asio::use_awaitable)));
-      if (result.index() == 1) {
-        problem = "upstream " + target + " did not answer within upstream.connect_timeout";
-      } else if (auto [connect_ec, endpoint] = std::get<0>(result); connect_ec) {
-        problem = "upstream " + target + " does not answer: " + connect_ec.message();
-      }
-    }
-    {
-      std::lock_guard lock(probe_mutex_);
-      upstream_problem_ = problem;
-    }
+    upstreams.probed(index, co_await probe_address(address, options_.connect_timeout));
     pause.expires_after(std::chrono::seconds(5));
     co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
   }

@@ -28,14 +28,14 @@ class Server {
   void shutdown(std::chrono::milliseconds grace);
   // Connections still running.
   std::size_t live_connections();
-  // Why the broker looks unreachable (a TCP connect to upstream, tried every few seconds,
-  // failed), or nullopt while it answers.
+  // Why the broker looks unreachable (a TCP connect to each upstream address, tried every 5 s,
+  // failed for every one of them), or nullopt while at least one address answers.
   std::optional<std::string> upstream_unreachable() const;
   boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
 
  private:
   boost::asio::awaitable<void> accept_loop();
-  boost::asio::awaitable<void> probe_upstream();
+  boost::asio::awaitable<void> probe_upstream(std::size_t index);
   // Gives freed heap back to the system after many connections closed (see server.cpp).
   boost::asio::awaitable<void> trim_heap();
 
@@ -51,8 +51,6 @@ class Server {
   };
   // Shared with each relay's completion handler, which may run after the server is gone.
   std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
-  mutable std::mutex probe_mutex_;
-  std::optional<std::string> upstream_problem_;  // guarded by probe_mutex_
   bool stopped_ = false;
 };
 

@@ -19,6 +19,12 @@ Stream::Tcp& Stream::tcp() {
   return std::get<Tcp>(stream_);
 }
 
+void Stream::reset() {
+  close();
+  executor_type executor = get_executor();
+  stream_.emplace<Tcp>(executor);
+}
+
 Stream::Tls& Stream::start_tls(asio::ssl::context& context) {
   Tcp socket = std::move(std::get<Tcp>(stream_));
   return stream_.emplace<Tls>(std::move(socket), context);

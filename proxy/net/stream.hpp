@@ -40,6 +40,9 @@ class Stream {
   // nullptr while the stream is plain TCP.
   Tls* tls() { return std::get_if<Tls>(&stream_); }
 
+  // Closes the stream and puts a fresh, unconnected TCP socket in its place (TLS dropped):
+  // for the next upstream address after a failed attempt.
+  void reset();
   // Puts TLS over the TCP connection, before any byte has been read or written.
   Tls& start_tls(boost::asio::ssl::context& context);
   // The TLS handshake, given up at `deadline`; nullopt when it completed.

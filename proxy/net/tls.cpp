@@ -209,8 +209,9 @@ TlsContexts load_tls(const config::Config& config) {
   return contexts;
 }
 
-void expect_broker_identity(SSL* ssl, const TlsContexts& tls) {
-  const std::string& name = tls.upstream_server_name;
+void expect_broker_identity(SSL* ssl, const TlsContexts& tls, const std::string& address_host) {
+  const std::string& name =
+      tls.upstream_server_name.empty() ? address_host : tls.upstream_server_name;
   const bool ip = is_ip_address(name);
   // SNI carries host names only (RFC 6066).
   if (!ip) SSL_set_tlsext_host_name(ssl, name.c_str());

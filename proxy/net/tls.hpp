@@ -20,6 +20,7 @@ struct TlsContexts {
   // upstream.tls. nullptr: plain TCP to the broker.
   std::shared_ptr<boost::asio::ssl::context> upstream;
   // Sent as SNI (unless an IP address), and the name the broker's certificate must carry.
+  // Empty: the host name of the address being connected to.
   std::string upstream_server_name;
   bool upstream_verify = true;
 };
@@ -29,9 +30,10 @@ struct TlsContexts {
 // match its certificate. Contexts are shared by every connection (OpenSSL allows that).
 TlsContexts load_tls(const config::Config& config);
 
-// Before the handshake with the broker: SNI, and the host name (or IP address) its certificate
-// is checked against when verifying.
-void expect_broker_identity(SSL* ssl, const TlsContexts& tls);
+// Before the handshake with the broker at `address_host`: SNI, and the host name (or IP
+// address) its certificate is checked against when verifying: upstream.tls.server_name when
+// set, else `address_host`.
+void expect_broker_identity(SSL* ssl, const TlsContexts& tls, const std::string& address_host);
 
 // Which end of the proxy a handshake was with; it decides what a person should check.
 enum class TlsPeer { client, broker };

@@ -63,7 +63,9 @@ GOODS = [f"good-{i:02d}" for i in range(99)]
 EXPECTED_TYPES = {
     "nackguard_build_info": "gauge",
     "nackguard_client_connections": "gauge",
+    "nackguard_upstream_connections": "gauge",
     "nackguard_upstream_connect_failures_total": "counter",
+    "nackguard_upstream_unavailable_total": "counter",
     "nackguard_frames_total": "counter",
     "nackguard_bytes_total": "counter",
     "nackguard_deliveries_total": "counter",
@@ -158,7 +160,8 @@ class OperationsTest(ops.OpsTest):
         self.assert_well_formed(first)
         self.assertEqual(first.series("nackguard_build_info"), [({"version": version}, 1.0)])
         self.assertEqual(first.value("nackguard_client_connections"), 0)
-        self.assertEqual(first.value("nackguard_upstream_connect_failures_total"), 0)
+        self.assertEqual(first.value("nackguard_upstream_connect_failures_total",
+                                     address=f"127.0.0.1:{harness.BROKER_PORT}"), 0)
         self.assertEqual(first.labels_of("nackguard_frames_total", "direction"), set(DIRECTIONS))
         self.assertEqual(first.series("nackguard_deliveries_total"), [],
                          "a queue series before any delivery")
@@ -347,7 +350,8 @@ class OperationsTest(ops.OpsTest):
         self.assertTrue(body.startswith("not ready: "), f"/readyz body {body!r}")
         self.assertIn(target, body)
         self.assertEqual(proxy.get("/healthz")[::2], (200, "ok\n"))
-        self.assertEqual(proxy.metrics().value("nackguard_upstream_connect_failures_total"), 0)
+        self.assertEqual(proxy.metrics().value("nackguard_upstream_connect_failures_total",
+                                               address=target), 0)
 
         t0 = time.monotonic()
         with self.assertRaises(AMQPConnectionError):
@@ -355,8 +359,10 @@ class OperationsTest(ops.OpsTest):
             harness.close_connection(conn)
         elapsed = time.monotonic() - t0
         self.assertLess(elapsed, 6.0, "the pika connection did not fail promptly")
-        page = proxy.wait_metric("nackguard_upstream_connect_failures_total", 1, timeout=2)
-        self.assertEqual(page.value("nackguard_upstream_connect_failures_total"), 1)
+        page = proxy.wait_metric("nackguard_upstream_connect_failures_total", 1, timeout=2,
+                                 address=target)
+        self.assertEqual(page.value("nackguard_upstream_connect_failures_total", address=target), 1)
+        self.assertEqual(page.value("nackguard_upstream_unavailable_total"), 1)
         self.assertGreaterEqual(len(proxy.log_lines(f"cannot connect to upstream {target}")), 1)
         page = proxy.wait_metric("nackguard_client_connections", 0, timeout=3)
         self.assertEqual(page.value("nackguard_client_connections"), 0)

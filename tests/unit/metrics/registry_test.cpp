@@ -30,11 +30,15 @@ std::map<std::string, std::string> samples(const std::string& page) {
 }
 
 TEST(Registry, RendersEveryMetricInDeclaredOrder) {
-  Registry registry({.version = "1.2.3", .max_queue_labels = 100});
+  Registry registry({.version = "1.2.3",
+                     .max_queue_labels = 100,
+                     .upstream_addresses = {"rabbit-0:5672", "rabbit-1:5672"}});
   registry.client_connected();
   registry.client_connected();
   registry.client_disconnected();
-  registry.upstream_connect_failed();
+  registry.upstream_connected(1);
+  registry.upstream_connect_failed(0);
+  registry.upstream_unavailable();
   registry.add_traffic(Direction::client_to_broker, 3, 120);
   registry.add_traffic(Direction::broker_to_client, 5, 4000);
   registry.delivery("orders");
@@ -55,9 +59,17 @@ nackguard_build_info{version="1.2.3"} 1
 # HELP nackguard_client_connections Client connections open now.
 # TYPE nackguard_client_connections gauge
 nackguard_client_connections 1
-# HELP nackguard_upstream_connect_failures_total Connections to the broker that could not be resolved, failed or timed out.
+# HELP nackguard_upstream_connections Upstream connections open now, by the broker address they were made to.
+# TYPE nackguard_upstream_connections gauge
+nackguard_upstream_connections{address="rabbit-0:5672"} 0
+nackguard_upstream_connections{address="rabbit-1:5672"} 1
+# HELP nackguard_upstream_connect_failures_total Connects to a broker address that could not be resolved, failed or timed out, the TLS handshake included, by address.
 # TYPE nackguard_upstream_connect_failures_total counter
-nackguard_upstream_connect_failures_total 1
+nackguard_upstream_connect_failures_total{address="rabbit-0:5672"} 1
+nackguard_upstream_connect_failures_total{address="rabbit-1:5672"} 0
+# HELP nackguard_upstream_unavailable_total Client connections closed before the AMQP handshake because no broker address accepted the upstream connection.
+# TYPE nackguard_upstream_unavailable_total counter
+nackguard_upstream_unavailable_total 1
 # HELP nackguard_frames_total AMQP frames relayed, by the direction they travelled.
 # TYPE nackguard_frames_total counter
 nackguard_frames_total{direction="client_to_broker"} 3

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Start, stop and inspect a PRIVATE three-node RabbitMQ 3.10 cluster for nackguard's cluster
+# tests (tests/integration/test_cluster.py).
+#
+#   tests/rabbitmq-cluster.sh start|stop|status|env DIR
+#
+# Each node is a tests/rabbitmq-node.sh node (own data directory, every port on 127.0.0.1,
+# run as the `rabbitmq` user), with the layout agreed for the cluster:
+#
+#   node                      DIR      AMQP    distribution
+#   nackguard-c1@localhost    DIR/n1   38672   38673
+#   nackguard-c2@localhost    DIR/n2   38682   38683
+#   nackguard-c3@localhost    DIR/n3   38692   38693
+#   one private epmd for the three on 38369
+#
+# `start` boots the three nodes at once, then joins c2 and c3 to c1 with
+# `rabbitmqctl join_cluster`. A cluster whose three nodes already run clustered is reused;
+# anything else (a node down, nodes not clustered) is stopped and started afresh, with empty
+# data directories. `stop` stops the three at once. `status` exits 0 only when the three run
+# as one cluster. `env` prints the variables the tests read (NACKGUARD_TEST_CLUSTER_*).
+#
+#   NACKGUARD_TEST_START_TIMEOUT   seconds each node may take to boot (60)
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 start|stop|status|env DIR" >&2
+  exit 2
+}
+
+[[ $# -eq 2 ]] || usage
+action=$1
+case "$action" in start | stop | status | env) ;; *) usage ;; esac
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+node_script="$here/rabbitmq-node.sh"
+mkdir -p "$2"
+dir=$(cd "$2" && pwd)
+
+epmd_port=38369
+names=(nackguard-c1@localhost nackguard-c2@localhost nackguard-c3@localhost)
+amqp_ports=(38672 38682 38692)
+dist_ports=(38673 38683 38693)
+
+say() { echo "rabbitmq-cluster: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+# Runs tests/rabbitmq-node.sh for node $1 (0-based) with that node's settings, whatever the
+# caller's environment says about the main test node.
+node() {
+  local i=$1
+  shift
+  env -u NACKGUARD_TEST_RABBITMQ_CONF_EXTRA -u NACKGUARD_TEST_RABBITMQ_FRESH \
+    NACKGUARD_TEST_NODE="${names[i]}" \
+    NACKGUARD_TEST_BROKER_PORT="${amqp_ports[i]}" \
+    NACKGUARD_TEST_DIST_PORT="${dist_ports[i]}" \
+    NACKGUARD_TEST_EPMD_PORT="$epmd_port" \
+    NACKGUARD_TEST_RABBITMQ_VERSION=3.10 \
+    "$@"
+}
+
+node_dir() { echo "$dir/n$(($1 + 1))"; }
+ctl() {
+  local i=$1
+  shift
+  "$(node_dir "$i")/rabbitmqctl" "$@"
+}
+
+# Runs `$@ <i>` for the three nodes at once; fails if any failed (after all finished).
+each_node() {
+  local pids=() i rc=0
+  for i in 0 1 2; do
+    "$@" "$i" &
+    pids+=($!)
+  done
+  for i in 0 1 2; do
+    wait "${pids[i]}" || rc=1
+  done
+  return $rc
+}
+
+start_node() { node "$1" "$node_script" start "$(node_dir "$1")"; }
+start_node_fresh() { node "$1" env NACKGUARD_TEST_RABBITMQ_FRESH=1 "$node_script" start "$(node_dir "$1")"; }
+stop_node() { node "$1" "$node_script" stop "$(node_dir "$1")"; }
+node_running() { node "$1" "$node_script" status "$(node_dir "$1")" >/dev/null 2>&1; }
+
+# The running nodes c1 sees in its cluster, one per line.
+running_members() {
+  timeout 30 "$(node_dir 0)/rabbitmqctl" -q -t 15 cluster_status --formatter json 2>/dev/null |
+    /usr/bin/python3 -c 'import json, sys; print("\n".join(json.load(sys.stdin)["running_nodes"]))' 2>/dev/null
+}
+
+clustered() {
+  [[ -x $(node_dir 0)/rabbitmqctl ]] || return 1
+  local members
+  members=$(running_members) || return 1
+  local name
+  for name in "${names[@]}"; do
+    grep -qxF "$name" <<<"$members" || return 1
+  done
+}
+
+join_node() {
+  local i=$1
+  ctl "$i" -q stop_app >/dev/null
+  ctl "$i" -q join_cluster "${names[0]}" >/dev/null
+  ctl "$i" -q start_app >/dev/null
+  ctl "$i" -q await_startup --timeout 60 >/dev/null
+}
+
+do_start() {
+  # Every node directory gets its CLI wrapper before anything asks a node.
+  local i
+  for i in 0 1 2; do node "$i" "$node_script" env "$(node_dir "$i")" >/dev/null; done
+  if clustered; then
+    say "cluster ${names[*]} already running (AMQP ${amqp_ports[*]}); reusing it"
+    return 0
+  fi
+  local t0=$SECONDS
+  for i in 0 1 2; do
+    if node_running "$i"; then
+      say "node ${names[i]} runs outside a full cluster; stopping it for a fresh start"
+      stop_node "$i"
+    fi
+  done
+  say "starting ${names[*]} in $dir"
+  each_node start_node_fresh || die "a node did not start (see the lines above)"
+  # c2 and c3 join at once; if that races, the one that failed joins again alone.
+  local pids=() rc=0
+  for i in 1 2; do
+    join_node "$i" &
+    pids+=($!)
+  done
+  for i in 0 1; do
+    if ! wait "${pids[i]}"; then
+      say "node ${names[i + 1]} did not join at the first try; trying again"
+      join_node $((i + 1)) || rc=1
+    fi
+  done
+  ((rc == 0)) || die "a node could not join ${names[0]} (logs: $dir/n*/log)"
+  clustered || die "the three nodes run but do not form one cluster (cluster_status of ${names[0]})"
+  say "cluster ${names[*]} is up after $((SECONDS - t0))s"
+}
+
+do_stop() {
+  local i
+  for i in 0 1 2; do node "$i" "$node_script" env "$(node_dir "$i")" >/dev/null; done
+  each_node stop_node
+}
+
+do_status() {
+  local i down=0
+  for i in 0 1 2; do
+    if node_running "$i"; then
+      echo "node ${names[i]} running: AMQP 127.0.0.1:${amqp_ports[i]}, dir $(node_dir "$i")"
+    else
+      echo "node ${names[i]} not running"
+      down=1
+    fi
+  done
+  if ((down == 0)) && clustered; then
+    echo "cluster: the three nodes run as one cluster"
+    return 0
+  fi
+  echo "cluster: not complete"
+  return 3
+}
+
+do_env() {
+  local i ports='' nodes='' dirs=''
+  for i in 0 1 2; do
+    ports+="${ports:+,}${amqp_ports[i]}"
+    nodes+="${nodes:+,}${names[i]}"
+    dirs+="${dirs:+,}$(node_dir "$i")"
+  done
+  printf 'export NACKGUARD_TEST_CLUSTER_DIR=%q\n' "$dir"
+  printf 'export NACKGUARD_TEST_CLUSTER_PORTS=%q\n' "$ports"
+  printf 'export NACKGUARD_TEST_CLUSTER_NODES=%q\n' "$nodes"
+  printf 'export NACKGUARD_TEST_CLUSTER_NODE_DIRS=%q\n' "$dirs"
+  printf 'export NACKGUARD_TEST_CLUSTER_DIST_PORTS=%q\n' "${dist_ports[0]},${dist_ports[1]},${dist_ports[2]}"
+  printf 'export NACKGUARD_TEST_CLUSTER_EPMD_PORT=%q\n' "$epmd_port"
+}
+
+case "$action" in
+  start) do_start ;;
+  stop) do_stop ;;
+  status) do_status ;;
+  env) do_env ;;
+esac
