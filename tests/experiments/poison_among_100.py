@@ -55,7 +55,11 @@ def run(port, seconds, mode, queue=QUEUE, queue_type="classic"):
     deliveries = collections.Counter()
     start = time.monotonic()
     for method, _, body in channel.consume(queue, inactivity_timeout=1):
-        if method is None or time.monotonic() - start > seconds:
+        if method is None:
+            break
+        if time.monotonic() - start > seconds:
+            # Not processed: give it back, so that it is counted where it is (in the queue).
+            channel.basic_nack(method.delivery_tag, requeue=True)
             break
         deliveries[body] += 1
         if body == b"poison":
@@ -72,11 +76,25 @@ def run(port, seconds, mode, queue=QUEUE, queue_type="classic"):
     except pika.exceptions.ChannelClosedByBroker:
         channel = connection.channel()
         dlq = 0
-    left = channel.queue_declare(queue, passive=True).method.message_count
+    left = settled_count(channel, queue)
     channel.queue_delete(queue)
     channel.queue_delete(queue + ".dlq")
     connection.close()
     return deliveries[b"poison"], good, dlq, left
+
+
+def settled_count(channel, queue, timeout=3.0):
+    """The queue's ready messages once two reads 0.2 s apart agree: a quorum queue takes back
+    the messages returned at the consumer's cancel a moment later."""
+    deadline = time.monotonic() + timeout
+    count = channel.queue_declare(queue, passive=True).method.message_count
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        again = channel.queue_declare(queue, passive=True).method.message_count
+        if again == count:
+            break
+        count = again
+    return count
 
 
 def broker_version(port):
