@@ -80,6 +80,10 @@ bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms) {
   amqp::QueueDeclare declare;
   declare.queue = spec.name;
   bool passive = info.as_is || (spec.use_existing && info.status != QueueStatus::active_needed);
+  // A passive declaration of an absent queue closes the channel, by design, and every publish
+  // still in flight would be lost with it, fall back, and stop the queue's copies for
+  // kCopiesFailingMs: it waits for their confirms.
+  if (passive && !in_flight_.empty()) return false;
   if (passive) {
     declare.passive = true;
   } else {
@@ -176,6 +180,7 @@ void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::i
       amqp::BasicAck ack;
       if (amqp::decode_method(frame.payload, ack) == amqp::MethodError::none) {
         confirm(ack.delivery_tag, ack.multiple, true);
+        pump(now_ms);  // a declaration may have waited for the publishes in flight
       }
       return;
     }
@@ -183,6 +188,7 @@ void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::i
       amqp::BasicNack nack;
       if (amqp::decode_method(frame.payload, nack) == amqp::MethodError::none) {
         confirm(nack.delivery_tag, nack.multiple, false);
+        pump(now_ms);
       }
       return;
     }
@@ -282,6 +288,7 @@ void ProxyChannel::on_tick(std::int64_t now_ms) {
     }
   }
   for (std::uint64_t job : expired) finish(job, false, "no publisher confirm in time");
+  if (!expired.empty() && state_ == State::ready) pump(now_ms);
   while (!waiting_.empty() && now_ms >= waiting_.front().deadline_ms) {
     std::uint64_t job = waiting_.front().job;
     waiting_.pop_front();

@@ -303,6 +303,24 @@ TEST_F(ProxyChannelTest, QueueWithOtherArgumentsIsUsedAsItIs) {
   EXPECT_EQ(notices.size(), 1u);
 }
 
+TEST_F(ProxyChannelTest, APassiveDeclareWaitsForThePublishesInFlight) {
+  // The passive check of a DLQ closes the channel when the DLQ is absent: a copy still in
+  // flight would be lost with it (and its queue's copies stopped for 30 s). It waits instead.
+  PublishRequest delayed = to_exchange(1, "a");
+  publish(delayed);
+  open();
+  EXPECT_EQ(take_sent(), frames({publish_frames(delayed)}));
+  PublishRequest dead = request(2, "q.dlq");
+  dead.ensure->use_existing = true;
+  publish(dead);
+  EXPECT_TRUE(take_sent().empty());
+  feed(method(kProxyChannel, amqp::BasicAck{1, false}));
+  EXPECT_EQ(take_done(), std::vector<Done>{ok(1)});
+  EXPECT_EQ(take_sent(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  feed(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
+  EXPECT_TRUE(take_done().empty());  // nothing was in flight to lose
+}
+
 TEST_F(ProxyChannelTest, QueueUsedAsItIsButGoneIsDeclaredAgain) {
   PublishRequest first = request(1, "dq");
   publish(first);
