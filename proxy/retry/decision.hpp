@@ -37,8 +37,8 @@ struct Decision {
 struct CarriedCount {
   std::uint32_t nackguard = 0;  // x-nackguard-returns: nackguard's count, on its copies
   std::uint32_t broker = 0;     // x-delivery-count: a quorum queue's count of returns
-  // x-delivery-count is there, 0 included (RabbitMQ 3.x sets it on a quorum queue's first
-  // delivery too; 4.x from the first redelivery on): only quorum queues set it.
+  // x-delivery-count is there, 0 included (RabbitMQ 3.x sets it, 0, on a quorum queue's
+  // basic.get-ok; every version from a message's first redelivery on): only quorum queues do.
   bool from_quorum_queue = false;
 };
 

@@ -188,7 +188,7 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
 }
 
 void Guard::learn_quorum(const std::string& queue) {
-  // Once per connection and queue: RabbitMQ 3.x marks every delivery of a quorum queue.
+  // Once per connection and queue: every redelivery of a quorum queue carries the header.
   constexpr std::size_t kMaxLearnt = 1000;
   if (quorum_learnt_.count(queue)) return;
   if (quorum_learnt_.size() >= kMaxLearnt) quorum_learnt_.clear();

@@ -91,12 +91,12 @@ if QUEUE_TYPE not in ("classic", "quorum"):
     sys.exit(f"faults: NACKGUARD_TEST_QUEUE_TYPE={QUEUE_TYPE!r}: use classic or quorum")
 # What the tests declare their queues with.
 QUEUE_ARGUMENTS = {"x-queue-type": "quorum"} if QUEUE_TYPE == "quorum" else None
-# The tests declare their queues directly, not through the proxy. On RabbitMQ 3.x every
-# delivery from a quorum queue carries x-delivery-count, so the proxy learns the type from the
-# first one; 4.x sets it only from the first redelivery on, so a copy delayed at a message's
-# first return would go to a classic delay queue. There the policies say `queue_type: quorum`,
-# as docs/choosing-a-policy.md tells users of queues declared elsewhere.
-POLICY_QUEUE_TYPE = "quorum" if QUEUE_TYPE == "quorum" and RABBITMQ_VERSION != "3.10" else None
+# The tests declare their queues directly, not through the proxy, and consume with
+# basic.consume, whose deliveries carry x-delivery-count only from a message's first
+# redelivery on (RabbitMQ 3.10 and 4.0 alike): a copy delayed at a message's first return
+# would go to a classic delay queue. The policies say `queue_type: quorum`, as
+# docs/choosing-a-policy.md tells users of queues declared elsewhere.
+POLICY_QUEUE_TYPE = "quorum" if QUEUE_TYPE == "quorum" else None
 KEEP_TMP = os.environ.get("NACKGUARD_FAULTS_KEEP_TMP", "") not in ("", "0")
 TEST_TIMEOUT = float(os.environ.get("NACKGUARD_FAULTS_TEST_TIMEOUT") or "300")
 RESULTS_DIR = os.path.join(BUILD_DIR, "faults-results")

@@ -291,8 +291,8 @@ TEST_F(GuardQuorum, QuorumSourceGetsQuorumDelayQueuesThatDeadLetterAtLeastOnce) 
 }
 
 TEST_F(GuardQuorum, ThreeDotXMarksAQuorumQueuesFirstDeliveryWhichTellsItsType) {
-  // RabbitMQ 3.x sets x-delivery-count 0 on a quorum queue's first delivery: a queue declared
-  // elsewhere is known as quorum before its first return.
+  // RabbitMQ 3.x sets x-delivery-count 0 on a quorum queue's basic.get-ok: a queue declared
+  // elsewhere is then known as quorum before its first return.
   retry::Policy p = policy(5);
   p.requeue = retry::RequeueMode::delayed;
   start(p);
