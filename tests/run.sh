@@ -208,6 +208,8 @@ build_extras() {
 }
 if [[ -n $extra_checks ]]; then
   step "sanitizer and fuzzer builds start in the background ($extra_checks)"
+  # A build.status left by an earlier run must not pass for this run's (see built()).
+  rm -f "$asan_dir/build.status" "$tsan_dir/build.status" "$fuzz_dir/build.status"
   setsid nice -n 19 bash -c "$(declare -f build_extra build_extras wants); $(declare -p root jobs \
     extra_checks asan_dir tsan_dir fuzz_dir port40 name40 node40_dir); build_extras" 9>&- &
   extras_pid=$!
@@ -263,27 +265,31 @@ run_ctest() {
 
 
 if (($# == 0)); then
-  # The integration tests mostly wait on the brokers, each on its own queues: two at a time
-  # (a module marked "# ctest-run-serial" still runs alone). Everything else, the fault suite
-  # included, one at a time as before.
+  # Two at a time: the integration, compatibility and experiment tests mostly wait on the
+  # brokers, each on queues of its own, and the unit tests take milliseconds each. A test
+  # with RUN_SERIAL still runs alone: the whole fault suite, and an integration module marked
+  # "# ctest-run-serial".
   step "ctest: integration tests (-j2)"
   run_ctest "$build_dir" -j2 -L integration "${broker_filter[@]}"
-  step "ctest: unit, compatibility, deployment, benchmark smoke and fault tests"
-  run_ctest "$build_dir" -LE integration "${broker_filter[@]}"
+  step "ctest: unit, compatibility, experiment, deployment and benchmark smoke tests (-j2)," \
+    "fault tests (one at a time)"
+  run_ctest "$build_dir" -j2 -LE integration "${broker_filter[@]}"
 else
   step "ctest $*"
   run_ctest "$build_dir" "${broker_filter[@]}" "$@"
 fi
 
-if [[ -n $extras_pid ]]; then
-  step "waiting for the sanitizer and fuzzer builds"
-  wait "$extras_pid" || true
-  extras_pid=
-fi
-
+# Each phase below starts as soon as its own build is done (the builds run one after the
+# other in the background), so the sanitizer tests overlap the builds still running.
 # A phase whose build failed counts as one failed test and the run goes on.
 built() {
-  local dir=$1
+  local dir=$1 t0=$SECONDS
+  while [[ ! -f $dir/build.status ]] && [[ -n $extras_pid ]] && kill -0 "$extras_pid" 2>/dev/null; do
+    sleep 2
+  done
+  if ((SECONDS - t0 > 2)); then
+    echo "tests/run.sh: waited $((SECONDS - t0))s for the build in $dir"
+  fi
   if [[ $(cat "$dir/build.status" 2>/dev/null) == 0 ]]; then
     return 0
   fi
@@ -299,7 +305,8 @@ if wants asan; then
   if built "$asan_dir"; then
     # The codec, the decisions and the session core, where hostile bytes land, plus every
     # integration test against the sanitized proxy.
-    # Two at a time: the background builds are done, and the integration tests mostly wait.
+    # Two at a time: the integration tests mostly wait (the tsan and fuzz builds may still
+    # be running, at the lowest priority).
     asan_tests='^(amqp|retry|session)[.]|^integration[.]'
     case "$brokers" in
       3.10) asan_filter=(-R "$asan_tests" -E "$rmq40_regex") ;;
