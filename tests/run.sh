@@ -242,6 +242,9 @@ fi
 
 total_passed=0
 total_failed=0
+failed_names=()
+failed_output="$build_dir/failed-output.log"
+: >"$failed_output"
 any_failed=0
 # Runs ctest in a build directory and adds its counts to the totals.
 run_ctest() {
@@ -259,7 +262,21 @@ run_ctest() {
     total_failed=$((total_failed + failed))
   elif ((status != 0)); then
     total_failed=$((total_failed + 1))
+    failed_names+=("$(basename "$dir"): ctest exited with $status and no summary")
   fi
+  # ctest's own list, "  123 - name (Failed)", kept for the end of the run: CI shows only
+  # the last lines of the log.
+  local name
+  while IFS= read -r name; do
+    failed_names+=("$(basename "$dir"): $name")
+  done < <(sed -n '/^The following tests FAILED:/,/^[^[:space:]]/{/^[[:space:]]/p}' "$log" | sed -E 's/^[[:space:]]+//')
+  # And the last lines each failed test printed (--output-on-failure puts them after its
+  # status line), for the same reason.
+  awk '/ Test +#[0-9]+: .*[*][*][*]/ && !/[*][*][*](Skipped|Not Run)/ { grab = 1; n = 0; print "---- " $0; next }
+       grab && (/^ +Start +[0-9]+:/ || /^[0-9]+\/[0-9]+ Test +#/) { grab = 0 }
+       grab { buf[n++ % 25] = $0 }
+       !grab && n > 0 { for (i = (n > 25 ? n - 25 : 0); i < n; i++) print buf[i % 25]; n = 0 }
+       END { for (i = (n > 25 ? n - 25 : 0); i < n; i++) print buf[i % 25] }' "$log" >>"$failed_output"
   ((status == 0)) || any_failed=1
 }
 
@@ -296,6 +313,7 @@ built() {
   tail -n 60 "$dir/build.log" 2>/dev/null || true
   echo "tests/run.sh: the build in $dir failed; its output is in $dir/build.log" >&2
   total_failed=$((total_failed + 1))
+  failed_names+=("build in $dir (see $dir/build.log)")
   any_failed=1
   return 1
 }
@@ -335,5 +353,12 @@ fi
 # Stop the node now, quietly, so that the totals stay the last output.
 stop_node
 echo
+if ((${#failed_names[@]} > 0)); then
+  echo "The last lines each failed test printed (all of it: each build directory's ctest-summary.log):"
+  tail -n 120 "$failed_output"
+  echo
+  echo "Failed:"
+  printf '  %s\n' "${failed_names[@]}"
+fi
 echo "$total_passed passed, $total_failed failed"
 exit "$any_failed"
