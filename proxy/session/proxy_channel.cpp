@@ -195,9 +195,15 @@ void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::i
     case mid::basic_return: {
       amqp::BasicReturn returned;
       if (amqp::decode_method(frame.payload, returned) == amqp::MethodError::none) {
+        // The broker routes a channel's publishes in order and sends a publish's basic.return
+        // before its basic.ack, so a return belongs to the oldest publish in flight to that
+        // exchange and routing key not returned yet; later ones with the same address may
+        // still route (a binding added between them).
         for (auto& [seq, flight] : in_flight_) {
-          if (flight.exchange == returned.exchange && flight.routing_key == returned.routing_key) {
+          if (!flight.returned && flight.exchange == returned.exchange &&
+              flight.routing_key == returned.routing_key) {
             flight.returned = true;
+            break;
           }
         }
       }

@@ -216,6 +216,33 @@ TEST_F(ProxyChannelTest, ReturnBeforeTheAckFailsThatJobAsUnroutable) {
   EXPECT_TRUE(take_sent().empty());
 }
 
+// Two copies to the same exchange and routing key, one returned: RabbitMQ sends a publish's
+// basic.return before its basic.ack and handles a channel's publishes in order, so the return
+// is the first one's. Only that job fails; the second was routed (a binding came in between).
+TEST_F(ProxyChannelTest, OneReturnFailsOnlyTheOldestPublishToThatAddress) {
+  publish(to_exchange(1, "k"));
+  publish(to_exchange(2, "k"));
+  publish(to_exchange(3, "k"));
+  open();
+  EXPECT_EQ(take_sent().size(), 3u * 3u);
+  amqp::BasicReturn returned;
+  returned.reply_code = 312;
+  returned.reply_text = "NO_ROUTE";
+  returned.exchange = "x";
+  returned.routing_key = "k";
+  amqp::BasicProperties props;
+  const Bytes returned_content =
+      cat({method(kProxyChannel, returned), content_header(kProxyChannel, 4, props),
+           body_frame(kProxyChannel, "copy")});
+  const std::string unroutable = "the copy was unroutable: exchange \"x\" has no binding for \"k\"";
+  feed(cat({returned_content, method(kProxyChannel, amqp::BasicAck{1, false}),
+            method(kProxyChannel, amqp::BasicAck{2, false})}));
+  EXPECT_EQ(take_done(), (std::vector<Done>{{1, false, unroutable}, ok(2)}));
+  // The third is returned too, then acked: that return is its own.
+  feed(cat({returned_content, method(kProxyChannel, amqp::BasicAck{3, false})}));
+  EXPECT_EQ(take_done(), (std::vector<Done>{{3, false, unroutable}}));
+}
+
 // A queue the channel declared (or found) once is taken to exist for the channel's life. If
 // it is deleted (by an operator, or by its own x-expires), copies to it by the default
 // exchange come back unroutable; the next copy should check the queue again rather than be
