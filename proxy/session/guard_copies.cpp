@@ -162,7 +162,12 @@ void Guard::execute(const Delivery& d) {
   bool dead_letter = intent.decision.action == retry::Action::dead_letter;
 
   if (dead_letter && intent.policy->dead_letter.via == retry::DeadLetter::Via::reject) {
-    session_->settle_withheld(d.channel, d.broker_tag, SettleKind::reject, false);
+    // No reject went out (the connection is closing): the broker keeps the message and
+    // delivers it again, so it was not dead-lettered and its count stays.
+    if (!session_->settle_withheld(d.channel, d.broker_tag, SettleKind::reject, false)) {
+      intents_.erase(it);
+      return;
+    }
     context_.tracker().erase(intent.key);
     context_.listener().on_requeue(intent.queue, retry::Action::dead_letter);
     context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
@@ -199,7 +204,12 @@ void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
     give_back(dkey, intent, "republish_failed", why);
     return;
   }
-  session_->settle_withheld(dkey.first, dkey.second, SettleKind::ack, false);
+  if (!session_->settle_withheld(dkey.first, dkey.second, SettleKind::ack, false)) {
+    // The original could not be acked (the connection is closing, say): the broker delivers
+    // it again, so the copy is a duplicate and nothing is recorded; the count stays.
+    intents_.erase(it);
+    return;
+  }
   context_.listener().on_requeue(intent.queue, intent.decision.action);
   if (intent.decision.action == retry::Action::dead_letter) {
     context_.tracker().erase(intent.key);
