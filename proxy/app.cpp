@@ -9,6 +9,7 @@
 
 #include "nackguard/version.hpp"
 #include "proxy/config/policy_loader.hpp"
+#include "proxy/net/io_threads.hpp"
 
 namespace nackguard {
 
@@ -125,13 +126,21 @@ App::App(config::Config config, retry::PolicySet policies)
       guard_(guard_settings(config_), std::make_shared<const retry::PolicySet>(std::move(policies)),
              &metrics_listener_),
       io_(static_cast<int>(config_.threads)),
-      stop_signals_(io_, SIGINT, SIGTERM),
-      reload_signal_(io_, SIGHUP),
-      drain_timer_(io_) {
+      signals_strand_(boost::asio::make_strand(io_)),
+      stop_signals_(signals_strand_, SIGINT, SIGTERM),
+      reload_signal_(signals_strand_, SIGHUP),
+      drain_timer_(signals_strand_) {
   net::RelayOptions options = relay_options(config_, guard_);
   options.metrics = &registry_;
   server_ = std::make_unique<net::Server>(io_, config_.listen.host, config_.listen.port, options);
   metrics::watch_guard_context(registry_, guard_);
+  registry_.set_source(metrics::Metric::accept_failures_total,
+                       [this] { return static_cast<double>(server_->accept_failures()); });
+  session::BodyBudget& budget = guard_.budget();
+  registry_.set_source(metrics::Metric::retained_body_refusals_total,
+                       [&budget] { return static_cast<double>(budget.refusals()); });
+  registry_.set_source(metrics::Metric::untracked_deliveries_total,
+                       [&budget] { return static_cast<double>(budget.untracked()); });
   metrics::HttpHandlers handlers;
   handlers.metrics = [this] { return registry_.render(); };
   handlers.not_ready_reason = [this] { return not_ready_reason(); };
@@ -155,9 +164,16 @@ int App::run() {
                config_.listen.host, config_.listen.port, upstream_list(config_), config_.threads);
   wait_for_stop();
   wait_for_reload();
+  // A handler's exception is logged and the thread runs on: one connection's internal error
+  // must not end the others' (nor the process, without a word, through std::terminate).
+  auto run = [this] {
+    net::run_reporting_errors(io_, [](const std::string& what) {
+      spdlog::critical("internal error on a worker thread: {}; nackguard goes on", what);
+    });
+  };
   std::vector<std::thread> workers;
-  for (unsigned i = 1; i < config_.threads; ++i) workers.emplace_back([this] { io_.run(); });
-  io_.run();
+  for (unsigned i = 1; i < config_.threads; ++i) workers.emplace_back(run);
+  run();
   for (auto& worker : workers) worker.join();
   spdlog::info("nackguard stopped");
   return 0;
@@ -188,6 +204,8 @@ void App::reload() {
   try {
     config::Config loaded = config::load_config(config_.file);
     retry::PolicySet policies = config::load_policies(loaded.policies_dir);
+    for (const std::string& warning : config::policy_warnings(policies))
+      spdlog::warn("{}", warning);
     std::size_t count = policies.policies().size();
     guard_.set_policies(std::make_shared<const retry::PolicySet>(std::move(policies)));
     spdlog::set_level(spdlog::level::from_str(loaded.log_level));
@@ -202,6 +220,19 @@ void App::reload() {
     registry_.policy_reload(true);
   } catch (const config::ConfigError& e) {
     spdlog::error("reload failed, the previous policies stay in force: {}", e.what());
+    registry_.policy_reload(false);
+  } catch (const std::exception& e) {
+    // Not a mistake in the files (out of memory, a file system error): said as such.
+    spdlog::error(
+        "reload of {} failed by an internal error, the previous policies stay in "
+        "force: {}",
+        config_.file.string(), e.what());
+    registry_.policy_reload(false);
+  } catch (...) {
+    spdlog::error(
+        "reload of {} failed by an unknown internal error, the previous policies stay "
+        "in force",
+        config_.file.string());
     registry_.policy_reload(false);
   }
 }

@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,9 @@ class App {
   boost::asio::io_context io_;
   std::unique_ptr<net::Server> server_;
   std::unique_ptr<metrics::HttpServer> metrics_server_;
+  // The signal handlers and the drain watch run on it, one at a time: reload writes config_
+  // while begin_shutdown reads it, and io_ runs on several threads.
+  boost::asio::strand<boost::asio::io_context::executor_type> signals_strand_;
   boost::asio::signal_set stop_signals_;
   boost::asio::signal_set reload_signal_;
   boost::asio::steady_timer drain_timer_;

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/program_options.hpp>
+#include <cstdlib>
+#include <exception>
 #include <iostream>
 
 #include "nackguard/version.hpp"
@@ -15,6 +17,27 @@
 
 namespace po = boost::program_options;
 using namespace nackguard;
+
+namespace {
+
+[[noreturn]] void log_and_abort() {
+  std::string why = "no exception";
+  if (std::exception_ptr error = std::current_exception()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "an exception that is not a std::exception";
+    }
+  }
+  spdlog::critical("terminating: {}", why);
+  spdlog::shutdown();
+  std::cerr << "nackguard: terminating: " << why << "\n";
+  std::abort();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "replay") {
@@ -65,11 +88,17 @@ int main(int argc, char** argv) {
   }
   try {
     setup_logging(cfg.log_level, cfg.log_format);
+    // Whatever still ends the process through std::terminate says why in the log first.
+    std::set_terminate(log_and_abort);
     App app(std::move(cfg), std::move(policies));
     return app.run();
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());
     std::cerr << "nackguard: " << e.what() << "\n";
+    return 1;
+  } catch (...) {
+    spdlog::critical("stopped by an exception that is not a std::exception");
+    std::cerr << "nackguard: stopped by an exception that is not a std::exception\n";
     return 1;
   }
 }

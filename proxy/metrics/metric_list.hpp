@@ -30,6 +30,9 @@
   X(upstream_unavailable_total, counter,                                                           \
     "Client connections closed before the AMQP handshake because no broker address accepted "     \
     "the upstream connection.")                                                                    \
+  X(accept_failures_total, counter_source,                                                         \
+    "Client connections that could not be accepted (out of file descriptors: EMFILE, ENFILE); "   \
+    "each pauses accepting for 100 ms.")                                                           \
   X(frames_total, counter,                                                                         \
     "AMQP frames relayed, by the direction they travelled.", direction)                            \
   X(bytes_total, counter,                                                                          \
@@ -62,9 +65,16 @@
   X(queue_facts_forgotten_total, counter_source,                                                   \
     "Queues forgotten, oldest first, to stay within that bound.")                                  \
   X(retained_body_bytes, gauge_source,                                                             \
-    "Message bytes held in memory for republishing and for deliveries held back.")                 \
+    "Message bytes held in memory for republishing and for deliveries held back, and the "        \
+    "records (content headers included) of unacked deliveries.")                                   \
   X(retained_body_bytes_limit, gauge_source,                                                       \
     "limits.retained_body_bytes: past it, nackguard falls back to forwarding requeues.")           \
+  X(retained_body_refusals_total, counter_source,                                                  \
+    "Bodies, held-back deliveries and delivery records not kept because limits."                   \
+    "retained_body_bytes was reached.")                                                            \
+  X(untracked_deliveries_total, counter_source,                                                    \
+    "Deliveries forwarded without a record because limits.retained_body_bytes was reached: "      \
+    "their returns are not counted.")                                                              \
   X(policy_reloads_total, counter,                                                                 \
     "Policy reloads, by result.", result)                                                          \
   X(returns_before_dead_letter, histogram,                                                         \

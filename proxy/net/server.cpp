@@ -43,7 +43,7 @@ Server::Server(asio::io_context& io, const std::string& address, std::uint16_t p
 }
 
 void Server::start() {
-  asio::co_spawn(acceptor_.get_executor(), accept_loop(), asio::detached);
+  spawn_accept_loop();
   for (std::size_t i = 0; i < options_.upstreams->addresses().size(); ++i) {
     asio::co_spawn(acceptor_.get_executor(), probe_upstream(i), asio::detached);
   }
@@ -110,6 +110,7 @@ void Server::stop() {
 void Server::shutdown(std::chrono::milliseconds grace) {
   stop();
   std::lock_guard lock(relays_mutex_);
+  shutting_down_ = true;  // a connection accepted from now on is refused (take_connection)
   for (const auto& weak : relays_) {
     if (auto relay = weak.lock()) relay->begin_shutdown(grace);
   }
@@ -124,43 +125,89 @@ std::size_t Server::live_connections() {
   return relays_.size();
 }
 
+void Server::spawn_accept_loop() {
+  // An exception out of the loop (bad_alloc, say) is logged, and accepting starts again
+  // rather than end silently while the process goes on.
+  asio::co_spawn(acceptor_.get_executor(), accept_loop(), [this](std::exception_ptr error) {
+    if (!error) return;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      spdlog::error("accepting connections failed by an internal error: {}; accepting again",
+                    e.what());
+    }
+    if (acceptor_.is_open()) spawn_accept_loop();
+  });
+}
+
+asio::awaitable<void> Server::pause_after_failed_accept(const boost::system::error_code& ec) {
+  accept_failures_.fetch_add(1, std::memory_order_relaxed);
+  ++accept_failures_unlogged_;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_accept_failure_log_ >= std::chrono::seconds(1)) {
+    bool out_of_descriptors = ec == asio::error::no_descriptors ||
+                              ec == boost::system::errc::too_many_files_open_in_system;
+    spdlog::warn("accept failed {} time(s) in the last second: {}{}; accepting pauses {} ms",
+                 accept_failures_unlogged_, ec.message(),
+                 out_of_descriptors ? " (raise the open-files limit: ulimit -n, or LimitNOFILE= "
+                                      "in the systemd unit)"
+                                    : "",
+                 kAcceptPause.count());
+    last_accept_failure_log_ = now;
+    accept_failures_unlogged_ = 0;
+  }
+  asio::steady_timer pause(acceptor_.get_executor(), kAcceptPause);
+  co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
 asio::awaitable<void> Server::accept_loop() {
   while (acceptor_.is_open()) {
     auto [ec, socket] = co_await acceptor_.async_accept(asio::make_strand(io_),
                                                         asio::as_tuple(asio::use_awaitable));
     if (ec == asio::error::operation_aborted) co_return;
     if (ec) {
-      // Out of file descriptors, for example: log, and keep serving the others.
-      spdlog::warn("accept failed: {}", ec.message());
+      // Out of file descriptors (EMFILE, ENFILE), for example: the pending connection stays
+      // in the backlog until descriptors are free; meanwhile keep serving the others.
+      co_await pause_after_failed_accept(ec);
       continue;
     }
-    std::uint64_t id = next_id_++;
-    auto relay = std::make_shared<Relay>(std::move(socket), options_, id);
-    {
-      std::lock_guard lock(relays_mutex_);
-      // Drop finished ones now and then, so the list stays as long as the live connections.
-      if (relays_.size() >= 64 && relays_.size() % 64 == 0) {
-        std::erase_if(relays_, [](const std::weak_ptr<Relay>& weak) { return weak.expired(); });
-      }
-      relays_.push_back(relay);
-    }
-    auto executor = relay->executor();
-    metrics::Registry* metrics = options_.metrics;
-    if (metrics) metrics->client_connected();
-    counts_->running.fetch_add(1, std::memory_order_relaxed);
-    asio::co_spawn(executor, relay->run(),
-                   [counts = counts_, id, metrics](std::exception_ptr error) {
-                     counts->running.fetch_sub(1, std::memory_order_relaxed);
-                     counts->closed_since_trim.fetch_add(1, std::memory_order_relaxed);
-                     if (metrics) metrics->client_disconnected();
-                     if (!error) return;
-                     try {
-                       std::rethrow_exception(error);
-                     } catch (const std::exception& e) {
-                       spdlog::error("conn {}: ended by an internal error: {}", id, e.what());
-                     }
-                   });
+    if (accept_hook_) accept_hook_();
+    take_connection(std::move(socket));
   }
+}
+
+void Server::take_connection(tcp::socket socket) {
+  std::uint64_t id = next_id_++;
+  std::shared_ptr<Relay> relay;
+  {
+    std::lock_guard lock(relays_mutex_);
+    if (shutting_down_) {
+      boost::system::error_code ignored;
+      socket.close(ignored);  // accepted after shutdown() began: no new connections
+      return;
+    }
+    relay = std::make_shared<Relay>(std::move(socket), options_, id);
+    // Drop finished ones now and then, so the list stays as long as the live connections.
+    if (relays_.size() >= 64 && relays_.size() % 64 == 0) {
+      std::erase_if(relays_, [](const std::weak_ptr<Relay>& weak) { return weak.expired(); });
+    }
+    relays_.push_back(relay);
+  }
+  auto executor = relay->executor();
+  metrics::Registry* metrics = options_.metrics;
+  if (metrics) metrics->client_connected();
+  counts_->running.fetch_add(1, std::memory_order_relaxed);
+  asio::co_spawn(executor, relay->run(), [counts = counts_, id, metrics](std::exception_ptr error) {
+    counts->running.fetch_sub(1, std::memory_order_relaxed);
+    counts->closed_since_trim.fetch_add(1, std::memory_order_relaxed);
+    if (metrics) metrics->client_disconnected();
+    if (!error) return;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      spdlog::error("conn {}: ended by an internal error: {}", id, e.what());
+    }
+  });
 }
 
 }  // namespace nackguard::net

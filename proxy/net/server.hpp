@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,9 +33,22 @@ class Server {
   // failed for every one of them), or nullopt while at least one address answers.
   std::optional<std::string> upstream_unreachable() const;
   boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
+  // Accepts that failed (EMFILE, ENFILE or another error); each one pauses accepting.
+  std::uint64_t accept_failures() const { return accept_failures_.load(); }
+  // Tests: runs on the acceptor's strand after each accept, before the connection is taken.
+  void set_accept_hook(std::function<void()> hook) { accept_hook_ = std::move(hook); }
+
+  // How long accepting pauses after a failed accept: out of descriptors, the listening socket
+  // stays readable, and accepting again at once would spin.
+  static constexpr std::chrono::milliseconds kAcceptPause{100};
 
  private:
+  void spawn_accept_loop();
   boost::asio::awaitable<void> accept_loop();
+  boost::asio::awaitable<void> pause_after_failed_accept(const boost::system::error_code& ec);
+  // Takes an accepted connection unless shutdown began: checked and registered under the same
+  // lock as shutdown()'s walk, so that every relay either gets begin_shutdown or never runs.
+  void take_connection(boost::asio::ip::tcp::socket socket);
   boost::asio::awaitable<void> probe_upstream(std::size_t index);
   // Gives freed heap back to the system after many connections closed (see server.cpp).
   boost::asio::awaitable<void> trim_heap();
@@ -51,7 +65,11 @@ class Server {
   };
   // Shared with each relay's completion handler, which may run after the server is gone.
   std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
-  bool stopped_ = false;
+  bool shutting_down_ = false;  // guarded by relays_mutex_
+  std::atomic<std::uint64_t> accept_failures_{0};
+  std::chrono::steady_clock::time_point last_accept_failure_log_{};  // the acceptor's strand
+  std::uint64_t accept_failures_unlogged_ = 0;                       // the acceptor's strand
+  std::function<void()> accept_hook_;
 };
 
 }  // namespace nackguard::net

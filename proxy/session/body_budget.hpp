@@ -1,10 +1,12 @@
 #pragma once
 // The budget of message bytes the proxy may keep in memory across all connections: bodies it
-// may have to republish, and deliveries it holds back from a client. Thread-safe.
+// may have to republish, deliveries it holds back from a client, and the records of unacked
+// deliveries (their content headers included). Thread-safe.
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "proxy/amqp/bytes.hpp"
 
@@ -26,15 +28,72 @@ class BodyBudget {
     return true;
   }
   void release(std::uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  // Whether `bytes` more fit now; counts a refusal if not. For a caller that then charges
+  // them with force_reserve: across threads the limit may be passed by what each charged
+  // between its check and its charge (one delivery record each).
+  bool has_room(std::uint64_t bytes) {
+    std::uint64_t used = used_.load(std::memory_order_relaxed);
+    if (bytes <= limit_ && used <= limit_ - bytes) return true;
+    refusals_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  // Reserves `bytes` whatever the limit: memory already in use, now counted.
+  void force_reserve(std::uint64_t bytes) { used_.fetch_add(bytes, std::memory_order_relaxed); }
+  // A delivery was forwarded without a record, the budget being full.
+  void note_untracked() { untracked_.fetch_add(1, std::memory_order_relaxed); }
 
   std::uint64_t used() const { return used_.load(std::memory_order_relaxed); }
   std::uint64_t limit() const { return limit_; }
   std::uint64_t refusals() const { return refusals_.load(std::memory_order_relaxed); }
+  std::uint64_t untracked() const { return untracked_.load(std::memory_order_relaxed); }
 
  private:
   std::uint64_t limit_;
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint64_t> refusals_{0};
+  std::atomic<std::uint64_t> untracked_{0};
+};
+
+// Bytes one owner charged to a BodyBudget (with force_reserve), given back when it goes.
+// Movable, not copyable; without a budget it counts nothing.
+class BudgetCharge {
+ public:
+  BudgetCharge() = default;
+  explicit BudgetCharge(BodyBudget* budget) : budget_(budget) {}
+  BudgetCharge(BudgetCharge&& other) noexcept
+      : budget_(other.budget_), bytes_(std::exchange(other.bytes_, 0)) {}
+  BudgetCharge& operator=(BudgetCharge&& other) noexcept {
+    if (this != &other) {
+      release_all();
+      budget_ = other.budget_;
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  BudgetCharge(const BudgetCharge&) = delete;
+  BudgetCharge& operator=(const BudgetCharge&) = delete;
+  ~BudgetCharge() { release_all(); }
+
+  BodyBudget* budget() const { return budget_; }
+  void add(std::uint64_t bytes) {
+    if (!budget_) return;
+    budget_->force_reserve(bytes);
+    bytes_ += bytes;
+  }
+  void sub(std::uint64_t bytes) {
+    if (!budget_) return;
+    budget_->release(bytes);
+    bytes_ -= bytes;
+  }
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  void release_all() {
+    if (budget_ && bytes_ != 0) budget_->release(bytes_);
+    bytes_ = 0;
+  }
+  BodyBudget* budget_ = nullptr;
+  std::uint64_t bytes_ = 0;
 };
 
 // A message body counted against a BodyBudget for as long as it lives.

@@ -66,32 +66,83 @@ void ChannelState::forget_consumer(const std::string& tag) {
   consumers.erase(it);
 }
 
+namespace {
+// A string's heap block, if it has one (libstdc++ keeps up to 15 characters inline), with
+// malloc's header and rounding.
+std::uint64_t heap_bytes(const std::string& s) {
+  return s.capacity() > 15 ? ((s.capacity() + 1 + 8 + 15) & ~std::uint64_t{15}) : 0;
+}
+}  // namespace
+
+std::uint64_t ChannelState::record_cost(const Delivery& d) {
+  // The map node: three pointers and a colour, the key, the record, and malloc's header.
+  constexpr std::uint64_t kNodeBytes = 32 + 8 + sizeof(Delivery) + sizeof(std::uint64_t) + 16;
+  std::uint64_t header = d.header_payload.capacity();
+  if (header != 0) header = (header + 8 + 15) & ~std::uint64_t{15};
+  return kNodeBytes + header + heap_bytes(d.consumer_tag) + heap_bytes(d.queue) +
+         heap_bytes(d.exchange) + heap_bytes(d.routing_key);
+}
+
+void ChannelState::make_slim(Delivery& d) {
+  amqp::Bytes().swap(d.header_payload);
+  std::string().swap(d.consumer_tag);
+  std::string().swap(d.queue);
+  std::string().swap(d.exchange);
+  std::string().swap(d.routing_key);
+  d.body.reset();
+}
+
+std::optional<std::uint64_t> ChannelState::untracked_broker_tag(std::uint64_t tag) const {
+  // Every client tag up to untracked_up_to_ was given while the sequences were identical.
+  if (tag == 0 || tag > untracked_up_to_ || unacked_.contains(tag) || withheld_.contains(tag)) {
+    return std::nullopt;
+  }
+  return tag;
+}
+
+ChannelState::Record ChannelState::make_record(Delivery delivery) {
+  Record record{std::move(delivery), 0};
+  record.cost = record_cost(record.delivery);
+  records_charge_.add(record.cost);
+  return record;
+}
+
+Delivery ChannelState::drop_record(Record& record) {
+  records_charge_.sub(record.cost);
+  record.cost = 0;
+  return std::move(record.delivery);
+}
+
 void ChannelState::add_unacked(Delivery delivery) {
   std::uint64_t tag = delivery.client_tag;
   if (spare_node_ && !unacked_.contains(tag)) {
     spare_node_.key() = tag;
-    spare_node_.mapped() = std::move(delivery);
+    spare_node_.mapped() = make_record(std::move(delivery));
     unacked_.insert(unacked_.end(), std::move(spare_node_));
     return;
   }
-  unacked_.insert_or_assign(tag, std::move(delivery));
+  auto it = unacked_.find(tag);
+  if (it != unacked_.end()) drop_record(it->second);
+  unacked_.insert_or_assign(tag, make_record(std::move(delivery)));
 }
 
 void ChannelState::add_withheld(Delivery delivery) {
   ever_owned_ = true;
   delivery.withheld = true;
   std::uint64_t tag = delivery.broker_tag;
-  withheld_.insert_or_assign(tag, std::move(delivery));
+  auto it = withheld_.find(tag);
+  if (it != withheld_.end()) drop_record(it->second);
+  withheld_.insert_or_assign(tag, make_record(std::move(delivery)));
 }
 
 const Delivery* ChannelState::find_unacked(std::uint64_t client_tag) const {
   auto it = unacked_.find(client_tag);
-  return it == unacked_.end() ? nullptr : &it->second;
+  return it == unacked_.end() ? nullptr : &it->second.delivery;
 }
 
 Delivery* ChannelState::find_withheld(std::uint64_t broker_tag) {
   auto it = withheld_.find(broker_tag);
-  return it == withheld_.end() ? nullptr : &it->second;
+  return it == withheld_.end() ? nullptr : &it->second.delivery;
 }
 
 std::vector<Delivery> ChannelState::take_settled(std::uint64_t client_tag, bool multiple) {
@@ -106,21 +157,21 @@ void ChannelState::take_settled(std::uint64_t client_tag, bool multiple,
     auto it = unacked_.find(client_tag);
     if (it != unacked_.end()) {
       auto node = unacked_.extract(it);
-      out.push_back(std::move(node.mapped()));
-      node.mapped() = Delivery{};  // nothing of it (its body above all) kept in the spare
+      out.push_back(drop_record(node.mapped()));
+      node.mapped() = Record{};  // nothing of it (its body above all) kept in the spare
       spare_node_ = std::move(node);
     }
     return;
   }
   auto end = client_tag == 0 ? unacked_.end() : unacked_.upper_bound(client_tag);
-  for (auto it = unacked_.begin(); it != end; ++it) out.push_back(std::move(it->second));
+  for (auto it = unacked_.begin(); it != end; ++it) out.push_back(drop_record(it->second));
   unacked_.erase(unacked_.begin(), end);
 }
 
 std::optional<Delivery> ChannelState::take_withheld(std::uint64_t broker_tag) {
   auto it = withheld_.find(broker_tag);
   if (it == withheld_.end()) return std::nullopt;
-  Delivery d = std::move(it->second);
+  Delivery d = drop_record(it->second);
   withheld_.erase(it);
   return d;
 }
@@ -133,20 +184,22 @@ bool ChannelState::owned_at_or_below(std::uint64_t broker_tag) const {
   return false;
 }
 
+// A slim record was never shown to the observer: it is not reported as returned either.
 std::vector<Delivery> ChannelState::take_unacked() {
   std::vector<Delivery> taken;
   taken.reserve(unacked_.size());
-  for (auto& [tag, d] : unacked_) taken.push_back(std::move(d));
+  for (auto& [tag, record] : unacked_) {
+    Delivery d = drop_record(record);
+    if (!is_slim(d)) taken.push_back(std::move(d));
+  }
   unacked_.clear();
   return taken;
 }
 
 std::vector<Delivery> ChannelState::take_all() {
-  std::vector<Delivery> taken;
-  taken.reserve(unacked_.size() + withheld_.size());
-  for (auto& [tag, d] : unacked_) taken.push_back(std::move(d));
-  for (auto& [tag, d] : withheld_) taken.push_back(std::move(d));
-  unacked_.clear();
+  std::vector<Delivery> taken = take_unacked();
+  taken.reserve(taken.size() + withheld_.size());
+  for (auto& [tag, record] : withheld_) taken.push_back(drop_record(record));
   withheld_.clear();
   return taken;
 }

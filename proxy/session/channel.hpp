@@ -108,6 +108,28 @@ class ChannelState {
   bool tags_identical() const { return !ever_owned_; }
   void note_owned() { ever_owned_ = true; }
 
+  // What keeping a delivery's record costs in memory, charged to the body budget while it is
+  // unacked or withheld: the record and its map node, its content header and its strings.
+  static std::uint64_t record_cost(const Delivery& delivery);
+  // Charges the records from now on to `budget` (set once, before the first record).
+  void use_budget(BodyBudget* budget) {
+    if (!records_charge_.budget() && records_charge_.bytes() == 0) {
+      records_charge_ = BudgetCharge(budget);
+    }
+  }
+  // A delivery kept with no more than its tags (the budget was full): no header, no names.
+  // The session tells the observer nothing of it; it is settled as the client says.
+  static void make_slim(Delivery& delivery);
+  static bool is_slim(const Delivery& delivery) { return delivery.header_payload.empty(); }
+  // A delivery forwarded without any record (the budget was full) while the two tag
+  // sequences were still identical: client tag `tag` is broker tag `tag`.
+  void note_untracked(std::uint64_t tag) { untracked_up_to_ = tag; }
+  // The broker tag of client tag `tag` if it may be one forwarded untracked (it has no record
+  // and is not the proxy's); nullopt otherwise.
+  std::optional<std::uint64_t> untracked_broker_tag(std::uint64_t tag) const;
+  bool has_untracked() const { return untracked_up_to_ != 0; }
+  bool incoming_untracked = false;  // the incoming delivery is being forwarded untracked
+
   void add_unacked(Delivery delivery);
   void add_withheld(Delivery delivery);
   const Delivery* find_unacked(std::uint64_t client_tag) const;
@@ -128,13 +150,24 @@ class ChannelState {
 
   std::size_t unacked_count() const { return unacked_.size(); }
   std::size_t withheld_count() const { return withheld_.size(); }
+  // Bytes the records of this channel hold in the body budget.
+  std::uint64_t records_bytes() const { return records_charge_.bytes(); }
 
  private:
-  std::map<std::uint64_t, Delivery> unacked_;  // by client tag
+  struct Record {
+    Delivery delivery;
+    std::uint64_t cost = 0;  // charged to records_charge_ while in a map
+  };
+  Record make_record(Delivery delivery);
+  Delivery drop_record(Record& record);
+
+  std::map<std::uint64_t, Record> unacked_;  // by client tag
   // The node of the last delivery settled alone, reused for the next one: no allocation
   // per delivery in the usual one-ack-per-delivery flow.
-  std::map<std::uint64_t, Delivery>::node_type spare_node_;
-  std::map<std::uint64_t, Delivery> withheld_;  // by broker tag
+  std::map<std::uint64_t, Record>::node_type spare_node_;
+  std::map<std::uint64_t, Record> withheld_;  // by broker tag
+  BudgetCharge records_charge_;
+  std::uint64_t untracked_up_to_ = 0;  // the last client tag forwarded untracked
   std::uint64_t last_client_tag_ = 0;
   std::uint64_t last_broker_tag_ = 0;
   bool ever_owned_ = false;

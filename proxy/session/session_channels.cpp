@@ -28,6 +28,26 @@ void patch_u64(amqp::Bytes& bytes, std::size_t at, std::uint64_t value) {
 // A tag the broker never issued, so a client's ack of an unknown tag still fails there.
 constexpr std::uint64_t kUnknownTagBit = std::uint64_t{1} << 63;
 
+// What buffering a delivery's frames costs: its method and header frames, its body, and the
+// overhead of body frames of at least the smallest frame_max. A hostile broker's body_size
+// near 2^64 saturates the sum instead of wrapping it to a small reservation; it is then
+// refused like any body too large for the budget, and the delivery is forwarded.
+std::uint64_t buffered_frames_cost(std::uint64_t method_and_header, std::uint64_t body_size) {
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  // At most 8 * (2^64 / 4096 + 1): no wrap.
+  std::uint64_t overhead = amqp::kFrameOverhead * (body_size / amqp::kFrameMinSize + 1);
+  if (body_size > kMax - overhead - method_and_header) return kMax;
+  return method_and_header + body_size + overhead;
+}
+
+// Whether the record of `d` fits within the body budget (no budget: always).
+bool admit_record(ChannelState& ch, const Delivery& d, BodyBudget* budget) {
+  ch.use_budget(budget);
+  if (!budget || budget->has_room(ChannelState::record_cost(d))) return true;
+  budget->note_untracked();
+  return false;
+}
+
 void append_settle(amqp::Bytes& out, std::uint16_t channel, SettleKind kind, std::uint64_t tag,
                    bool multiple, bool requeue) {
   switch (kind) {
@@ -163,12 +183,14 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
       gate_opened = true;
     }
     if (kind == SettleKind::ack || !requeue) {
-      observer_->on_settled(d, kind);
+      if (!ChannelState::is_slim(d)) observer_->on_settled(d, kind);
       forwarded.push_back(&d);
       continue;
     }
     ReturnCause cause = kind == SettleKind::nack ? ReturnCause::nack : ReturnCause::reject;
-    if (observer_->on_client_return(d, cause) == ReturnAction::take_over) {
+    // A slim record (kept past the budget) was never shown to the observer.
+    if (!ChannelState::is_slim(d) &&
+        observer_->on_client_return(d, cause) == ReturnAction::take_over) {
       ch.add_withheld(d);
       taken.push_back(d.broker_tag);
     } else {
@@ -183,7 +205,27 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     emit(Side::broker, frame.raw);
   } else {
     amqp::Bytes out;
-    if (settled.empty()) {
+    // A delivery forwarded with no record (the budget was full) while the tag sequences were
+    // identical is outstanding at the broker under the client's tag.
+    std::optional<std::uint64_t> untracked = unknown ? std::nullopt : ch.untracked_broker_tag(tag);
+    bool untracked_all = multiple && tag == 0 && ch.has_untracked();
+    if (!multiple && untracked && settled.empty()) {
+      append_settle(out, frame.channel, kind, *untracked, false, requeue);
+    } else if (multiple && (untracked || untracked_all)) {
+      // One multiple settlement, as the client sent it, if it takes nothing of the proxy's;
+      // else the recorded ones alone (the untracked ones stay with the broker, which
+      // delivers them again when the channel ends: a duplicate, never a loss).
+      std::uint64_t top = untracked ? *untracked : 0;
+      if (forwarded.size() == settled.size() &&
+          !ch.owned_at_or_below(untracked ? *untracked
+                                          : std::numeric_limits<std::uint64_t>::max())) {
+        append_settle(out, frame.channel, kind, top, true, requeue);
+      } else {
+        for (const Delivery* d : forwarded) {
+          append_settle(out, frame.channel, kind, d->broker_tag, false, requeue);
+        }
+      }
+    } else if (settled.empty()) {
       // Nothing of the client's is outstanding: "all" settles nothing; an unknown tag must
       // still fail at the broker, and must not name a delivery the proxy owns.
       if (!(multiple && tag == 0)) {
@@ -312,6 +354,7 @@ void Session::begin_delivery(ChannelState& ch, const Frame& frame, Delivery deli
   ch.incoming = std::move(delivery);
   ch.incoming_method_frame.assign(frame.raw.begin(), frame.raw.end());
   ch.incoming_route = ChannelState::Route::forward;
+  ch.incoming_untracked = false;
   ch.from_broker.phase = ContentState::Phase::awaiting_header;
 }
 
@@ -361,6 +404,21 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
   d.body_size = amqp::peek_body_size(frame.payload).value_or(0);
   if (!ch.hasher) ch.hasher = std::make_unique<BodyHasher>();
   ch.hasher->reset();
+  if (!d.no_ack && !admit_record(ch, d, options_.body_budget)) {
+    // Past the body budget: handed out as it is, and the observer hears nothing of it, so
+    // its returns are not counted (a fallback). With the tag sequences identical no record
+    // is kept at all; else one with its tags alone, to map the client's settlement.
+    bool untracked = ch.tags_identical() && d.broker_tag == ch.last_client_tag() + 1;
+    ch.incoming_route = ChannelState::Route::forward;
+    ch.incoming_untracked = untracked;
+    emit_delivery(ch, d, ch.incoming_method_frame);
+    ch.incoming_method_frame.clear();
+    emit(Side::client, frame.raw);
+    ch.to_client = ch.from_broker;
+    if (untracked) ch.note_untracked(d.client_tag);
+    ChannelState::make_slim(d);
+    return;
+  }
 
   bool gated = !d.from_get && (ch.exclusive_client_tag != 0 || !ch.held.empty()) &&
                !observer_->decide_before_holding(d);
@@ -373,8 +431,8 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
     d.cookie = plan.cookie;
   }
   if (plan.action == DeliveryPlan::Action::need_body) {
-    std::uint64_t frames_size = ch.incoming_method_frame.size() + frame.raw.size() + d.body_size +
-                                amqp::kFrameOverhead * (d.body_size / 4096 + 1);
+    std::uint64_t frames_size =
+        buffered_frames_cost(ch.incoming_method_frame.size() + frame.raw.size(), d.body_size);
     ch.incoming_buffer_reservation = RetainedBody::make(options_.body_budget, frames_size);
     if (ch.incoming_buffer_reservation) {
       ch.incoming_route = ChannelState::Route::buffer;
@@ -438,7 +496,8 @@ void Session::complete_delivery(ChannelState& ch) {
   d.body_complete = true;
   switch (ch.incoming_route) {
     case ChannelState::Route::forward:
-      if (!d.no_ack) ch.add_unacked(std::move(d));
+      if (!d.no_ack && !ch.incoming_untracked) ch.add_unacked(std::move(d));
+      ch.incoming_untracked = false;
       break;
     case ChannelState::Route::withhold: {
       std::uint64_t tag = d.broker_tag;

@@ -70,6 +70,8 @@ nackguard_upstream_connect_failures_total{address="rabbit-1:5672"} 0
 # HELP nackguard_upstream_unavailable_total Client connections closed before the AMQP handshake because no broker address accepted the upstream connection.
 # TYPE nackguard_upstream_unavailable_total counter
 nackguard_upstream_unavailable_total 1
+# HELP nackguard_accept_failures_total Client connections that could not be accepted (out of file descriptors: EMFILE, ENFILE); each pauses accepting for 100 ms.
+# TYPE nackguard_accept_failures_total counter
 # HELP nackguard_frames_total AMQP frames relayed, by the direction they travelled.
 # TYPE nackguard_frames_total counter
 nackguard_frames_total{direction="client_to_broker"} 3
@@ -117,10 +119,14 @@ nackguard_tracker_entries 7
 # TYPE nackguard_queue_facts gauge
 # HELP nackguard_queue_facts_forgotten_total Queues forgotten, oldest first, to stay within that bound.
 # TYPE nackguard_queue_facts_forgotten_total counter
-# HELP nackguard_retained_body_bytes Message bytes held in memory for republishing and for deliveries held back.
+# HELP nackguard_retained_body_bytes Message bytes held in memory for republishing and for deliveries held back, and the records (content headers included) of unacked deliveries.
 # TYPE nackguard_retained_body_bytes gauge
 # HELP nackguard_retained_body_bytes_limit limits.retained_body_bytes: past it, nackguard falls back to forwarding requeues.
 # TYPE nackguard_retained_body_bytes_limit gauge
+# HELP nackguard_retained_body_refusals_total Bodies, held-back deliveries and delivery records not kept because limits.retained_body_bytes was reached.
+# TYPE nackguard_retained_body_refusals_total counter
+# HELP nackguard_untracked_deliveries_total Deliveries forwarded without a record because limits.retained_body_bytes was reached: their returns are not counted.
+# TYPE nackguard_untracked_deliveries_total counter
 # HELP nackguard_policy_reloads_total Policy reloads, by result.
 # TYPE nackguard_policy_reloads_total counter
 nackguard_policy_reloads_total{result="ok"} 1

@@ -199,11 +199,19 @@ TEST_F(GuardFallback, UnroutableCopyFallsBack) {
                       "the copy was unroutable: exchange \"dlx\" has no binding for \"q.dlq\"");
 }
 
+// The budget holds the delivery's record (its header and names, counted too) but not its
+// 4000-byte body.
+constexpr std::uint64_t kRoomForARecordOnly = 2048;
+Message with_big_body(Message m) {
+  m.body = std::string(4000, 'b');
+  return m;
+}
+
 TEST_F(GuardFallback, BodyOverTheBudgetIsNotRetainedAndTheNackPasses) {
   GuardSettings settings;
-  settings.retained_body_bytes = 0;
+  settings.retained_body_bytes = kRoomForARecordOnly;
   start(policy(0), settings, /*sessions_use_budget=*/true);
-  deliver_passes(delivery(1, message("m1")));
+  deliver_passes(delivery(1, with_big_body(message("m1"))));
   client_passes(nack(1));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_EQ(listener.fallbacks[0].cause, "body_not_retained");
@@ -213,13 +221,13 @@ TEST_F(GuardFallback, BodyOverTheBudgetIsNotRetainedAndTheNackPasses) {
   EXPECT_EQ(context->budget().used(), 0u);
 }
 
-TEST_F(GuardFallback, ViaRejectNeedsNoBodyAndIgnoresTheBudget) {
+TEST_F(GuardFallback, ViaRejectNeedsNoBodyAndIgnoresTheBodyBudget) {
   GuardSettings settings;
-  settings.retained_body_bytes = 0;
+  settings.retained_body_bytes = kRoomForARecordOnly;
   retry::Policy p = policy(0);
   p.dead_letter.via = retry::DeadLetter::Via::reject;
   start(p, settings, /*sessions_use_budget=*/true);
-  deliver_passes(delivery(1, message("m1")));
+  deliver_passes(delivery(1, with_big_body(message("m1"))));
   client(nack(1));
   EXPECT_EQ(to_broker(), frames({reject(1, false)}));
   EXPECT_TRUE(listener.fallbacks.empty());
