@@ -26,6 +26,8 @@
 #   NACKGUARD_TEST_ROOTFS     the Debian 13 root file system the 4.0 node runs in (default:
 #                             build/rootfs-trixie; built with debootstrap, about 2 minutes,
 #                             while the C++ build runs, and kept for the next run)
+#   NACKGUARD_TEST_ATTEMPTS   tries a failed test gets in the phases against real brokers
+#                             (default 2; see "Passed only on a second try" at the end)
 #   NACKGUARD_EXTRA_CHECKS    which checks run after the main suite, comma-separated:
 #                             asan (codec, retry and session unit tests and the integration
 #                             tests, built with AddressSanitizer and UndefinedBehaviorSanitizer), tsan (tracker and session
@@ -243,6 +245,12 @@ fi
 total_passed=0
 total_failed=0
 failed_names=()
+flaky_names=()
+# The phases against real brokers give a failed test one more try (NACKGUARD_TEST_ATTEMPTS,
+# default 2; 1 turns retries off), and the run ends by naming every test that needed it, so a
+# flaky test shows without sinking the run. The ThreadSanitizer and fuzzing phases never
+# retry: a race or a crash that shows once is a finding.
+attempts=(--repeat "until-pass:${NACKGUARD_TEST_ATTEMPTS:-2}")
 failed_output="$build_dir/failed-output.log"
 : >"$failed_output"
 any_failed=0
@@ -277,6 +285,14 @@ run_ctest() {
        grab { buf[n++ % 25] = $0 }
        !grab && n > 0 { for (i = (n > 25 ? n - 25 : 0); i < n; i++) print buf[i % 25]; n = 0 }
        END { for (i = (n > 25 ? n - 25 : 0); i < n; i++) print buf[i % 25] }' "$log" >>"$failed_output"
+  # A test with a failed attempt that is not in ctest's list of failures passed on a retry.
+  local tried
+  while IFS= read -r tried; do
+    if ! printf '%s\n' "${failed_names[@]}" | grep -qF -- " - $tried ("; then
+      flaky_names+=("$(basename "$dir"): $tried")
+    fi
+  done < <(grep -E ' Test +#[0-9]+: .*[*][*][*]' "$log" | grep -vE '[*][*][*](Skipped|Not Run)' |
+    sed -E 's/.*Test +#[0-9]+: ([^ ]+) .*/\1/' | sort -u)
   ((status == 0)) || any_failed=1
 }
 
@@ -287,10 +303,10 @@ if (($# == 0)); then
   # with RUN_SERIAL still runs alone: the whole fault suite, and an integration module marked
   # "# ctest-run-serial".
   step "ctest: integration tests (-j2)"
-  run_ctest "$build_dir" -j2 -L integration "${broker_filter[@]}"
+  run_ctest "$build_dir" -j2 "${attempts[@]}" -L integration "${broker_filter[@]}"
   step "ctest: unit, compatibility, experiment, deployment and benchmark smoke tests (-j2)," \
     "fault tests (one at a time)"
-  run_ctest "$build_dir" -j2 -LE integration "${broker_filter[@]}"
+  run_ctest "$build_dir" -j2 "${attempts[@]}" -LE integration "${broker_filter[@]}"
 else
   step "ctest $*"
   run_ctest "$build_dir" "${broker_filter[@]}" "$@"
@@ -332,7 +348,7 @@ if wants asan; then
       *) asan_filter=(-R "$asan_tests") ;;
     esac
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-      run_ctest "$asan_dir" -j2 "${asan_filter[@]}"
+      run_ctest "$asan_dir" -j2 "${attempts[@]}" "${asan_filter[@]}"
   fi
 fi
 
@@ -353,6 +369,10 @@ fi
 # Stop the node now, quietly, so that the totals stay the last output.
 stop_node
 echo
+if ((${#flaky_names[@]} > 0)); then
+  echo "Passed only on a second try (flaky: find why; the first try's output is in the phase's ctest-summary.log):"
+  printf '  %s\n' "${flaky_names[@]}"
+fi
 if ((${#failed_names[@]} > 0)); then
   echo "The last lines each failed test printed (all of it: each build directory's ctest-summary.log):"
   tail -n 120 "$failed_output"

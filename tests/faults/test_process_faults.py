@@ -163,6 +163,14 @@ class ProcessFaultTest(fs.FaultTest):
         self.assertTrue(any(k["in_delay_queue_at_kill"] for k in kills),
                         f"no delayed republish was waiting when the consumer was killed: {kills}")
         self.assertTrue(drained, f"the queue did not drain: {fs.Ledger.summary(account)}")
+        # Killing a consumer is the consumer's doing: every copy nackguard makes meanwhile
+        # (delayed republishes, dead-letters) must still go through. A fallback here once came
+        # in storms of thousands (the DLQ check closing the channel under copies in flight,
+        # and an inequivalent delay queue; docs/reliability.md, "consumer-kill fallback storm").
+        fallbacks = proxy.metric_sum("nackguard_fallbacks_total")
+        self.assertEqual(fallbacks, 0,
+                         f"fallbacks after a consumer kill: "
+                         f"{proxy.log_lines('fallback')[:3]}")
 
     # ------------------------------------------------------------ (3) proxy kill -9
     def test_proxy_killed_during_republish_burst(self):
