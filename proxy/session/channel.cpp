@@ -92,12 +92,45 @@ void ChannelState::make_slim(Delivery& d) {
   d.body.reset();
 }
 
-std::optional<std::uint64_t> ChannelState::untracked_broker_tag(std::uint64_t tag) const {
-  // Every client tag up to untracked_up_to_ was given while the sequences were identical.
-  if (tag == 0 || tag > untracked_up_to_ || unacked_.contains(tag) || withheld_.contains(tag)) {
-    return std::nullopt;
+// A run's node, charged to the records while the channel lives.
+constexpr std::uint64_t kRunBytes = 32 + 8 + 16 + 16;
+
+bool ChannelState::note_untracked(std::uint64_t client_tag, std::uint64_t broker_tag) {
+  const std::uint64_t offset = broker_tag - client_tag;
+  if (untracked_run_open_ && !untracked_runs_.empty()) {
+    UntrackedRun& last = std::prev(untracked_runs_.end())->second;
+    if (last.offset == offset) {  // recorded ones between have that offset too
+      last.last_client_tag = client_tag;
+      return true;
+    }
   }
-  return tag;
+  if (untracked_runs_.size() >= kMaxUntrackedRuns) return false;
+  untracked_runs_.emplace(client_tag, UntrackedRun{client_tag, offset});
+  records_charge_.add(kRunBytes);
+  untracked_run_open_ = true;
+  return true;
+}
+
+void ChannelState::note_handed_out(std::uint64_t client_tag, std::uint64_t broker_tag) {
+  if (broker_tag < highest_handed_out_) reordered_ = true;
+  if (broker_tag > highest_handed_out_) highest_handed_out_ = broker_tag;
+  // A recorded delivery in the middle of a run is mapped by its record while it has one, and
+  // by the run afterwards, which is right only if it has the run's offset.
+  if (untracked_run_open_ && !untracked_runs_.empty() &&
+      std::prev(untracked_runs_.end())->second.offset != broker_tag - client_tag) {
+    untracked_run_open_ = false;
+  }
+}
+
+std::optional<std::uint64_t> ChannelState::untracked_broker_tag(std::uint64_t tag) const {
+  // Within a run every client tag has the run's offset, untracked or not.
+  auto it = untracked_runs_.upper_bound(tag);
+  if (tag == 0 || it == untracked_runs_.begin()) return std::nullopt;
+  const UntrackedRun& run = std::prev(it)->second;
+  if (tag > run.last_client_tag || unacked_.contains(tag)) return std::nullopt;
+  const std::uint64_t broker_tag = tag + run.offset;
+  if (withheld_.contains(broker_tag)) return std::nullopt;
+  return broker_tag;
 }
 
 ChannelState::Record ChannelState::make_record(Delivery delivery) {
@@ -174,6 +207,14 @@ std::optional<Delivery> ChannelState::take_withheld(std::uint64_t broker_tag) {
   Delivery d = drop_record(it->second);
   withheld_.erase(it);
   return d;
+}
+
+bool ChannelState::unacked_at_or_below(std::uint64_t broker_tag) const {
+  if (!reordered_) return false;  // broker tags then rise with client tags
+  for (const auto& [tag, record] : unacked_) {
+    if (record.delivery.broker_tag <= broker_tag) return true;
+  }
+  return false;
 }
 
 bool ChannelState::owned_at_or_below(std::uint64_t broker_tag) const {

@@ -121,13 +121,24 @@ class ChannelState {
   // The session tells the observer nothing of it; it is settled as the client says.
   static void make_slim(Delivery& delivery);
   static bool is_slim(const Delivery& delivery) { return delivery.header_payload.empty(); }
-  // A delivery forwarded without any record (the budget was full) while the two tag
-  // sequences were still identical: client tag `tag` is broker tag `tag`.
-  void note_untracked(std::uint64_t tag) { untracked_up_to_ = tag; }
+  // A delivery handed out with no record (the budget was full): false if it needs one
+  // after all, its tags alone, because the channel has kMaxUntrackedRuns runs already.
+  // Untracked deliveries are remembered as runs of client tags whose broker tag is the client
+  // tag plus the same offset, so that the client's settlement of one maps without a record.
+  bool note_untracked(std::uint64_t client_tag, std::uint64_t broker_tag);
+  static constexpr std::size_t kMaxUntrackedRuns = 1024;
   // The broker tag of client tag `tag` if it may be one forwarded untracked (it has no record
   // and is not the proxy's); nullopt otherwise.
   std::optional<std::uint64_t> untracked_broker_tag(std::uint64_t tag) const;
-  bool has_untracked() const { return untracked_up_to_ != 0; }
+  bool has_untracked() const { return !untracked_runs_.empty(); }
+  // A delivery handed to the client (client tag `client_tag`, broker tag `broker_tag`). One
+  // handed out after a later broker tag (released from `held` after another passed it, the
+  // budget being full) means that a broker tag no longer tells which client tags lie below
+  // it. One with another tag offset than the last untracked run ends that run.
+  void note_handed_out(std::uint64_t client_tag, std::uint64_t broker_tag);
+  // Whether an unacked delivery has a broker tag at or below `broker_tag`: after a reorder,
+  // a multiple settlement up to that tag would take one the client did not name.
+  bool unacked_at_or_below(std::uint64_t broker_tag) const;
   bool incoming_untracked = false;  // the incoming delivery is being forwarded untracked
 
   void add_unacked(Delivery delivery);
@@ -167,7 +178,14 @@ class ChannelState {
   std::map<std::uint64_t, Record>::node_type spare_node_;
   std::map<std::uint64_t, Record> withheld_;  // by broker tag
   BudgetCharge records_charge_;
-  std::uint64_t untracked_up_to_ = 0;  // the last client tag forwarded untracked
+  struct UntrackedRun {
+    std::uint64_t last_client_tag = 0;
+    std::uint64_t offset = 0;  // broker tag minus client tag, modulo 2^64
+  };
+  std::map<std::uint64_t, UntrackedRun> untracked_runs_;  // by first client tag
+  bool untracked_run_open_ = false;  // the next untracked delivery may extend the last run
+  std::uint64_t highest_handed_out_ = 0;
+  bool reordered_ = false;
   std::uint64_t last_client_tag_ = 0;
   std::uint64_t last_broker_tag_ = 0;
   bool ever_owned_ = false;

@@ -205,8 +205,8 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     emit(Side::broker, frame.raw);
   } else {
     amqp::Bytes out;
-    // A delivery forwarded with no record (the budget was full) while the tag sequences were
-    // identical is outstanding at the broker under the client's tag.
+    // A delivery forwarded with no record (the budget was full) is outstanding at the broker
+    // under its run's offset from the client's tag.
     std::optional<std::uint64_t> untracked = unknown ? std::nullopt : ch.untracked_broker_tag(tag);
     bool untracked_all = multiple && tag == 0 && ch.has_untracked();
     if (!multiple && untracked && settled.empty()) {
@@ -216,9 +216,9 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
       // else the recorded ones alone (the untracked ones stay with the broker, which
       // delivers them again when the channel ends: a duplicate, never a loss).
       std::uint64_t top = untracked ? *untracked : 0;
-      if (forwarded.size() == settled.size() &&
-          !ch.owned_at_or_below(untracked ? *untracked
-                                          : std::numeric_limits<std::uint64_t>::max())) {
+      std::uint64_t reach = untracked ? *untracked : std::numeric_limits<std::uint64_t>::max();
+      if (forwarded.size() == settled.size() && !ch.owned_at_or_below(reach) &&
+          !ch.unacked_at_or_below(reach)) {
         append_settle(out, frame.channel, kind, top, true, requeue);
       } else {
         for (const Delivery* d : forwarded) {
@@ -235,10 +235,12 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
       std::uint64_t highest = forwarded.back()->broker_tag;
       if (!multiple) {
         append_settle(out, frame.channel, kind, highest, false, requeue);
-      } else if (forwarded.size() == settled.size() && !ch.owned_at_or_below(highest)) {
+      } else if (forwarded.size() == settled.size() && !ch.owned_at_or_below(highest) &&
+                 !ch.unacked_at_or_below(highest)) {
         append_settle(out, frame.channel, kind, highest, true, requeue);
       } else {
-        // A multiple settlement would take deliveries the proxy owns with it: expand.
+        // A multiple settlement would take deliveries the proxy owns, or (after a reorder)
+        // ones the client did not name, with it: expand.
         for (const Delivery* d : forwarded) {
           append_settle(out, frame.channel, kind, d->broker_tag, false, requeue);
         }
@@ -406,16 +408,14 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
   ch.hasher->reset();
   if (!d.no_ack && !admit_record(ch, d, options_.body_budget)) {
     // Past the body budget: handed out as it is, and the observer hears nothing of it, so
-    // its returns are not counted (a fallback). With the tag sequences identical no record
-    // is kept at all; else one with its tags alone, to map the client's settlement.
-    bool untracked = ch.tags_identical() && d.broker_tag == ch.last_client_tag() + 1;
+    // its returns are not counted (a fallback). No record is kept, only a run of tags
+    // (ChannelState::note_untracked); past kMaxUntrackedRuns, a record of its tags alone.
     ch.incoming_route = ChannelState::Route::forward;
-    ch.incoming_untracked = untracked;
     emit_delivery(ch, d, ch.incoming_method_frame);
     ch.incoming_method_frame.clear();
     emit(Side::client, frame.raw);
     ch.to_client = ch.from_broker;
-    if (untracked) ch.note_untracked(d.client_tag);
+    ch.incoming_untracked = ch.note_untracked(d.client_tag, d.broker_tag);
     ChannelState::make_slim(d);
     return;
   }
@@ -534,6 +534,7 @@ void Session::emit_delivery(ChannelState& ch, Delivery& d, amqp::Bytes& method_f
     patch_u64(method_frame, at, d.client_tag);
   }
   if (d.exclusive) ch.exclusive_client_tag = d.client_tag;
+  ch.note_handed_out(d.client_tag, d.broker_tag);
   emit(Side::client, method_frame);
 }
 

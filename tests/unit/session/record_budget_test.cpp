@@ -116,24 +116,88 @@ TEST_F(RecordBudget, UntrackedTagsStayMappedAfterTheProxyWithholdsOne) {
   EXPECT_EQ(link.to_broker(), frames({ack(1, 5)}));
 }
 
-TEST_F(RecordBudget, PastTheBudgetOnceTagsDifferARecordKeepsTheTagsAlone) {
+TEST_F(RecordBudget, PastTheBudgetOnceTagsDifferARunOfTagsMapsTheSettlement) {
   link.observer.withhold = {{1, 1}};
   deliver_one(1);
   const std::uint64_t withheld_record = ch().records_bytes();
   fill_budget();
   Bytes got = deliver_one(2, big_headers());  // client tag 1
   ASSERT_FALSE(got.empty());
-  EXPECT_EQ(budget.untracked(), 1u);
-  ASSERT_EQ(ch().unacked_count(), 1u);
-  EXPECT_TRUE(ch().find_unacked(1)->header_payload.empty());  // no header kept
-  // Its record is counted, and small: not its 2000-byte header.
+  deliver_one(3);  // client tag 2, the same run
+  EXPECT_EQ(budget.untracked(), 2u);
+  EXPECT_EQ(ch().unacked_count(), 0u);  // no record: one run, counted, small
   EXPECT_GT(ch().records_bytes(), withheld_record);
-  EXPECT_LT(ch().records_bytes() - withheld_record, 1000u);
+  EXPECT_LT(ch().records_bytes() - withheld_record, 200u);
   link.client(nack(1, 1, false, true));
   EXPECT_EQ(link.to_broker(), frames({nack(1, 2, false, true)}));
+  link.client(ack(1, 2));
+  EXPECT_EQ(link.to_broker(), frames({ack(1, 3)}));
   EXPECT_TRUE(link.observer.client_returns.empty());
   unfill_budget();
 }
+
+// Each delivery the proxy withholds shifts the tags, so each untracked delivery after one
+// starts a run; past kMaxUntrackedRuns of them, an untracked delivery keeps a record of its
+// tags alone, and its settlement still maps.
+TEST_F(RecordBudget, PastTheMostRunsARecordKeepsTheTagsAlone) {
+  std::uint64_t broker_tag = 0;
+  for (std::size_t run = 0; run < ChannelState::kMaxUntrackedRuns; ++run) {
+    link.observer.withhold.insert({1, ++broker_tag});
+    EXPECT_TRUE(deliver_one(broker_tag).empty());
+    fill_budget();
+    EXPECT_FALSE(deliver_one(++broker_tag).empty());
+    unfill_budget();
+  }
+  EXPECT_EQ(ch().unacked_count(), 0u);
+  link.observer.withhold.insert({1, ++broker_tag});
+  deliver_one(broker_tag);
+  fill_budget();
+  deliver_one(++broker_tag, big_headers());
+  ASSERT_EQ(ch().unacked_count(), 1u);
+  const std::uint64_t client_tag = ChannelState::kMaxUntrackedRuns + 1;
+  ASSERT_TRUE(ch().find_unacked(client_tag));
+  EXPECT_TRUE(ch().find_unacked(client_tag)->header_payload.empty());  // no header kept
+  link.client(ack(1, client_tag));
+  EXPECT_EQ(link.to_broker(), frames({ack(1, broker_tag)}));
+  // An early one, by its run.
+  link.client(ack(1, 1));
+  EXPECT_EQ(link.to_broker(), frames({ack(1, 2)}));
+  unfill_budget();
+}
+
+// A session with `observer`, through its handshake, channel 1 open and consumer "c1" on "q".
+class Scripted {
+ public:
+  Scripted(SessionOptions options, SessionObserver* observer) : session(options, observer) {
+    HandshakeFrames f = handshake_frames({}, {});
+    feed(Side::client, protocol_header());
+    feed(Side::broker, f.start);
+    feed(Side::client, f.start_ok);
+    feed(Side::broker, f.tune);
+    std::vector<WireFrame> tune = decode_frames(out(Side::client));
+    EXPECT_FALSE(tune.empty());
+    if (!tune.empty()) f = handshake_frames({}, decode_as<amqp::ConnectionTune>(tune.back()));
+    feed(Side::client, f.tune_ok);
+    feed(Side::client, f.open);
+    feed(Side::broker, f.open_ok);
+    amqp::BasicConsume consume;
+    consume.queue = "q";
+    consume.consumer_tag = "c1";
+    feed(Side::client, method(1, amqp::ChannelOpen{}));
+    feed(Side::broker, method(1, amqp::ChannelOpenOk{}));
+    feed(Side::client, method(1, consume));
+    feed(Side::broker, method(1, amqp::BasicConsumeOk{"c1"}));
+    out(Side::client);
+    out(Side::broker);
+  }
+  void feed(Side from, const Bytes& b) { session.feed(from, b); }
+  Bytes out(Side side) {
+    Bytes bytes;
+    bytes.swap(session.output(side));
+    return bytes;
+  }
+  Session session;
+};
 
 // An observer that wants every body before it decides: the delivery is to be buffered.
 class NeedsBody : public RecordingObserver {
@@ -150,33 +214,9 @@ TEST(HostileBodySize, ABodySizeThatWouldWrapTheBufferCostIsForwardedNotBuffered)
   SessionOptions o;
   o.body_budget = &budget;
   NeedsBody observer;
-  Session session(o, &observer);
-  auto feed = [&](Side from, const Bytes& b) { session.feed(from, b); };
-  auto out = [&](Side side) {
-    Bytes bytes;
-    bytes.swap(session.output(side));
-    return bytes;
-  };
-  HandshakeFrames f = handshake_frames({}, {});
-  feed(Side::client, protocol_header());
-  feed(Side::broker, f.start);
-  feed(Side::client, f.start_ok);
-  feed(Side::broker, f.tune);
-  std::vector<WireFrame> tune = decode_frames(out(Side::client));
-  ASSERT_FALSE(tune.empty());
-  f = handshake_frames({}, decode_as<amqp::ConnectionTune>(tune.back()));
-  feed(Side::client, f.tune_ok);
-  feed(Side::client, f.open);
-  feed(Side::broker, f.open_ok);
-  amqp::BasicConsume consume;
-  consume.queue = "q";
-  consume.consumer_tag = "c1";
-  feed(Side::client, method(1, amqp::ChannelOpen{}));
-  feed(Side::broker, method(1, amqp::ChannelOpenOk{}));
-  feed(Side::client, method(1, consume));
-  feed(Side::broker, method(1, amqp::BasicConsumeOk{"c1"}));
-  out(Side::client);
-  out(Side::broker);
+  Scripted link(o, &observer);
+  auto feed = [&](Side from, const Bytes& b) { link.feed(from, b); };
+  auto out = [&](Side side) { return link.out(side); };
 
   const Bytes deliver = method(1, deliver_method("c1", 1));
   // A body_size for which method + header + body + 8 per 4096-byte body frame passes 2^64
@@ -201,7 +241,56 @@ TEST(HostileBodySize, ABodySizeThatWouldWrapTheBufferCostIsForwardedNotBuffered)
   EXPECT_GE(budget.refusals(), 1u);
   feed(Side::broker, body(1, "some"));
   EXPECT_EQ(out(Side::client), body(1, "some"));
-  EXPECT_TRUE(session.is_open());
+  EXPECT_TRUE(link.session.is_open());
+}
+
+// An observer that hands broker tag 1 out alone (a crash suspect): later deliveries are held.
+class FirstExclusive : public RecordingObserver {
+ public:
+  DeliveryPlan on_delivery(const Delivery& d) override {
+    DeliveryPlan plan = RecordingObserver::on_delivery(d);
+    plan.exclusive = d.broker_tag == 1;
+    return plan;
+  }
+};
+
+// Broker tags 2 and 3 wait behind the exclusive tag 1; tag 4 has no room in the budget to wait
+// and is handed out first, as client tag 2. Tags 2 and 3 then become client tags 3 and 4. A
+// multiple ack of client tag 2 must not reach the broker as a multiple ack of broker tag 4,
+// which would settle 2 and 3 too: the client has not acked them.
+TEST(Reordered, AMultipleAckTakesOnlyWhatTheClientNamedAfterAHeldDeliveryWasPassed) {
+  BodyBudget budget(kLimit);
+  SessionOptions o;
+  o.body_budget = &budget;
+  FirstExclusive observer;
+  Scripted link(o, &observer);
+  auto deliver = [&](std::uint64_t tag, std::string_view body = "payload") {
+    link.feed(Side::broker, cat({method(1, deliver_method("c1", tag)), content(1, body)}));
+    return decode_frames(link.out(Side::client));
+  };
+  EXPECT_EQ(deliver(1).size(), 3u);
+  EXPECT_TRUE(deliver(2).empty());  // held
+  EXPECT_TRUE(deliver(3).empty());
+  // Room for tag 4's record, not for its 8000-byte frames.
+  const std::uint64_t room = 2000;
+  const std::uint64_t filled = kLimit - budget.used() - room;
+  budget.force_reserve(filled);
+  std::vector<WireFrame> got = deliver(4, std::string(8000, 'x'));
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(decode_as<amqp::BasicDeliver>(got[0]).delivery_tag, 2u);
+  budget.release(filled);
+
+  link.feed(Side::client, ack(1, 1));  // the gate opens: broker tags 2 and 3 follow
+  EXPECT_EQ(decode_frames(link.out(Side::broker)), frames({ack(1, 1)}));
+  std::vector<WireFrame> released = decode_frames(link.out(Side::client));
+  ASSERT_EQ(released.size(), 6u);
+  EXPECT_EQ(decode_as<amqp::BasicDeliver>(released[0]).delivery_tag, 3u);
+  EXPECT_EQ(decode_as<amqp::BasicDeliver>(released[3]).delivery_tag, 4u);
+
+  link.feed(Side::client, ack(1, 2, true));
+  EXPECT_EQ(decode_frames(link.out(Side::broker)), frames({ack(1, 4)}));
+  link.feed(Side::client, ack(1, 4, true));  // now all: broker tags 2 and 3
+  EXPECT_EQ(decode_frames(link.out(Side::broker)), frames({ack(1, 3, true)}));
 }
 
 }  // namespace
