@@ -13,6 +13,7 @@
 
 #include "proxy/amqp/bytes.hpp"
 #include "proxy/session/delivery.hpp"
+#include "proxy/session/transaction.hpp"
 
 namespace nackguard::session {
 
@@ -75,6 +76,7 @@ class ChannelState {
   std::deque<PendingGet> pending_gets;
   std::string last_declared_queue;  // what an empty queue name in consume or get means
   bool closing = false;             // a channel.close was sent by either side
+  ChannelTx tx;                     // transaction mode (tx.select), see transaction.hpp
 
   // The delivery whose method arrived and whose header or body is still arriving.
   std::optional<Delivery> incoming;

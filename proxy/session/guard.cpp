@@ -318,6 +318,12 @@ void Guard::on_taken_over(const Delivery& d) {
   execute(d);
 }
 
+void Guard::on_takeover_dropped(const Delivery& d) {
+  // A transaction rolled back before its commit: no copy was published, and the delivery is
+  // the client's again. Its return stays counted: the consumer did give it back once.
+  intents_.erase({d.channel, d.broker_tag});
+}
+
 void Guard::on_returned(const Delivery& d, ReturnCause cause) {
   if (d.withheld) {
     // The broker takes back a delivery the proxy owned: its copy, if confirmed later, may be

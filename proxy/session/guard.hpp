@@ -41,6 +41,7 @@ class Guard final : public SessionObserver {
   void on_settled(const Delivery& delivery, SettleKind kind) override;
   ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) override;
   void on_taken_over(const Delivery& delivery) override;
+  void on_takeover_dropped(const Delivery& delivery) override;
   void on_returned(const Delivery& delivery, ReturnCause cause) override;
   void on_returns_done() override;
   void on_proxy_channel_frame(const amqp::Frame& frame) override;

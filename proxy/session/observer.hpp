@@ -40,6 +40,10 @@ class SessionObserver {
     return ReturnAction::forward;
   }
   virtual void on_taken_over(const Delivery& delivery) { (void)delivery; }
+  // On a channel in transaction mode, a requeue taken over (on_client_return) is carried out
+  // only at the client's tx.commit (on_taken_over then follows). A tx.rollback first drops it:
+  // the delivery is the client's, unacked, again.
+  virtual void on_takeover_dropped(const Delivery& delivery) { (void)delivery; }
   // The broker will deliver this message again without a frame from the client to rewrite: a
   // recover, or a channel or connection that ended while it was unacked (or withheld, or held).
   // Called once per delivery.

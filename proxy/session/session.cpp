@@ -85,6 +85,7 @@ void Session::commit_input(Side from, std::size_t n) {
 std::size_t Session::process(Side from, ByteView data) {
   SideIo& in = io(from);
   std::size_t used = 0;
+  if (tx_replay_pending_) replay_behind_commits();
   if (from == Side::client && phase_ == Phase::protocol_header) {
     switch (amqp::check_protocol_header(data)) {
       case amqp::HeaderCheck::need_more:
@@ -122,6 +123,7 @@ std::size_t Session::process(Side from, ByteView data) {
       handle_broker_frame(frame);
     }
   }
+  if (tx_replay_pending_) replay_behind_commits();
   return used;
 }
 
@@ -141,12 +143,15 @@ void Session::flush_injections(Side to) {
   if (out.injections.empty() || content_in_progress(to)) return;
   std::vector<Injection> ready = std::move(out.injections);
   out.injections.clear();
-  for (const Injection& injection : ready) {
+  for (Injection& injection : ready) {
     emit(to, injection.frames);
-    if (injection.settles_broker_tag) {
-      auto it = channels_.find(injection.channel);
-      if (it != channels_.end()) it->second.take_withheld(*injection.settles_broker_tag);
-    }
+    if (injection.tx_commit) tx_commit_written(injection.channel);
+    if (!injection.settles_broker_tag && !injection.tx_resend) continue;
+    auto it = channels_.find(injection.channel);
+    if (it == channels_.end()) continue;
+    if (injection.settles_broker_tag) it->second.take_withheld(*injection.settles_broker_tag);
+    // In the client's transaction: dropped by a rollback, written again after it.
+    if (it->second.tx.active) it->second.tx.proxy_settles.push_back(std::move(injection.frames));
   }
 }
 
@@ -172,6 +177,8 @@ void Session::returned(const Delivery& delivery, ReturnCause cause) {
 }
 
 void Session::return_all(ChannelState& ch, ReturnCause cause) {
+  // A recover leaves the transaction's settlements alone: they are not among the unacked.
+  if (cause != ReturnCause::recover) tx_return_all(ch, cause);
   for (const Delivery& d : ch.take_all()) {
     if (!d.no_ack) returned(d, cause);
   }
@@ -261,6 +268,7 @@ void Session::on_eof(Side side) {
 }
 
 void Session::on_tick(std::int64_t now_ms) {
+  if (tx_replay_pending_) replay_behind_commits();
   for (auto& [number, ch] : channels_) {
     if (ch.exclusive_client_tag == 0 || ch.held.empty()) {
       ch.exclusive_seen_ms = -1;
@@ -343,6 +351,7 @@ bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, S
       break;
   }
   io(Side::broker).injections.push_back(Injection{std::move(frame), channel, broker_tag});
+  tx_settlement_queued(it->second, channel, broker_tag);
   flush_injections(Side::broker);
   return true;
 }
@@ -375,6 +384,10 @@ void Session::handle_client_frame(const Frame& frame) {
     return;
   }
   ChannelState& ch = channel_state(frame.channel);
+  if (ch.tx.holds_commit()) {
+    queue_behind_commit(ch, frame);
+    return;
+  }
   if (frame.frame_type() != FrameType::method) {
     if (track_client_content(ch, frame)) {
       emit(Side::broker, frame.raw);

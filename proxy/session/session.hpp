@@ -108,6 +108,8 @@ class Session {
     // A withheld delivery this settles: it stays withheld (so a client's multiple ack keeps
     // around it, and a connection lost first reports it) until the frame is written.
     std::optional<std::uint64_t> settles_broker_tag;
+    bool tx_commit = false;  // a client's tx.commit the proxy held (transaction.hpp)
+    bool tx_resend = false;  // a proxy settlement written again after the client's rollback
   };
 
   // Bytes read from one side and not handled yet: [begin, end) of data, a partial frame.
@@ -155,6 +157,20 @@ class Session {
                           std::uint64_t tag, bool multiple, bool requeue);
   bool track_client_content(ChannelState& ch, const amqp::Frame& frame);
 
+  // Transactions (session_tx.cpp, transaction.hpp).
+  void handle_client_tx_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
+  // A client frame on a channel whose commit is held: kept, in order, for later.
+  void queue_behind_commit(ChannelState& ch, const amqp::Frame& frame);
+  // The proxy's settlement of `broker_tag` is queued: a commit waiting for it may follow.
+  void tx_settlement_queued(ChannelState& ch, std::uint16_t channel, std::uint64_t broker_tag);
+  void tx_commit_written(std::uint16_t channel);
+  // The broker closes the channel: a held commit is dropped, the frames behind it go on.
+  void tx_abandon(ChannelState& ch);
+  // The client's settlements of an open transaction at the channel's end.
+  void tx_return_all(ChannelState& ch, ReturnCause cause);
+  // Handles the frames that waited behind a commit now written.
+  void replay_behind_commits();
+
   ChannelState& channel_state(std::uint16_t number);
   // Every delivery the channel knows is given back to the broker: report each once.
   void return_all(ChannelState& ch, ReturnCause cause);
@@ -192,6 +208,7 @@ class Session {
   SessionStats stats_;
   std::vector<Delivery> settled_scratch_;  // settle_from_client's, reused
   std::vector<const Delivery*> forwarded_scratch_;
+  bool tx_replay_pending_ = false;  // some channel's frames wait for replay_behind_commits
 };
 
 }  // namespace nackguard::session

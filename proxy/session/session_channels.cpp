@@ -139,6 +139,10 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       }
       break;
     }
+    case tx_mid::select:
+    case tx_mid::commit:
+    case tx_mid::rollback:
+      return handle_client_tx_method(ch, frame, key);
     case mid::queue_declare: {
       amqp::QueueDeclare m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
@@ -183,7 +187,12 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
       gate_opened = true;
     }
     if (kind == SettleKind::ack || !requeue) {
-      if (!ChannelState::is_slim(d)) observer_->on_settled(d, kind);
+      // In a transaction the settlement is the broker's at the commit (session_tx.cpp).
+      if (ch.tx.active) {
+        ch.tx.settled.push_back({d, kind, requeue});
+      } else {
+        if (!ChannelState::is_slim(d)) observer_->on_settled(d, kind);
+      }
       forwarded.push_back(&d);
       continue;
     }
@@ -192,8 +201,10 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     if (!ChannelState::is_slim(d) &&
         observer_->on_client_return(d, cause) == ReturnAction::take_over) {
       ch.add_withheld(d);
-      taken.push_back(d.broker_tag);
+      // In a transaction the copy waits for the commit.
+      (ch.tx.active ? ch.tx.takeovers : taken).push_back(d.broker_tag);
     } else {
+      if (ch.tx.active) ch.tx.settled.push_back({d, kind, requeue});
       forwarded.push_back(&d);
     }
   }
@@ -338,6 +349,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     case mid::channel_close:
       ch.closing = true;
       drop_injections(frame.channel);
+      tx_abandon(ch);  // the client's close-ok may wait behind a held commit
       break;
     case mid::channel_close_ok:
       emit(Side::client, frame.raw);

@@ -1,0 +1,101 @@
+// A consumer in transaction mode through a real Session and Guard: a requeue past the limit is
+// dead-lettered only at the client's commit, which carries the proxy's ack of the original;
+// a rollback before the commit leaves no copy and the delivery the client's.
+
+#include <gtest/gtest.h>
+
+#include "session/guard_script.hpp"
+
+namespace nackguard::session::guard_test {
+namespace {
+
+Bytes raw(std::uint16_t class_id, std::uint16_t method_id) {
+  Bytes payload;
+  amqp::ByteWriter w(payload);
+  w.u16(class_id);
+  w.u16(method_id);
+  Bytes out;
+  amqp::append_frame(out, FrameType::method, kCh, payload);
+  return out;
+}
+Bytes tx_select() {
+  return raw(90, 10);
+}
+Bytes tx_commit() {
+  return raw(90, 20);
+}
+Bytes tx_commit_ok() {
+  return raw(90, 21);
+}
+Bytes tx_rollback() {
+  return raw(90, 30);
+}
+
+class GuardTx : public GuardTest {
+ protected:
+  // Policy max_redeliveries 0: the first requeue is dead-lettered. The client's channel is in
+  // tx mode and holds message m1 under tag 1.
+  void SetUp() override {
+    start(policy(0));
+    client_passes(tx_select());
+    deliver_passes(delivery(1, message("m1")));
+  }
+};
+
+TEST_F(GuardTx, DeadLetterWaitsForTheCommitAndTheCommitCarriesTheAck) {
+  client(nack(1));
+  // Nothing before the commit: no copy, no nack.
+  EXPECT_EQ(to_broker(), frames({}));
+  client(tx_commit());
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  broker(declare_ok("q.dlq"));
+  Copy copy = take_copy(to_broker());
+  EXPECT_EQ(copy.publish.routing_key, "q.dlq");
+  // The confirm: the ack of the original, then the client's commit, which makes it effective.
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1), tx_commit()}));
+  deliver_passes(tx_commit_ok());
+  ASSERT_EQ(listener.dead_letters.size(), 1u);
+  EXPECT_EQ(listener.dead_letters[0].reason, retry::DeadLetterReason::max_redeliveries);
+  EXPECT_TRUE(listener.fallbacks.empty());
+}
+
+TEST_F(GuardTx, RollbackDropsTheTakeoverAndTheClientAcksItLater) {
+  client(nack(1));
+  client_passes(tx_rollback());
+  client_passes(ack(1));
+  client_passes(tx_commit());
+  // No copy was published, nothing was dead-lettered: the proxy's channel never opened.
+  EXPECT_TRUE(listener.dead_letters.empty());
+  EXPECT_EQ(conn->guard.outstanding(), 0u);
+}
+
+TEST_F(GuardTx, NackAgainAfterARollbackIsDeadLetteredOnce) {
+  client(nack(1));
+  client_passes(tx_rollback());
+  client(nack(1));
+  EXPECT_EQ(to_broker(), frames({}));
+  client(tx_commit());
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  broker(declare_ok("q.dlq"));
+  take_copy(to_broker());
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1), tx_commit()}));
+  EXPECT_EQ(listener.dead_letters.size(), 1u);
+}
+
+TEST_F(GuardTx, RefusedCopyFallsBackToTheClientsNackBeforeTheCommit) {
+  client(nack(1));
+  client(tx_commit());
+  open_proxy_channel();
+  broker(declare_ok("q.dlq"));
+  take_copy(to_broker());
+  refuse(1);
+  EXPECT_EQ(to_broker(), frames({nack(1), tx_commit()}));
+  EXPECT_TRUE(listener.dead_letters.empty());
+  ASSERT_EQ(listener.fallbacks.size(), 1u);
+  EXPECT_EQ(listener.fallbacks[0].cause, "republish_failed");
+}
+
+}  // namespace
+}  // namespace nackguard::session::guard_test
