@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 namespace nackguard::amqp {
 
@@ -85,6 +86,42 @@ inline constexpr std::uint32_t basic_nack = method_key(60, 120);
 inline constexpr std::uint32_t confirm_select = method_key(85, 10);
 inline constexpr std::uint32_t confirm_select_ok = method_key(85, 11);
 }  // namespace mid
+
+// Whether (class, method) is a method of AMQP 0-9-1 as RabbitMQ speaks it: the spec's classes
+// connection, channel, access, exchange, queue, basic and tx, with RabbitMQ's extensions
+// (connection.blocked/unblocked/update-secret, exchange.bind/unbind, basic.nack, confirm).
+// Any other id is unknown: no peer may send it, and a broker given one may crash the
+// connection (RabbitMQ 3.10 answers 320 with no cause).
+constexpr bool is_spec_method(std::uint32_t key) {
+  auto in = [](std::uint16_t method, std::initializer_list<std::uint16_t> ids) {
+    for (std::uint16_t id : ids) {
+      if (id == method) return true;
+    }
+    return false;
+  };
+  std::uint16_t method = static_cast<std::uint16_t>(key & 0xFFFF);
+  switch (key >> 16) {
+    case kClassConnection:
+      return in(method, {10, 11, 20, 21, 30, 31, 40, 41, 50, 51, 60, 61, 70, 71});
+    case kClassChannel:
+      return in(method, {10, 11, 20, 21, 40, 41});
+    case 30:  // access (deprecated; RabbitMQ still answers access.request)
+      return in(method, {10, 11});
+    case 40:  // exchange
+      return in(method, {10, 11, 20, 21, 30, 31, 40, 51});
+    case kClassQueue:
+      return in(method, {10, 11, 20, 21, 30, 31, 40, 41, 50, 51});
+    case kClassBasic:
+      return in(method,
+                {10, 11, 20, 21, 30, 31, 40, 50, 60, 70, 71, 72, 80, 90, 100, 110, 111, 120});
+    case kClassConfirm:
+      return in(method, {10, 11});
+    case kClassTx:
+      return in(method, {10, 11, 20, 21, 30, 31});
+    default:
+      return false;
+  }
+}
 
 // Methods followed by a content header and body frames.
 constexpr bool carries_content(std::uint32_t key) {

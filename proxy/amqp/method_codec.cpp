@@ -26,6 +26,13 @@ std::optional<std::uint32_t> peek_method_key(ByteView payload) {
   return method_key(class_id, method_id);
 }
 
+void cut_to_short_string(std::string& text) {
+  if (text.size() <= 255) return;
+  std::size_t keep = 255;
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+  text.resize(keep);
+}
+
 bool append_content_header_frame(Bytes& out, std::uint16_t channel, const ContentHeader& header) {
   Bytes payload;
   ByteWriter w(payload);

@@ -69,6 +69,15 @@ class FieldEncoder {
   ByteWriter& out_;
 };
 
+// For methods of numbers and bits only: a string or a table does not compile here.
+class FixedFieldEncoder : public FieldEncoder {
+ public:
+  using FieldEncoder::FieldEncoder;
+  void shortstr(const std::string&) = delete;
+  void longstr(const std::string&) = delete;
+  void table(const FieldTable&) = delete;
+};
+
 }  // namespace detail
 
 // Decodes a whole method payload (class and method ids included) into `out`.
@@ -90,7 +99,7 @@ MethodError decode_method(ByteView payload, M& out, const TableLimits& limits = 
 
 // Encodes a method payload; false if a string or table does not fit its length prefix.
 template <typename M>
-bool encode_method(Bytes& out, const M& method) {
+[[nodiscard]] bool encode_method(Bytes& out, const M& method) {
   ByteWriter w(out);
   w.u16(static_cast<std::uint16_t>(M::kKey >> 16));
   w.u16(static_cast<std::uint16_t>(M::kKey & 0xFFFF));
@@ -99,15 +108,49 @@ bool encode_method(Bytes& out, const M& method) {
   return w.ok();
 }
 
-// Appends a whole method frame on `channel`.
+// Appends a whole method frame on `channel`; on false nothing is appended.
 template <typename M>
-bool append_method_frame(Bytes& out, std::uint16_t channel, const M& method) {
+[[nodiscard]] bool append_method_frame(Bytes& out, std::uint16_t channel, const M& method) {
   Bytes payload;
   if (!encode_method(payload, method)) return false;
   append_frame(out, FrameType::method, channel, payload);
   return true;
 }
 
-bool append_content_header_frame(Bytes& out, std::uint16_t channel, const ContentHeader& header);
+// Appends a method frame of numbers and bits only (basic.ack, connection.tune, close-ok...),
+// which always encodes. A method with a string or table field does not compile here: use
+// append_method_frame and handle its failure.
+template <typename M>
+void append_fixed_method_frame(Bytes& out, std::uint16_t channel, const M& method) {
+  Bytes payload;
+  ByteWriter w(payload);
+  w.u16(static_cast<std::uint16_t>(M::kKey >> 16));
+  w.u16(static_cast<std::uint16_t>(M::kKey & 0xFFFF));
+  detail::FixedFieldEncoder encoder(w);
+  M::fields(method, encoder);
+  append_frame(out, FrameType::method, channel, payload);
+}
+
+// Cuts `text` to at most 255 bytes without splitting a UTF-8 character.
+void cut_to_short_string(std::string& text);
+
+// Appends connection.close or channel.close (M), its reply text cut to 255 bytes at a UTF-8
+// character boundary, so that it always encodes.
+template <typename M>
+void append_close_frame(Bytes& out, std::uint16_t channel, M close) {
+  static_assert(M::kKey == mid::connection_close || M::kKey == mid::channel_close);
+  cut_to_short_string(close.reply_text);
+  Bytes payload;
+  ByteWriter w(payload);
+  w.u16(static_cast<std::uint16_t>(M::kKey >> 16));
+  w.u16(static_cast<std::uint16_t>(M::kKey & 0xFFFF));
+  detail::FieldEncoder encoder(w);
+  M::fields(close, encoder);
+  append_frame(out, FrameType::method, channel, payload);
+}
+
+// Appends a content header frame; on false nothing is appended.
+[[nodiscard]] bool append_content_header_frame(Bytes& out, std::uint16_t channel,
+                                               const ContentHeader& header);
 
 }  // namespace nackguard::amqp

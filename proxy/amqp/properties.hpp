@@ -50,6 +50,6 @@ HeaderError decode_content_header(ByteView payload, ContentHeader& out,
 // to find where a content sequence ends.
 std::optional<std::uint64_t> peek_body_size(ByteView payload);
 
-bool encode_content_header(ByteWriter& out, const ContentHeader& header);
+[[nodiscard]] bool encode_content_header(ByteWriter& out, const ContentHeader& header);
 
 }  // namespace nackguard::amqp

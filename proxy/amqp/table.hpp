@@ -89,6 +89,6 @@ TableError decode_table(ByteReader& in, FieldTable& out, const TableLimits& limi
 TableError decode_array(ByteReader& in, FieldArray& out, const TableLimits& limits = {});
 // Encodes with the length prefix. Fails (returns false) on a name over 255 bytes or an
 // unknown type letter.
-bool encode_table(ByteWriter& out, const FieldTable& table);
+[[nodiscard]] bool encode_table(ByteWriter& out, const FieldTable& table);
 
 }  // namespace nackguard::amqp

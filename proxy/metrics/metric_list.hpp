@@ -127,9 +127,13 @@ inline constexpr std::array<std::string_view, 4> kActionValues{"forwarded", "del
 inline constexpr std::array<std::string_view, 3> kReasonValues{"max_redeliveries", "crash_loop",
                                                                "broker_delivery_limit"};
 // The guard's fallback causes; any other cause is counted as "other".
-inline constexpr std::array<std::string_view, 6> kCauseValues{
-    "body_not_retained", "no_channel",      "malformed_properties",
-    "republish_failed",  "at_broker_limit", "other"};
+inline constexpr std::array<std::string_view, 7> kCauseValues{"body_not_retained",
+                                                              "no_channel",
+                                                              "malformed_properties",
+                                                              "republish_failed",
+                                                              "at_broker_limit",
+                                                              "encode_failed",
+                                                              "other"};
 inline constexpr std::array<std::string_view, 2> kResultValues{"ok", "error"};
 
 // The queue label value that the queues beyond max_queue_labels add up under.

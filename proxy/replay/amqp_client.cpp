@@ -88,7 +88,9 @@ void Client::open() {
   open_ = true;
 
   out.clear();
-  amqp::append_method_frame(out, kChannel, amqp::ChannelOpen{});
+  if (!amqp::append_method_frame(out, kChannel, amqp::ChannelOpen{})) {
+    throw Failure("channel.open could not be encoded");
+  }
   send(out);
   amqp::ChannelOpenOk open_ok;
   expect(open_ok, "channel.open-ok");
@@ -99,7 +101,9 @@ std::uint32_t Client::declare_passive(const std::string& queue) {
   declare.queue = queue;
   declare.passive = true;
   amqp::Bytes out;
-  amqp::append_method_frame(out, kChannel, declare);
+  if (!amqp::append_method_frame(out, kChannel, declare)) {
+    throw Failure("queue name \"" + queue + "\" is over 255 bytes; AMQP allows at most 255");
+  }
   send(out);
   amqp::QueueDeclareOk ok;
   expect(ok, "queue.declare-ok");
@@ -108,7 +112,7 @@ std::uint32_t Client::declare_passive(const std::string& queue) {
 
 void Client::confirm_select() {
   amqp::Bytes out;
-  amqp::append_method_frame(out, kChannel, amqp::ConfirmSelect{});
+  amqp::append_fixed_method_frame(out, kChannel, amqp::ConfirmSelect{});
   send(out);
   amqp::ConfirmSelectOk ok;
   expect(ok, "confirm.select-ok");
@@ -120,7 +124,9 @@ std::optional<Delivery> Client::get(const std::string& queue) {
   request.queue = queue;
   request.no_ack = false;
   amqp::Bytes out;
-  amqp::append_method_frame(out, kChannel, request);
+  if (!amqp::append_method_frame(out, kChannel, request)) {
+    throw Failure("queue name \"" + queue + "\" is over 255 bytes; AMQP allows at most 255");
+  }
   send(out);
 
   const auto deadline = reply_deadline();
@@ -165,7 +171,7 @@ void Client::close() noexcept {
     close.reply_code = amqp::reply::success;
     close.reply_text = "replay done";
     amqp::Bytes out;
-    amqp::append_method_frame(out, 0, close);
+    amqp::append_close_frame(out, 0, close);
     send(out);
     // Whatever else is in flight is dropped; only close-ok (or the socket closing) ends this.
     const auto deadline = Clock::now() + kCloseWait;
@@ -283,9 +289,9 @@ void Client::on_close(const Inbound& unit) {
   }
   amqp::Bytes out;
   if (connection) {
-    amqp::append_method_frame(out, 0, amqp::ConnectionCloseOk{});
+    amqp::append_fixed_method_frame(out, 0, amqp::ConnectionCloseOk{});
   } else {
-    amqp::append_method_frame(out, kChannel, amqp::ChannelCloseOk{});
+    amqp::append_fixed_method_frame(out, kChannel, amqp::ChannelCloseOk{});
   }
   try {
     send(out);

@@ -95,7 +95,7 @@ void Client::settle(std::uint64_t tag, bool multiple, bool acked) {
 void Client::ack(std::uint64_t delivery_tag) {
   amqp::BasicAck ack;
   ack.delivery_tag = delivery_tag;
-  amqp::append_method_frame(queued_, kChannel, ack);
+  amqp::append_fixed_method_frame(queued_, kChannel, ack);
 }
 
 void Client::requeue(std::span<const std::uint64_t> delivery_tags) {
@@ -103,7 +103,7 @@ void Client::requeue(std::span<const std::uint64_t> delivery_tags) {
     amqp::BasicNack nack;
     nack.delivery_tag = tag;
     nack.requeue = true;
-    amqp::append_method_frame(queued_, kChannel, nack);
+    amqp::append_fixed_method_frame(queued_, kChannel, nack);
   }
 }
 

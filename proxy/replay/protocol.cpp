@@ -150,7 +150,7 @@ void Handshake::on_close(const amqp::Frame& frame, amqp::Bytes& out) {
   if (amqp::decode_method(frame.payload, close) != amqp::MethodError::none) {
     return fail(params_.endpoint + " sent a malformed connection.close");
   }
-  amqp::append_method_frame(out, 0, amqp::ConnectionCloseOk{});
+  amqp::append_fixed_method_frame(out, 0, amqp::ConnectionCloseOk{});
   close_code_ = close.reply_code;
   std::string reply = describe_reply(close.reply_code, close.reply_text);
   if (close.reply_code == 403 && state_ == State::awaiting_tune) {
@@ -249,8 +249,12 @@ InboundAssembler::Result InboundAssembler::on_content_frame(const amqp::Frame& f
 bool append_publish(amqp::Bytes& out, std::uint16_t channel, const amqp::BasicPublish& method,
                     amqp::ContentHeader header, amqp::ByteView body, std::uint32_t frame_max) {
   header.body_size = body.size();
-  if (!amqp::append_method_frame(out, channel, method)) return false;
-  if (!amqp::append_content_header_frame(out, channel, header)) return false;
+  const std::size_t start = out.size();
+  if (!amqp::append_method_frame(out, channel, method) ||
+      !amqp::append_content_header_frame(out, channel, header)) {
+    out.resize(start);  // never a method without its content header
+    return false;
+  }
   const std::size_t chunk = frame_max - amqp::kFrameOverhead;
   for (std::size_t offset = 0; offset < body.size(); offset += chunk) {
     std::size_t size = std::min(chunk, body.size() - offset);

@@ -105,9 +105,11 @@ class InboundAssembler {
 };
 
 // Appends basic.publish, its content header (with body_size set from `body`) and the body cut
-// into frames that fit `frame_max`. False if a property does not fit its length prefix.
-bool append_publish(amqp::Bytes& out, std::uint16_t channel, const amqp::BasicPublish& method,
-                    amqp::ContentHeader header, amqp::ByteView body, std::uint32_t frame_max);
+// into frames that fit `frame_max`. False if a name or property does not fit its length
+// prefix; `out` is then as it was.
+[[nodiscard]] bool append_publish(amqp::Bytes& out, std::uint16_t channel,
+                                  const amqp::BasicPublish& method, amqp::ContentHeader header,
+                                  amqp::ByteView body, std::uint32_t frame_max);
 
 // A method's ids as "class.method", e.g. "60.71" for basic.get-ok.
 std::string describe_method(std::uint32_t key);

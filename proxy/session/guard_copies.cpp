@@ -2,11 +2,9 @@
 // and republishes into the message's own queue, and what happens once the broker confirmed
 // (or refused) them.
 
-#include <xxhash.h>
-
 #include <charconv>
-#include <cstdio>
 
+#include "proxy/retry/names.hpp"
 #include "proxy/session/guard.hpp"
 #include "proxy/session/identity.hpp"
 #include "proxy/session/raw_properties.hpp"
@@ -30,17 +28,10 @@ void set_quorum(amqp::FieldTable& arguments) {
 }  // namespace
 
 std::string delay_queue_name(std::string_view queue, retry::Millis ttl) {
-  constexpr std::size_t kMaxQueueName = 255;
-  constexpr std::size_t kKeptPrefix = 200;
   std::string suffix = "." + std::to_string(ttl.count()) + "ms";
   std::string name = "nackguard.delay.";
-  if (name.size() + queue.size() + suffix.size() <= kMaxQueueName) {
-    return name.append(queue).append(suffix);
-  }
-  char hash[17];
-  std::snprintf(hash, sizeof hash, "%016llx",
-                static_cast<unsigned long long>(XXH3_64bits(queue.data(), queue.size())));
-  return name.append(queue.substr(0, kKeptPrefix)).append("~").append(hash).append(suffix);
+  name.append(queue).append(suffix);
+  return retry::fit_name(name, suffix.size());
 }
 
 QueueSpec dead_letter_queue_spec(std::string name, retry::QueueType type) {
@@ -117,7 +108,7 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
       edits.push_back({kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return))});
       edits.push_back({kQueueHeader, amqp::FieldValue::string(intent.queue)});
       request.exchange = policy.dead_letter.exchange;
-      request.routing_key = policy.dead_letter.routing_key_for(intent.queue);
+      request.routing_key = retry::dead_letter_routing_key(policy.dead_letter, intent.queue);
       if (request.exchange.empty())
         request.ensure = dead_letter_queue_spec(request.routing_key, type);
       break;
@@ -199,6 +190,11 @@ void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
   auto it = intents_.find(dkey);
   if (it == intents_.end() || it->second.job != job) return;
   Intent& intent = it->second;
+  if (!ok && why.starts_with(kEncodeFailed)) {
+    // Nothing of the copy reached the broker, and the broker is not failing: no pause.
+    give_back(dkey, intent, kEncodeFailed, why);
+    return;
+  }
   if (!ok) {
     context_.mark_copies_failing(intent.queue, context_.now_ms() + kCopiesFailingMs);
     give_back(dkey, intent, "republish_failed", why);

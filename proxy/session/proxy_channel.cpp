@@ -15,6 +15,18 @@ constexpr std::int64_t kDeclareRetryMs = 30000;
 constexpr std::uint16_t kNotFound = 404;  // a passive declare of an absent queue
 // An active declare of a queue that exists with other arguments (or of another type).
 constexpr std::uint16_t kPreconditionFailed = 406;
+
+// Sends a method that has no field from outside the proxy (channel.open, confirm.select,
+// close-ok): it always encodes; if it ever did not, nothing would be sent.
+template <typename M>
+void send_fixed(const ProxyChannel::Send& send, std::uint16_t channel, const M& method) {
+  amqp::Bytes out;
+  if (amqp::append_method_frame(out, channel, method)) send(std::move(out));
+}
+
+std::string encode_failure(std::string_view what) {
+  return std::string(kEncodeFailed) + ": " + std::string(what);
+}
 }  // namespace
 
 void ProxyChannel::configure(std::optional<std::uint16_t> channel, std::uint32_t frame_max) {
@@ -38,9 +50,7 @@ void ProxyChannel::publish(PublishRequest request, std::int64_t now_ms) {
 void ProxyChannel::pump(std::int64_t now_ms) {
   if (waiting_.empty()) return;
   if (state_ == State::closed) {
-    amqp::Bytes out;
-    amqp::append_method_frame(out, *channel_, amqp::ChannelOpen{});
-    send_(std::move(out));
+    send_fixed(send_, *channel_, amqp::ChannelOpen{});
     state_ = State::opening;
     return;
   }
@@ -56,14 +66,22 @@ void ProxyChannel::pump(std::int64_t now_ms) {
                "cannot declare queue " + failed.ensure->name + ": " + info.failure);
         continue;
       }
-      if (!ensure_queue(*head.ensure, now_ms)) return;
+      std::string why;
+      if (!ensure_queue(*head.ensure, now_ms, why)) {
+        if (why.empty()) return;
+        PublishRequest failed = std::move(head);
+        waiting_.pop_front();
+        finish(failed.job, false, why);
+        continue;
+      }
     }
-    send_publish(head);
+    PublishRequest request = std::move(head);
     waiting_.pop_front();
+    send_publish(request);
   }
 }
 
-bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms) {
+bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms, std::string& why) {
   QueueInfo& info = queues_[spec.name];
   switch (info.status) {
     case QueueStatus::declared:
@@ -91,7 +109,12 @@ bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms) {
     declare.arguments = spec.arguments;
   }
   amqp::Bytes out;
-  amqp::append_method_frame(out, *channel_, declare);
+  if (!amqp::append_method_frame(out, *channel_, declare)) {
+    // Nothing was sent, so no declare-ok is awaited: the next one belongs to another queue.
+    why = encode_failure("the queue.declare of \"" + spec.name +
+                         "\" does not encode (a name over 255 bytes, or its arguments)");
+    return false;
+  }
   send_(std::move(out));
   info.status = passive ? QueueStatus::passive_sent : QueueStatus::active_sent;
   declaring_.push_back(spec.name);
@@ -99,17 +122,27 @@ bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms) {
 }
 
 void ProxyChannel::send_publish(PublishRequest& request) {
+  // The method, header and body frames are built whole before any is sent: a header and body
+  // without their method would be a connection error (505) on the client's connection.
   amqp::Bytes out;
   amqp::BasicPublish publish;
   publish.exchange = request.exchange;
   publish.routing_key = request.routing_key;
   publish.mandatory = true;  // an unroutable copy comes back as basic.return, never vanishes
-  amqp::append_method_frame(out, *channel_, publish);
+  if (!amqp::append_method_frame(out, *channel_, publish)) {
+    finish(request.job, false,
+           encode_failure("the basic.publish to exchange \"" + request.exchange +
+                          "\" with routing key \"" + request.routing_key +
+                          "\" does not encode (a name over 255 bytes)"));
+    return;
+  }
   const amqp::Bytes empty;
   const amqp::Bytes& body = request.body ? request.body->bytes : empty;
   request.header.body_size = body.size();
+  std::size_t method_bytes = out.size();
+  bool header_ok = true;
   if (request.raw_properties.empty()) {
-    amqp::append_content_header_frame(out, *channel_, request.header);
+    header_ok = amqp::append_content_header_frame(out, *channel_, request.header);
   } else {
     amqp::Bytes payload;
     amqp::ByteWriter w(payload);
@@ -118,6 +151,12 @@ void ProxyChannel::send_publish(PublishRequest& request) {
     w.u64(request.header.body_size);
     w.bytes(request.raw_properties);
     amqp::append_frame(out, amqp::FrameType::header, *channel_, payload);
+  }
+  if (!header_ok || out.size() - method_bytes > frame_max_) {
+    finish(request.job, false,
+           encode_failure(header_ok ? "the copy's content header is larger than frame_max"
+                                    : "the copy's properties do not encode"));
+    return;
   }
   std::size_t chunk = frame_max_ - amqp::kFrameOverhead;
   for (std::size_t at = 0; at < body.size(); at += chunk) {
@@ -151,13 +190,10 @@ void ProxyChannel::on_frame(const amqp::Frame& frame, std::int64_t now_ms) {
 
 void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::int64_t now_ms) {
   switch (key) {
-    case mid::channel_open_ok: {
-      amqp::Bytes out;
-      amqp::append_method_frame(out, *channel_, amqp::ConfirmSelect{});
-      send_(std::move(out));
+    case mid::channel_open_ok:
+      send_fixed(send_, *channel_, amqp::ConfirmSelect{});
       state_ = State::selecting;
       return;
-    }
     case mid::confirm_select_ok:
       state_ = State::ready;
       next_seq_ = 0;
@@ -213,9 +249,7 @@ void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::i
     case mid::channel_close: {
       amqp::ChannelClose close;
       (void)amqp::decode_method(frame.payload, close);
-      amqp::Bytes out;
-      amqp::append_method_frame(out, *channel_, amqp::ChannelCloseOk{});
-      send_(std::move(out));
+      send_fixed(send_, *channel_, amqp::ChannelCloseOk{});
       on_channel_closed(close.reply_code, close.reply_text, now_ms);
       return;
     }

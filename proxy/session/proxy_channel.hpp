@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "proxy/amqp/frame.hpp"
@@ -42,6 +43,10 @@ struct PublishRequest {
   std::shared_ptr<RetainedBody> body;
   std::int64_t deadline_ms = 0;  // no confirm by then: failed
 };
+
+// How the `why` of a publish starts when a frame of it could not be encoded (a name over 255
+// bytes, a content header larger than frame_max): nothing of it was sent.
+inline constexpr std::string_view kEncodeFailed = "encode_failed";
 
 class ProxyChannel {
  public:
@@ -88,8 +93,9 @@ class ProxyChannel {
   };
 
   void pump(std::int64_t now_ms);
-  // False if the head request must wait for a declaration.
-  bool ensure_queue(const QueueSpec& spec, std::int64_t now_ms);
+  // False if the head request must wait for a declaration, or, with `why` set, if the
+  // declaration could not be encoded (then nothing was sent and the request fails).
+  bool ensure_queue(const QueueSpec& spec, std::int64_t now_ms, std::string& why);
   void send_publish(PublishRequest& request);
   void on_method(const amqp::Frame& frame, std::uint32_t key, std::int64_t now_ms);
   void on_channel_closed(std::uint16_t code, const std::string& text, std::int64_t now_ms);

@@ -54,8 +54,8 @@ struct HeaderEdit {
 // `props` was decoded from): the original bytes, with the top-level `edits` applied and every
 // other top-level entry copied byte for byte. Without known entries the table is copied as it
 // is and the edits are dropped. False if the result cannot be encoded.
-bool copy_properties(amqp::ByteView payload, const RawProperties& props,
-                     const std::vector<HeaderEdit>& edits, amqp::Bytes& out);
+[[nodiscard]] bool copy_properties(amqp::ByteView payload, const RawProperties& props,
+                                   const std::vector<HeaderEdit>& edits, amqp::Bytes& out);
 
 // Applies `edits` to a decoded table, as copy_properties does to raw bytes.
 void apply_edits(amqp::FieldTable& table, const std::vector<HeaderEdit>& edits);

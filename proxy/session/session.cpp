@@ -221,27 +221,48 @@ void Session::close_both_after_flush() {
   phase_ = Phase::closed;
 }
 
-void Session::protocol_error(Side offender, std::uint16_t code, std::string text) {
+void Session::protocol_error(Side offender, std::uint16_t code, std::string text,
+                             std::uint32_t failing_method) {
   if (phase_ == Phase::closed && finished()) return;
   bool was_open = phase_ == Phase::open;
   amqp::ConnectionClose close;
   close.reply_code = code;
   close.reply_text = std::move(text);
-  if (close.reply_text.size() > 255) close.reply_text.resize(255);
+  close.class_id = static_cast<std::uint16_t>(failing_method >> 16);
+  close.method_id = static_cast<std::uint16_t>(failing_method & 0xFFFF);
   amqp::Bytes frame;
-  amqp::append_method_frame(frame, 0, close);
+  amqp::append_close_frame(frame, 0, close);
   emit(offender, frame);
   if (offender == Side::broker && was_open) {
     amqp::ConnectionClose to_client;
     to_client.reply_code = reply::connection_forced;
     to_client.reply_text = "CONNECTION_FORCED - nackguard: the broker sent invalid data";
     amqp::Bytes forced;
-    amqp::append_method_frame(forced, 0, to_client);
+    amqp::append_close_frame(forced, 0, to_client);
     emit(Side::client, forced);
   }
   end_all_channels(offender == Side::broker ? ReturnCause::broker_lost
                                             : ReturnCause::connection_closed);
   close_both_after_flush();
+}
+
+void Session::reject_unknown_method(std::uint16_t channel, std::uint32_t key) {
+  std::string ids =
+      "class " + std::to_string(key >> 16) + ", method " + std::to_string(key & 0xFFFF);
+  if (phase_ == Phase::open) {
+    // Forwarded, such a method crashes RabbitMQ 3.10's connection process (the client then
+    // gets 320 with no cause). The broker gets the close a client sends, then the socket ends.
+    amqp::ConnectionClose close;
+    close.reply_code = reply::success;
+    close.reply_text = "nackguard: the client sent a method AMQP 0-9-1 does not have (" + ids + ")";
+    amqp::Bytes frame;
+    amqp::append_close_frame(frame, 0, close);
+    emit(Side::broker, frame);
+  }
+  protocol_error(Side::client, reply::not_implemented,
+                 "NOT_IMPLEMENTED - nackguard: unknown method (" + ids + ") on channel " +
+                     std::to_string(channel) + "; AMQP 0-9-1 has no such method",
+                 key);
 }
 
 void Session::on_eof(Side side) {
@@ -259,7 +280,7 @@ void Session::on_eof(Side side) {
     close.reply_code = reply::connection_forced;
     close.reply_text = "CONNECTION_FORCED - nackguard: the broker connection was lost";
     amqp::Bytes frame;
-    amqp::append_method_frame(frame, 0, close);
+    amqp::append_close_frame(frame, 0, close);
     emit(Side::client, frame);
   }
   end_all_channels(side == Side::broker ? ReturnCause::broker_lost
@@ -294,7 +315,7 @@ void Session::close_gracefully(std::uint16_t code, std::string text) {
   close.reply_code = code;
   close.reply_text = std::move(text);
   amqp::Bytes frame;
-  amqp::append_method_frame(frame, 0, close);
+  amqp::append_close_frame(frame, 0, close);
   emit(Side::client, frame);
   proxy_close_ = ProxyClose::awaiting_client;
 }
@@ -312,7 +333,7 @@ void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
       close.reply_code = reply::success;
       close.reply_text = "nackguard: the client connection was closed at shutdown";
       amqp::Bytes out;
-      amqp::append_method_frame(out, 0, close);
+      amqp::append_close_frame(out, 0, close);
       emit(Side::broker, out);
       proxy_close_ = ProxyClose::awaiting_broker;
       return;
@@ -341,13 +362,13 @@ bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, S
   amqp::Bytes frame;
   switch (kind) {
     case SettleKind::ack:
-      amqp::append_method_frame(frame, channel, amqp::BasicAck{broker_tag, false});
+      amqp::append_fixed_method_frame(frame, channel, amqp::BasicAck{broker_tag, false});
       break;
     case SettleKind::nack:
-      amqp::append_method_frame(frame, channel, amqp::BasicNack{broker_tag, false, requeue});
+      amqp::append_fixed_method_frame(frame, channel, amqp::BasicNack{broker_tag, false, requeue});
       break;
     case SettleKind::reject:
-      amqp::append_method_frame(frame, channel, amqp::BasicReject{broker_tag, requeue});
+      amqp::append_fixed_method_frame(frame, channel, amqp::BasicReject{broker_tag, requeue});
       break;
   }
   io(Side::broker).injections.push_back(Injection{std::move(frame), channel, broker_tag});
@@ -458,7 +479,7 @@ void Session::handle_client_connection_method(const Frame& frame, std::uint32_t 
       for (auto& side : io_) side.decoder.set_frame_max(decode_max);
       heartbeat_ = tune.heartbeat;
       amqp::Bytes out;
-      amqp::append_method_frame(out, 0, to_broker);
+      amqp::append_fixed_method_frame(out, 0, to_broker);
       emit(Side::broker, out);
       return;
     }
@@ -478,6 +499,7 @@ void Session::handle_client_connection_method(const Frame& frame, std::uint32_t 
       close_both_after_flush();
       return;
     default:
+      if (!amqp::is_spec_method(key)) return reject_unknown_method(frame.channel, key);
       break;
   }
   emit(Side::broker, frame.raw);
@@ -555,7 +577,7 @@ void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t 
       offered.frame_max = std::min(broker_frame_max, options_.max_frame_bytes);
       offered_frame_max_ = offered.frame_max;
       amqp::Bytes out;
-      amqp::append_method_frame(out, 0, offered);
+      amqp::append_fixed_method_frame(out, 0, offered);
       emit(Side::client, out);
       return;
     }

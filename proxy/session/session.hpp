@@ -185,7 +185,12 @@ class Session {
   void drop_injections(std::uint16_t channel);
   bool content_in_progress(Side to) const;
   // Malformed or unexpected input from `offender`: close it with `code`, and the other side.
-  void protocol_error(Side offender, std::uint16_t code, std::string text);
+  // `failing_method` (class and method ids) goes into the close's class-id and method-id.
+  void protocol_error(Side offender, std::uint16_t code, std::string text,
+                      std::uint32_t failing_method = 0);
+  // A method AMQP 0-9-1 does not have, from the client (amqp::is_spec_method): never
+  // forwarded; the client gets connection.close 540 naming its ids, the broker a clean close.
+  void reject_unknown_method(std::uint16_t channel, std::uint32_t key);
   void close_both_after_flush();
   void handle_frame_while_proxy_closes(Side from, const amqp::Frame& frame);
 

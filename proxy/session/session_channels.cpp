@@ -52,13 +52,13 @@ void append_settle(amqp::Bytes& out, std::uint16_t channel, SettleKind kind, std
                    bool multiple, bool requeue) {
   switch (kind) {
     case SettleKind::ack:
-      amqp::append_method_frame(out, channel, amqp::BasicAck{tag, multiple});
+      amqp::append_fixed_method_frame(out, channel, amqp::BasicAck{tag, multiple});
       break;
     case SettleKind::nack:
-      amqp::append_method_frame(out, channel, amqp::BasicNack{tag, multiple, requeue});
+      amqp::append_fixed_method_frame(out, channel, amqp::BasicNack{tag, multiple, requeue});
       break;
     case SettleKind::reject:
-      amqp::append_method_frame(out, channel, amqp::BasicReject{tag, requeue});
+      amqp::append_fixed_method_frame(out, channel, amqp::BasicReject{tag, requeue});
       break;
   }
 }
@@ -162,6 +162,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       flush_injections(Side::broker);
       return;
     default:
+      if (!amqp::is_spec_method(key)) return reject_unknown_method(frame.channel, key);
       break;
   }
   emit(Side::broker, frame.raw);

@@ -287,11 +287,13 @@ class FrameReader:
             data += chunk
 
 
-def client_handshake(sock, user="guest", password="guest", vhost="/", timeout=5.0):
+def client_handshake(sock, user="guest", password="guest", vhost="/", timeout=5.0,
+                     properties=None):
     """Plays the client side of the handshake; returns (reader, tune tuple).
 
     The client accepts the server's channel_max, frame_max and heartbeat
-    as offered (echoes them in tune-ok).
+    as offered (echoes them in tune-ok). `properties`: the client properties
+    (default CLIENT_PROPERTIES), e.g. with a connection_name to find it by.
     """
     reader = FrameReader(sock)
     sock.sendall(PROTOCOL_HEADER)
@@ -299,7 +301,7 @@ def client_handshake(sock, user="guest", password="guest", vhost="/", timeout=5.
     major, minor, _, mechanisms, _ = parse_start(start)
     if (major, minor) != (0, 9) or "PLAIN" not in mechanisms.split():
         raise AssertionError(f"unexpected connection.start: {(major, minor, mechanisms)}")
-    sock.sendall(start_ok(user, password))
+    sock.sendall(start_ok(user, password, properties))
     tune = parse_tune(reader.read_method(CONNECTION_TUNE, timeout))
     sock.sendall(tune_ok(*tune))
     sock.sendall(connection_open(vhost))

@@ -104,6 +104,7 @@ nackguard_fallbacks_total{queue="orders",cause="no_channel"} 1
 nackguard_fallbacks_total{queue="orders",cause="malformed_properties"} 0
 nackguard_fallbacks_total{queue="orders",cause="republish_failed"} 0
 nackguard_fallbacks_total{queue="orders",cause="at_broker_limit"} 0
+nackguard_fallbacks_total{queue="orders",cause="encode_failed"} 0
 nackguard_fallbacks_total{queue="orders",cause="other"} 0
 # HELP nackguard_outage 1 while most messages of the queue fail: returns are delayed and not counted towards dead-lettering.
 # TYPE nackguard_outage gauge

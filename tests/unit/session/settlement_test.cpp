@@ -94,7 +94,7 @@ TEST_F(SessionSettlement, RecoverAsyncWithRequeueReturnsEveryUnacked) {
   deliveries(1, "c1", 1, 2);
   link.observer.take_events();
   Bytes recover_async;
-  amqp::append_method_frame(recover_async, 1, amqp::BasicRecoverAsync{{true}});
+  amqp::append_fixed_method_frame(recover_async, 1, amqp::BasicRecoverAsync{{true}});
   client_passes(recover_async);
   EXPECT_EQ(link.observer.take_events(),
             (Events{"returned ch1 b1 recover", "returned ch1 b2 recover"}));
