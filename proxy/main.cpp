@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
   }
   try {
     setup_logging(cfg.log_level, cfg.log_format);
+    for (const std::string& warning : config::policy_warnings(policies))
+      spdlog::warn("{}", warning);
     // Whatever still ends the process through std::terminate says why in the log first.
     std::set_terminate(log_and_abort);
     App app(std::move(cfg), std::move(policies));

@@ -98,6 +98,7 @@ std::vector<std::string> policy_warnings(const retry::PolicySet& policies) {
   constexpr std::uint32_t kQuorumDefaultLimit = 20;
   std::vector<std::string> warnings;
   auto check = [&](const retry::Policy& policy) {
+    for (const std::string& warning : policy.warnings) warnings.push_back("warning: " + warning);
     if (policy.max_redeliveries < kQuorumDefaultLimit) return;
     if (policy.broker_delivery_limit.kind == retry::BrokerDeliveryLimit::Kind::none) return;
     warnings.push_back(

@@ -34,8 +34,9 @@ constexpr std::array<std::string_view, 9> kPolicyKeys{
     "queue",       "max_redeliveries",      "identity",  "requeue", "backoff", "rate",
     "dead_letter", "broker_delivery_limit", "queue_type"};
 constexpr std::array<std::string_view, 4> kBackoffKeys{"initial", "multiplier", "max", "jitter"};
-constexpr std::array<std::string_view, 4> kRateKeys{"window", "per_message", "outage_ratio",
-                                                    "min_deliveries"};
+// min_deliveries is the old name of min_messages, still read (with a warning).
+constexpr std::array<std::string_view, 6> kRateKeys{
+    "window", "per_message", "outage_ratio", "min_messages", "max_outage", "min_deliveries"};
 constexpr std::array<std::string_view, 3> kDeadLetterKeys{"via", "exchange", "routing_key"};
 
 constexpr std::array<std::string_view, 2> kRequeueModes{"immediate", "delayed"};
@@ -55,6 +56,7 @@ constexpr double kMaxMultiplier = 100;
 constexpr milliseconds kLongestDelay = std::chrono::hours(24);
 constexpr milliseconds kShortestWindow = std::chrono::seconds(1);
 constexpr milliseconds kLongestWindow = std::chrono::hours(24);
+constexpr milliseconds kLongestOutage = std::chrono::hours(7 * 24);
 
 // What load_policies needs beyond the policy: where its queue was named, for duplicates.
 struct ParsedPolicy {
@@ -227,7 +229,8 @@ void read_backoff(const Section& top, Backoff& backoff) {
   (initial ? initial : max)->fail(message);
 }
 
-void read_rate(const Section& top, retry::RateLimits& rate) {
+void read_rate(const Source& source, const Section& top, Policy& policy) {
+  retry::RateLimits& rate = policy.rate;
   const Section section = top.child("rate", kRateKeys);
   if (const Field* window = section.find("window")) {
     rate.window = detail::read_duration(*window, kShortestWindow, kLongestWindow);
@@ -239,8 +242,22 @@ void read_rate(const Section& top, retry::RateLimits& rate) {
   if (const Field* ratio = section.find("outage_ratio")) {
     rate.outage_ratio = read_fraction(*ratio, "such as 0.5");
   }
-  if (const Field* minimum = section.find("min_deliveries")) {
-    rate.min_deliveries = static_cast<std::uint32_t>(detail::read_integer(*minimum, 1, kMaxCount));
+  const Field* minimum = section.find("min_messages");
+  if (const Field* old_name = section.find("min_deliveries")) {
+    if (minimum != nullptr) {
+      old_name->fail("is the old name of rate.min_messages, which is set too; remove it");
+    }
+    minimum = old_name;
+    policy.warnings.push_back(
+        source.location(old_name->key_mark()) +
+        ": rate.min_deliveries: renamed rate.min_messages (outage detection counts distinct "
+        "messages, not deliveries); the old name still works, rename the key");
+  }
+  if (minimum != nullptr) {
+    rate.min_messages = static_cast<std::uint32_t>(detail::read_integer(*minimum, 1, kMaxCount));
+  }
+  if (const Field* longest = section.find("max_outage")) {
+    rate.max_outage = detail::read_duration(*longest, kShortestWindow, kLongestOutage);
   }
 }
 
@@ -335,7 +352,7 @@ ParsedPolicy build_policy(const Source& source, const YAML::Node& document) {
                          : retry::RequeueMode::immediate;
   }
   read_backoff(top, policy.backoff);
-  read_rate(top, policy.rate);
+  read_rate(source, top, policy);
   read_dead_letter(top, policy.dead_letter);
   if (const Field* limit = top.find("broker_delivery_limit")) {
     policy.broker_delivery_limit = read_broker_limit(*limit);

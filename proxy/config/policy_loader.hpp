@@ -30,9 +30,11 @@ retry::Policy parse_policy(std::string_view yaml_text, const std::filesystem::pa
 // built-in default closes the list when no file claims "*".
 std::string describe_policies(const retry::PolicySet& policies);
 
-// What --check-config warns about in the policies, one line each ("warning: <source>: <key>:
-// ..."): today, a max_redeliveries at or past the delivery limit RabbitMQ 4.0 gives every
-// quorum queue (20), unless the policy says the queue has none.
+// What --check-config warns about in the policies (and nackguard logs when it loads them), one
+// line each ("warning: <source>: <key>: ..."): an old key name that still works (the loader's
+// Policy::warnings, which name file:line:column), and a max_redeliveries at or past the
+// delivery limit RabbitMQ 4.0 gives every quorum queue (20), unless the policy says the queue
+// has none.
 std::vector<std::string> policy_warnings(const retry::PolicySet& policies);
 
 }  // namespace nackguard::config

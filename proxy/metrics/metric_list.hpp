@@ -54,6 +54,15 @@
   X(outage, gauge,                                                                                 \
     "1 while most messages of the queue fail: returns are delayed and not counted towards "        \
     "dead-lettering.", queue)                                                                      \
+  X(outage_messages, gauge_source,                                                                 \
+    "Message hashes outage detection holds to count distinct messages, not deliveries (at "        \
+    "most tracker.max_entries).")                                                                  \
+  X(outage_messages_dropped_total, counter_source,                                                 \
+    "Messages outage detection kept no hash for, because it held tracker.max_entries: each "       \
+    "counted as a message not seen before.")                                                       \
+  X(outage_max_reached_total, counter_source,                                                      \
+    "Outages that lasted rate.max_outage: from then on the queue's returns count towards "         \
+    "dead-lettering again.")                                                                       \
   X(tracker_entries, gauge_source,                                                                 \
     "Return counts held in the redelivery tracker.")                                               \
   X(tracker_evictions_total, counter_source,                                                       \

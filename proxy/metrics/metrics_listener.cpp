@@ -47,6 +47,13 @@ void watch_guard_context(Registry& registry, session::GuardContext& context) {
                       [&tracker] { return static_cast<double>(tracker.stats().evictions); });
   registry.set_source(Metric::tracker_expiries_total,
                       [&tracker] { return static_cast<double>(tracker.stats().expiries); });
+  retry::QueueHealth& health = context.health();
+  registry.set_source(Metric::outage_messages,
+                      [&health] { return static_cast<double>(health.stats().messages); });
+  registry.set_source(Metric::outage_messages_dropped_total,
+                      [&health] { return static_cast<double>(health.stats().messages_dropped); });
+  registry.set_source(Metric::outage_max_reached_total,
+                      [&health] { return static_cast<double>(health.stats().max_outage_reached); });
   retry::QueueFactsRegistry& facts = context.queue_facts();
   registry.set_source(Metric::queue_facts, [&facts] { return static_cast<double>(facts.size()); });
   registry.set_source(Metric::queue_facts_forgotten_total,

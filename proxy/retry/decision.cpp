@@ -13,7 +13,8 @@ Millis tiered_backoff(const Backoff& backoff, std::uint32_t returns, std::mt1993
   return delay_tier(delay, backoff.jitter == Backoff::Jitter::none);
 }
 
-// A fixed window: it starts at the first return counted in it and lasts rate.window.
+// A fixed window: it starts at the first return counted in it and lasts rate.window (steady
+// clock milliseconds).
 void count_in_window(const RateLimits& rate, TrackerEntry& entry, std::int64_t now_ms) {
   if (entry.window_returns == 0 || now_ms - entry.window_start_ms >= rate.window.count()) {
     entry.window_start_ms = now_ms;
@@ -27,10 +28,10 @@ Decision decide_counted(const Policy& policy, TrackerEntry& entry, const ReturnE
   // Wall-clock milliseconds are never 0, so 0 means no return has been counted yet (a return
   // in outage is not counted, though it may have taken the count from the header).
   const bool own_record = entry.returns != 0 || entry.last_return_ms != 0;
-  if (entry.first_return_ms == 0) entry.first_return_ms = event.now_ms;
+  if (entry.first_return_ms == 0) entry.first_return_ms = event.wall_ms;
   const std::uint32_t base = count_base(own_record ? &entry : nullptr, event.carried);
   entry.returns = base == std::numeric_limits<std::uint32_t>::max() ? base : base + 1;
-  count_in_window(policy.rate, entry, event.now_ms);
+  count_in_window(policy.rate, entry, event.steady_ms);
 
   Decision decision;
   decision.returns = entry.returns;
@@ -114,7 +115,7 @@ Decision decide_return(const Policy& policy, TrackerEntry& entry, const ReturnEv
                        std::mt19937_64& rng) {
   const Decision decision = event.outage ? decide_in_outage(policy, entry, event, rng)
                                          : decide_counted(policy, entry, event, rng);
-  entry.last_return_ms = event.now_ms;
+  entry.last_return_ms = event.wall_ms;
   entry.crash_suspect = event.crash;
   if (event.crash) {
     entry.pending_action = static_cast<std::uint8_t>(decision.action);

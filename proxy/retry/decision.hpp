@@ -51,7 +51,8 @@ struct CarriedCount {
 std::uint32_t count_base(const TrackerEntry* entry, CarriedCount carried);
 
 struct ReturnEvent {
-  std::int64_t now_ms = 0;
+  std::int64_t wall_ms = 0;    // for the first and last return times (header timestamps)
+  std::int64_t steady_ms = 0;  // for the rate window: a wall clock's step must not move it
   CarriedCount carried;
   bool crash = false;   // the channel or connection ended with the message unacked
   bool outage = false;  // the queue is in outage (QueueHealth)

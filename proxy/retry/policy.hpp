@@ -31,11 +31,16 @@ struct Backoff {
   bool operator==(const Backoff&) const = default;
 };
 
+// Outage detection counts distinct messages, not deliveries: a message delivered or returned
+// many times within the window counts once (see QueueHealth).
 struct RateLimits {
   Millis window{10000};
-  std::uint32_t per_message = 3;      // returns of one message within window above this: delay
-  double outage_ratio = 0.5;          // returns/deliveries on the queue within window above this...
-  std::uint32_t min_deliveries = 20;  // ...once this many deliveries were seen: outage
+  std::uint32_t per_message = 3;    // returns of one message within window above this: delay
+  double outage_ratio = 0.5;        // messages returned / messages delivered above this...
+  std::uint32_t min_messages = 20;  // ...once this many messages were seen in window: outage
+  // After this long in outage, returns are counted again (a queue holding only poison
+  // messages would otherwise delay them for ever).
+  Millis max_outage{30 * 60 * 1000};
   bool operator==(const RateLimits&) const = default;
 };
 
@@ -83,6 +88,9 @@ struct Policy {
   BrokerDeliveryLimit broker_delivery_limit;
   QueueType queue_type = QueueType::same;
   std::string source;  // where it was defined, "policies/orders.yaml", or "built-in default"
+  // What the loader warned about, one line each as "FILE:LINE:COL: key: what to do" (an old
+  // key name that still works); --check-config prints them and nackguard logs them at load.
+  std::vector<std::string> warnings;
 
   bool operator==(const Policy&) const = default;
 };

@@ -1,7 +1,8 @@
 #pragma once
 // The redelivery tracker: a bounded LRU of return counts keyed by (queue, identity), shared by
 // all connections. Sharded by key so worker threads rarely contend; O(1) per operation.
-// Time is passed in (milliseconds of wall-clock time), never read here.
+// Time is passed in (milliseconds of a steady clock, so that a step of the wall clock expires
+// nothing), never read here.
 
 #include <chrono>
 #include <cstddef>
@@ -26,9 +27,9 @@ TrackerKey make_key(std::string_view queue, std::string_view identity);
 struct TrackerEntry {
   std::uint32_t returns = 0;         // returns counted towards the limit
   std::uint32_t window_returns = 0;  // returns within the current rate window
-  std::int64_t window_start_ms = 0;
-  std::int64_t first_return_ms = 0;
-  std::int64_t last_return_ms = 0;
+  std::int64_t window_start_ms = 0;  // steady clock
+  std::int64_t first_return_ms = 0;  // wall clock, for x-nackguard-first-return
+  std::int64_t last_return_ms = 0;   // wall clock, for x-nackguard-last-return
   // The message was unacked when its consumer's channel or connection ended: at its next
   // delivery it is handed out alone, so a second crash names the culprit.
   bool crash_suspect = false;

@@ -8,8 +8,9 @@ namespace nackguard::session {
 namespace {
 
 // Bits of Delivery::cookie.
-constexpr std::uint64_t kCounted = 1;       // counted in the queue's health already
-constexpr std::uint64_t kMaybeTracked = 2;  // redelivered or a copy: the tracker may know it
+constexpr std::uint64_t kCounted = 1;        // told to the listener (on_delivery) already
+constexpr std::uint64_t kMaybeTracked = 2;   // redelivered or a copy: the tracker may know it
+constexpr std::uint64_t kHealthCounted = 4;  // counted as a message in the queue's health
 
 // Whether a content header's property flags announce a headers table (bit 13).
 bool has_headers_table(const amqp::Bytes& header_payload) {
@@ -24,6 +25,25 @@ bool decode_delivery_header(const Delivery& d, amqp::ContentHeader& out) {
   if (!decode_properties(d.header_payload, props)) return false;
   out = std::move(props.header);
   return true;
+}
+
+// The 64 bits of a message's tracker key that outage detection tells messages apart by.
+std::uint64_t message_hash(const retry::TrackerKey& key) {
+  return key.low;
+}
+
+// Tells the listener what a health event changed: an outage's start or end, and an outage
+// that lasted rate.max_outage (its returns count again from now on).
+void report_health(GuardListener& listener, std::string_view queue, const retry::RateLimits& rate,
+                   const retry::HealthChange& change) {
+  if (change.changed) listener.on_outage(queue, change.outage, change.ratio);
+  if (change.became_overdue) {
+    listener.on_notice(queue, "in outage for " + std::to_string(change.outage_ms / 1000) +
+                                  " s, rate.max_outage (" +
+                                  std::to_string(rate.max_outage.count() / 1000) +
+                                  " s): its returns count towards dead-lettering again until "
+                                  "the outage ends");
+  }
 }
 
 }  // namespace
@@ -79,7 +99,7 @@ std::optional<std::uint32_t> Guard::broker_limit(const retry::Policy& policy,
 }
 
 void Guard::on_tick() {
-  proxy_.on_tick(context_.now_ms());
+  proxy_.on_tick(context_.steady_ms());
 }
 
 void Guard::on_connection_end() {
@@ -93,7 +113,7 @@ void Guard::on_connection_end() {
 }
 
 void Guard::on_proxy_channel_frame(const amqp::Frame& frame) {
-  proxy_.on_frame(frame, context_.now_ms());
+  proxy_.on_frame(frame, context_.steady_ms());
 }
 
 bool Guard::identify(const Delivery& d, Identified& out) {
@@ -105,16 +125,27 @@ bool Guard::identify(const Delivery& d, Identified& out) {
 }
 
 DeliveryPlan Guard::on_delivery(const Delivery& d) {
+  if (d.queue.empty() || d.no_ack) return DeliveryPlan{.cookie = d.cookie};
+  const retry::Policy& policy = policy_for(d.queue);
+  const std::int64_t now = context_.steady_ms();
+  std::optional<std::uint64_t> seen;
+  DeliveryPlan plan = plan_delivery(d, policy, now, seen);
+  // Counted once the message is known: a message delivered before counts once in the window.
+  if (!(d.cookie & kHealthCounted) && plan.action != DeliveryPlan::Action::need_body) {
+    plan.cookie |= kHealthCounted;
+    report_health(context_.listener(), d.queue, policy.rate,
+                  context_.health().on_delivery(d.queue, policy.rate, now, seen));
+  }
+  return plan;
+}
+
+DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy, std::int64_t now,
+                                  std::optional<std::uint64_t>& seen) {
   DeliveryPlan plan;
   plan.cookie = d.cookie;
-  if (d.queue.empty() || d.no_ack) return plan;
-  const retry::Policy& policy = policy_for(d.queue);
-  std::int64_t now = context_.now_ms();
   if (!(d.cookie & kCounted)) {
     plan.cookie |= kCounted;
     context_.listener().on_delivery(d.queue);
-    retry::HealthChange change = context_.health().on_delivery(d.queue, policy.rate, now);
-    if (change.changed) context_.listener().on_outage(d.queue, change.outage, change.ratio);
   }
   // Any return may have to be republished (a delay, an outage, a dead-letter), and the body
   // passes only once: keep it while the delivery is unacked, within retained_body_bytes.
@@ -126,7 +157,10 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   if (!decode_delivery_header(d, header)) return plan;
   retry::CarriedCount carried = carried_count(header.properties);
   if (carried.from_quorum_queue) learn_quorum(d.queue);
-  if (!d.redelivered && carried.nackguard == 0 && carried.broker == 0) return plan;
+  // A copy nackguard delayed during an outage carries x-nackguard-returns 0: it is a message
+  // seen before, which outage detection must not count as new at each pass.
+  const bool copy = header.properties.headers && header.properties.headers->find(kReturnsHeader);
+  if (!d.redelivered && !copy && carried.nackguard == 0 && carried.broker == 0) return plan;
   plan.cookie |= kMaybeTracked;
   std::optional<std::string> identity = message_identity(policy.identity, header.properties, d);
   if (!identity) {
@@ -136,6 +170,7 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
     return plan;
   }
   retry::TrackerKey key = retry::make_key(d.queue, *identity);
+  seen = message_hash(key);
   std::optional<retry::TrackerEntry> entry = context_.tracker().find(key, now);
   // One more return of this delivery, a crash included, would pass the broker's own limit:
   // it is republished before the consumer sees it, so that no return can end it.
@@ -224,26 +259,29 @@ void Guard::on_settled(const Delivery& d, SettleKind) {
 
 retry::Decision Guard::count_return(const Delivery& d, const Identified& id, bool crash,
                                     bool recover, Intent& intent) {
-  std::int64_t now = context_.now_ms();
+  const std::int64_t now = context_.steady_ms();
   const retry::Policy& policy = *id.policy;
+  retry::TrackerKey key = retry::make_key(d.queue, *id.identity);
   retry::HealthChange health;
   if (crash) {
+    // Counted once per queue by on_returns_done; state() changes nothing, so the outage start
+    // or end it may show is still reported there.
     health = context_.health().state(d.queue, policy.rate, now);
     bool seen = false;
-    for (const auto& [queue, p] : crashed_queues_) seen = seen || queue == d.queue;
-    if (!seen) crashed_queues_.emplace_back(d.queue, &policy);
+    for (const CrashedQueue& crashed : crashed_queues_) seen = seen || crashed.queue == d.queue;
+    if (!seen) crashed_queues_.push_back({d.queue, &policy, message_hash(key)});
   } else {
-    health = context_.health().on_return(d.queue, policy.rate, now);
-    if (health.changed) context_.listener().on_outage(d.queue, health.outage, health.ratio);
+    health = context_.health().on_return(d.queue, policy.rate, now, message_hash(key));
+    report_health(context_.listener(), d.queue, policy.rate, health);
   }
   context_.listener().on_return(d.queue);
 
   retry::ReturnEvent event;
-  event.now_ms = now;
+  event.wall_ms = context_.wall_ms();
+  event.steady_ms = now;
   event.carried = carried_count(id.header.properties);
   event.crash = crash;
-  event.outage = health.outage;
-  retry::TrackerKey key = retry::make_key(d.queue, *id.identity);
+  event.outage = health.holds_counts();
   retry::Decision decision;
   retry::TrackerEntry after = context_.tracker().upsert(key, now, [&](retry::TrackerEntry& e) {
     decision = retry::decide_return(policy, e, event, rng_);
@@ -279,7 +317,7 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
     decision = intent.decision = retry::keep_from_broker_limit(decision);
   }
   if (passes && decision.action != retry::Action::republish &&
-      context_.copies_failing(d.queue, context_.now_ms())) {
+      context_.copies_failing(d.queue, context_.steady_ms())) {
     // Its DLQ or delay queue is refused: republishing it to its own queue needs neither, and a
     // fallback to the consumer's requeue would have the broker end it.
     decision = intent.decision = {retry::Action::republish, retry::Millis(0),
@@ -299,7 +337,7 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
       cause_label = "no_channel";
       detail = "the broker's channel_max leaves no channel for the proxy";
     } else if (decision.action != retry::Action::republish &&
-               context_.copies_failing(d.queue, context_.now_ms())) {
+               context_.copies_failing(d.queue, context_.steady_ms())) {
       cause_label = "republish_failed";
       detail = "copies for this queue failed moments ago (see the earlier fallback line)";
     }
@@ -341,10 +379,11 @@ void Guard::on_returned(const Delivery& d, ReturnCause cause) {
 }
 
 void Guard::on_returns_done() {
-  std::int64_t now = context_.now_ms();
-  for (const auto& [queue, policy] : crashed_queues_) {
-    retry::HealthChange health = context_.health().on_return(queue, policy->rate, now);
-    if (health.changed) context_.listener().on_outage(queue, health.outage, health.ratio);
+  const std::int64_t now = context_.steady_ms();
+  for (const CrashedQueue& crashed : crashed_queues_) {
+    const retry::RateLimits& rate = crashed.policy->rate;
+    report_health(context_.listener(), crashed.queue, rate,
+                  context_.health().on_return(crashed.queue, rate, now, crashed.message));
   }
   crashed_queues_.clear();
 }

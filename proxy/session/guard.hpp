@@ -84,6 +84,10 @@ class Guard final : public SessionObserver {
   bool build_copy(const Delivery& delivery, Intent& intent, PublishRequest& request,
                   const char*& cause, const char*& detail);
   bool identify(const Delivery& delivery, Identified& out);
+  // on_delivery's plan; `seen` is set to the message's hash when it may have been delivered
+  // before (for the queue's health). `now` is steady_ms().
+  DeliveryPlan plan_delivery(const Delivery& delivery, const retry::Policy& policy,
+                             std::int64_t now, std::optional<std::uint64_t>& seen);
   // Counts a return of `delivery` and decides; fills `intent` for delay and dead-letter.
   retry::Decision count_return(const Delivery& delivery, const Identified& id, bool crash,
                                bool recover, Intent& intent);
@@ -106,8 +110,14 @@ class Guard final : public SessionObserver {
   std::uint64_t next_job_ = 0;
   ProxyChannel proxy_;
   // Queues that lost unacked deliveries in the current batch of crash returns: a crash counts
-  // once in a queue's health, however many prefetched messages it gave back.
-  std::vector<std::pair<std::string, const retry::Policy*>> crashed_queues_;
+  // once in a queue's health (as a return of its first message), however many prefetched
+  // messages it gave back.
+  struct CrashedQueue {
+    std::string queue;
+    const retry::Policy* policy = nullptr;
+    std::uint64_t message = 0;
+  };
+  std::vector<CrashedQueue> crashed_queues_;
 };
 
 // The delay queue for `queue` and a TTL: nackguard.delay.<queue>.<ttl>ms, with the queue's

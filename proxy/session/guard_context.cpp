@@ -2,18 +2,32 @@
 
 namespace nackguard::session {
 
+namespace {
+
+template <typename Clock>
+std::int64_t clock_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+GuardClocks complete(GuardClocks clocks) {
+  if (!clocks.steady) clocks.steady = clock_ms<std::chrono::steady_clock>;
+  if (!clocks.wall) clocks.wall = clock_ms<std::chrono::system_clock>;
+  return clocks;
+}
+
+}  // namespace
+
 GuardContext::GuardContext(const GuardSettings& settings,
                            std::shared_ptr<const retry::PolicySet> policies,
-                           GuardListener* listener, WallClock clock)
+                           GuardListener* listener, GuardClocks clocks)
     : settings_(settings),
       policies_(policies ? std::move(policies) : std::make_shared<retry::PolicySet>()),
       listener_(listener ? listener : &null_listener_),
-      clock_(clock ? std::move(clock) : WallClock([] {
-        return std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-            .count();
-      })),
+      clocks_(complete(std::move(clocks))),
       tracker_(settings.tracker_max_entries, settings.tracker_idle_ttl),
+      // The message hashes outage detection keeps are bounded like the tracker's entries.
+      health_(10000, settings.tracker_max_entries),
       queue_facts_(settings.max_queue_facts),
       budget_(settings.retained_body_bytes) {}
 
@@ -26,7 +40,7 @@ void GuardContext::mark_copies_failing(const std::string& queue, std::int64_t un
   std::lock_guard lock(mutex_);
   constexpr std::size_t kMaxFailingQueues = 10000;
   if (failing_until_.size() >= kMaxFailingQueues) {
-    std::int64_t now = clock_();
+    std::int64_t now = clocks_.steady();
     std::erase_if(failing_until_, [now](const auto& item) { return item.second <= now; });
     if (failing_until_.size() >= kMaxFailingQueues) return;
   }

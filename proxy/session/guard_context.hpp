@@ -62,22 +62,33 @@ struct GuardSettings {
   std::size_t max_queue_facts = 10000;
 };
 
+// The two clocks the guard reads, in milliseconds. Every duration (confirm deadlines, declare
+// retries, the copies-failing window, tracker TTLs, rate and outage windows) is measured on
+// `steady`, which never jumps; `wall` (since the epoch) is read only for the timestamps written
+// into headers (x-nackguard-first-return, x-nackguard-last-return). An empty function stands
+// for std::chrono::steady_clock or system_clock.
+struct GuardClocks {
+  std::function<std::int64_t()> steady;
+  std::function<std::int64_t()> wall;
+};
+
 class GuardContext {
  public:
-  using WallClock = std::function<std::int64_t()>;  // milliseconds since the epoch
-
   GuardContext(const GuardSettings& settings, std::shared_ptr<const retry::PolicySet> policies,
-               GuardListener* listener = nullptr, WallClock clock = {});
+               GuardListener* listener = nullptr, GuardClocks clocks = {});
 
   std::shared_ptr<const retry::PolicySet> policies() const;
   void set_policies(std::shared_ptr<const retry::PolicySet> policies);
   std::uint64_t policies_version() const { return version_.load(std::memory_order_acquire); }
 
-  std::int64_t now_ms() const { return clock_(); }
+  // For durations and deadlines.
+  std::int64_t steady_ms() const { return clocks_.steady(); }
+  // For timestamps a person or another program reads; never for a duration.
+  std::int64_t wall_ms() const { return clocks_.wall(); }
 
   // A queue whose copies cannot be published (a declare or publish refused): until `until_ms`
-  // its messages go to the consumer as they would without the proxy, instead of being taken
-  // from it and handed back to the broker in a tight loop.
+  // (steady_ms) its messages go to the consumer as they would without the proxy, instead of
+  // being taken from it and handed back to the broker in a tight loop.
   void mark_copies_failing(const std::string& queue, std::int64_t until_ms);
   bool copies_failing(const std::string& queue, std::int64_t now_ms) const;
   GuardListener& listener() { return *listener_; }
@@ -98,7 +109,7 @@ class GuardContext {
   std::atomic<std::uint64_t> version_{1};
   GuardListener null_listener_;
   GuardListener* listener_;
-  WallClock clock_;
+  GuardClocks clocks_;
   retry::Tracker tracker_;
   retry::QueueHealth health_;
   retry::QueueFactsRegistry queue_facts_;

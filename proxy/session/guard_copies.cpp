@@ -77,10 +77,10 @@ bool Guard::needs_copy(const Intent& intent) {
 bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& request,
                        const char*& cause, const char*& detail) {
   const retry::Policy& policy = *intent.policy;
-  std::int64_t now = context_.now_ms();
   request.job = intent.job = ++next_job_;
   request.body = d.body;
-  request.deadline_ms = now + context_.settings().confirm_timeout.count();
+  request.deadline_ms = context_.steady_ms() + context_.settings().confirm_timeout.count();
+  const std::int64_t now = context_.wall_ms();  // for the header timestamps
   RawProperties props;
   if (!decode_properties(d.header_payload, props)) {
     cause = "malformed_properties";
@@ -179,7 +179,7 @@ void Guard::execute(const Delivery& d) {
     return;
   }
   jobs_[request.job] = dkey;
-  proxy_.publish(std::move(request), context_.now_ms());
+  proxy_.publish(std::move(request), context_.steady_ms());
 }
 
 void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
@@ -196,7 +196,7 @@ void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
     return;
   }
   if (!ok) {
-    context_.mark_copies_failing(intent.queue, context_.now_ms() + kCopiesFailingMs);
+    context_.mark_copies_failing(intent.queue, context_.steady_ms() + kCopiesFailingMs);
     give_back(dkey, intent, "republish_failed", why);
     return;
   }

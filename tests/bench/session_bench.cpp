@@ -196,11 +196,7 @@ bool open_session(Session& session) {
 
 // The production observer and everything it shares, with the default policy.
 struct GuardRig {
-  GuardContext context{GuardSettings{}, std::make_shared<const retry::PolicySet>(), nullptr, [] {
-                         return std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-                       }};
+  GuardContext context{GuardSettings{}, std::make_shared<const retry::PolicySet>(), nullptr};
   Guard guard{context, 1};
 };
 

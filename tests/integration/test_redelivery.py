@@ -335,8 +335,10 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
         proxy = self.start_guard({"q.yaml": rs.policy_yaml(
             queue, max_redeliveries=2, requeue="immediate",
             backoff={"initial": "1s", "multiplier": 1, "max": "1s", "jitter": "none"},
+            # Messages, not deliveries (issue 12): with immediate requeue the consumer cycles
+            # through its 10 prefetched messages only, so the minimum is the prefetch.
             rate={"window": "10s", "per_message": 1000, "outage_ratio": 0.5,
-                  "min_deliveries": 20})})
+                  "min_messages": 10})})
         self.declare_source(proxy, queue)
         labels = [f"msg-{i:02d}" for i in range(50)]
         self.broker.publish(queue, [(label.encode(), props(message_id=f"mid-{label}"))

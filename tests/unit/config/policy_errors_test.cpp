@@ -172,7 +172,7 @@ TEST_F(PolicyErrors, UnknownKeys) {
             "here: initial, multiplier, max, jitter");
   EXPECT_EQ(error_for("queue: q\nrate: {windows: 10s}\n"),
             "p.yaml:2:8: unknown key \"rate.windows\" (did you mean \"window\"?); valid keys "
-            "here: window, per_message, outage_ratio, min_deliveries");
+            "here: window, per_message, outage_ratio, min_messages, max_outage, min_deliveries");
   EXPECT_EQ(error_for("queue: q\ndead_letter:\n  routingkey: x\n"),
             "p.yaml:3:3: unknown key \"dead_letter.routingkey\" (did you mean \"routing_key\"?); "
             "valid keys here: via, exchange, routing_key");

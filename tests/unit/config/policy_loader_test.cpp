@@ -130,7 +130,8 @@ rate:
   window: 1m
   per_message: 1000000
   outage_ratio: 1
-  min_deliveries: 1
+  min_messages: 1
+  max_outage: 2h
 dead_letter:
   via: publish
   exchange: dlx
@@ -153,7 +154,9 @@ dead_letter:
   EXPECT_EQ(policy.rate.window, milliseconds(60'000));
   EXPECT_EQ(policy.rate.per_message, 1'000'000u);
   EXPECT_DOUBLE_EQ(policy.rate.outage_ratio, 1.0);
-  EXPECT_EQ(policy.rate.min_deliveries, 1u);
+  EXPECT_EQ(policy.rate.min_messages, 1u);
+  EXPECT_EQ(policy.rate.max_outage, std::chrono::hours(2));
+  EXPECT_TRUE(policy.warnings.empty());
   EXPECT_EQ(policy.dead_letter.via, DeadLetter::Via::publish);
   EXPECT_EQ(policy.dead_letter.exchange, "dlx");
   EXPECT_EQ(policy.dead_letter.routing_key, "failed.{queue}.{queue}");
@@ -290,6 +293,47 @@ TEST_F(PolicyFiles, DescribeListsTheDefaultFileOnce) {
   EXPECT_TRUE(testing::starts_with(text, (dir() / "a.yaml").string() + ":\n")) << text;
   EXPECT_TRUE(testing::contains(text, "\n" + (dir() / "default.yaml").string() + ":\n")) << text;
   EXPECT_FALSE(testing::contains(text, "built-in default")) << text;
+}
+
+// rate.min_deliveries was renamed rate.min_messages: the old name still loads, with a warning
+// that names the file, the line and the key, which --check-config prints and nackguard logs.
+TEST_F(PolicyFiles, OldMinDeliveriesKeyLoadsWithAWarning) {
+  const fs::path file = write("q.yaml", "queue: q\nrate:\n  window: 10s\n  min_deliveries: 7\n");
+  const retry::PolicySet policies = load_policies(dir());
+  const Policy& policy = policies.policies().at(0);
+  EXPECT_EQ(policy.rate.min_messages, 7u);
+  const std::string expected = file.string() +
+                               ":4:3: rate.min_deliveries: renamed rate.min_messages (outage "
+                               "detection counts distinct messages, not deliveries); the old "
+                               "name still works, rename the key";
+  EXPECT_EQ(policy.warnings, std::vector<std::string>{expected});
+  EXPECT_EQ(policy_warnings(policies), std::vector<std::string>{"warning: " + expected});
+  // The effective policy names the new key only.
+  const std::string text = describe_policies(policies);
+  EXPECT_TRUE(testing::contains(text, "\n  rate.min_messages: 7\n")) << text;
+  EXPECT_FALSE(testing::contains(text, "min_deliveries")) << text;
+}
+
+TEST_F(PolicyFiles, OldAndNewMinimumKeysTogetherAreAnError) {
+  const fs::path file = write("q.yaml", "queue: q\nrate: {min_messages: 5, min_deliveries: 7}\n");
+  try {
+    load_policies(dir());
+    ADD_FAILURE() << "loaded";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              file.string() +
+                  ":2:41: rate.min_deliveries: is the old name of rate.min_messages, which is "
+                  "set too; remove it");
+  }
+}
+
+TEST_F(PolicyFiles, MaxOutageIsADuration) {
+  write("q.yaml", "queue: q\nrate: {max_outage: 45m}\n");
+  EXPECT_EQ(load_policies(dir()).policies().at(0).rate.max_outage, std::chrono::minutes(45));
+  write("q.yaml", "queue: q\n");
+  EXPECT_EQ(load_policies(dir()).policies().at(0).rate.max_outage, std::chrono::minutes(30));
+  write("q.yaml", "queue: q\nrate: {max_outage: 0s}\n");
+  EXPECT_THROW(load_policies(dir()), ConfigError);
 }
 
 TEST(DescribePolicies, BuiltInDefaultAlone) {

@@ -109,6 +109,12 @@ nackguard_fallbacks_total{queue="orders",cause="other"} 0
 # HELP nackguard_outage 1 while most messages of the queue fail: returns are delayed and not counted towards dead-lettering.
 # TYPE nackguard_outage gauge
 nackguard_outage{queue="orders"} 1
+# HELP nackguard_outage_messages Message hashes outage detection holds to count distinct messages, not deliveries (at most tracker.max_entries).
+# TYPE nackguard_outage_messages gauge
+# HELP nackguard_outage_messages_dropped_total Messages outage detection kept no hash for, because it held tracker.max_entries: each counted as a message not seen before.
+# TYPE nackguard_outage_messages_dropped_total counter
+# HELP nackguard_outage_max_reached_total Outages that lasted rate.max_outage: from then on the queue's returns count towards dead-lettering again.
+# TYPE nackguard_outage_max_reached_total counter
 # HELP nackguard_tracker_entries Return counts held in the redelivery tracker.
 # TYPE nackguard_tracker_entries gauge
 nackguard_tracker_entries 7

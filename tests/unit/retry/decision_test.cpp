@@ -23,20 +23,21 @@ Policy five_redeliveries() {
 
 // `carried`: the message's x-nackguard-returns.
 ReturnEvent nack_at(std::int64_t now_ms, std::uint32_t carried = 0) {
-  return ReturnEvent{.now_ms = now_ms, .carried = {carried, 0}};
+  return ReturnEvent{.wall_ms = now_ms, .steady_ms = now_ms, .carried = {carried, 0}};
 }
 
 // `delivery_count`: the message's x-delivery-count (a quorum queue's count).
 ReturnEvent quorum_nack_at(std::int64_t now_ms, std::uint32_t delivery_count) {
-  return ReturnEvent{.now_ms = now_ms, .carried = {0, delivery_count}};
+  return ReturnEvent{.wall_ms = now_ms, .steady_ms = now_ms, .carried = {0, delivery_count}};
 }
 
 ReturnEvent crash_at(std::int64_t now_ms) {
-  return ReturnEvent{.now_ms = now_ms, .carried = {}, .crash = true};
+  return ReturnEvent{.wall_ms = now_ms, .steady_ms = now_ms, .carried = {}, .crash = true};
 }
 
 ReturnEvent outage_at(std::int64_t now_ms, std::uint32_t carried = 0) {
-  return ReturnEvent{.now_ms = now_ms, .carried = {carried, 0}, .outage = true};
+  return ReturnEvent{
+      .wall_ms = now_ms, .steady_ms = now_ms, .carried = {carried, 0}, .outage = true};
 }
 
 TEST(DecideReturn, ForwardsUpToMaxThenDeadLetters) {
@@ -309,10 +310,12 @@ TEST(DecideReturn, BrokerCountTakenWithoutARecord) {
   EXPECT_EQ(decision.action, Action::dead_letter);
   EXPECT_EQ(decision.returns, 6u);
   TrackerEntry in_outage;
-  EXPECT_EQ(decide_return(policy, in_outage,
-                          ReturnEvent{.now_ms = kT0, .carried = {0, 3}, .outage = true}, rng)
-                .returns,
-            3u);
+  EXPECT_EQ(
+      decide_return(
+          policy, in_outage,
+          ReturnEvent{.wall_ms = kT0, .steady_ms = kT0, .carried = {0, 3}, .outage = true}, rng)
+          .returns,
+      3u);
 }
 
 TEST(DecideDelivery, BrokerCountIgnoredWithARecord) {

@@ -60,7 +60,8 @@ TEST(Describe, DefaultPolicyPrintsEveryKey) {
             "rate.window: 10s\n"
             "rate.per_message: 3\n"
             "rate.outage_ratio: 0.5\n"
-            "rate.min_deliveries: 20\n"
+            "rate.min_messages: 20\n"
+            "rate.max_outage: 30m\n"
             "dead_letter.via: publish\n"
             "dead_letter.exchange: \"\"\n"
             "dead_letter.routing_key: {queue}.dlq\n"
@@ -76,7 +77,7 @@ TEST(Describe, CustomPolicy) {
   policy.identity = {{IdentitySource::Kind::header, "task_id"}};
   policy.requeue = RequeueMode::delayed;
   policy.backoff = Backoff{Millis(1500), 1.5, Millis(3'600'000), Backoff::Jitter::fraction, 0.2};
-  policy.rate = RateLimits{Millis(90'000), 4, 0.25, 50};
+  policy.rate = RateLimits{Millis(90'000), 4, 0.25, 50, Millis(2 * 3'600'000)};
   policy.dead_letter = DeadLetter{DeadLetter::Via::reject, "dlx", "dead.{queue}"};
   EXPECT_EQ(describe(policy),
             "queue: orders.*\n"
@@ -92,7 +93,8 @@ TEST(Describe, CustomPolicy) {
             "rate.window: 90s\n"
             "rate.per_message: 4\n"
             "rate.outage_ratio: 0.25\n"
-            "rate.min_deliveries: 50\n"
+            "rate.min_messages: 50\n"
+            "rate.max_outage: 2h\n"
             "dead_letter.via: reject\n"
             "dead_letter.exchange: dlx\n"
             "dead_letter.routing_key: dead.{queue}\n"

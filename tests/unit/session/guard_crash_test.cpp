@@ -220,7 +220,7 @@ TEST_F(GuardCrash, RecoverCountsButSuspectsNobody) {
 
 TEST_F(GuardCrash, AllPrefetchedDeliveriesCountAsOneReturnInTheQueuesHealth) {
   retry::Policy p = policy(5);
-  p.rate.min_deliveries = 3;
+  p.rate.min_messages = 3;
   p.rate.outage_ratio = 0.5;
   start(p);
   for (std::uint64_t tag = 1; tag <= 3; ++tag) {

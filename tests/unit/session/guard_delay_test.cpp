@@ -177,7 +177,7 @@ class GuardOutage : public GuardTest {
  protected:
   void SetUp() override {
     retry::Policy p = policy(10);
-    p.rate.min_deliveries = 10;
+    p.rate.min_messages = 10;
     p.rate.outage_ratio = 0.5;
     start(p);
     for (std::uint64_t tag = 1; tag <= 20; ++tag) {

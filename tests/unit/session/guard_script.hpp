@@ -1,8 +1,8 @@
 #pragma once
 // Scripted connections through a real Session observed by a real Guard. The broker and the
 // client are played by the test: frames are built with the codec's encoders and fed in, and
-// what the session writes to each side is decoded back into frames. The wall clock is a
-// variable the test advances; policies are built in code. A GuardListener records what the
+// what the session writes to each side is decoded back into frames. The clocks are variables
+// the test advances; policies are built in code. A GuardListener records what the
 // guard reported.
 
 #include <gtest/gtest.h>
@@ -355,7 +355,7 @@ inline retry::Policy policy(std::uint32_t max_redeliveries) {
   p.backoff.multiplier = 2.0;
   p.backoff.jitter = retry::Backoff::Jitter::none;
   p.rate.per_message = 1000;
-  p.rate.min_deliveries = 1000000;
+  p.rate.min_messages = 1000000;
   return p;
 }
 
@@ -432,7 +432,7 @@ class GuardTest : public ::testing::Test {
              bool sessions_use_budget = false) {
     context = std::make_unique<GuardContext>(
         settings, std::make_shared<const retry::PolicySet>(std::vector<retry::Policy>{p}),
-        &listener, [this] { return now; });
+        &listener, GuardClocks{[this] { return now; }, [this] { return now + wall_step; }});
     if (sessions_use_budget) options.body_budget = &context->budget();
     connect();
   }
@@ -561,7 +561,10 @@ class GuardTest : public ::testing::Test {
     return context->tracker().find(retry::make_key(kQueue, "message_id:" + id), now);
   }
 
+  // Time as the guard reads it: `now` is the time passed (both clocks follow it), `wall_step`
+  // a step of the wall clock alone (NTP): the wall clock reads now + wall_step.
   std::int64_t now = kT0;
+  std::int64_t wall_step = 0;
   std::string broker_version;  // the "version" server property connect() sends, if any
   RecordingListener listener;
   SessionOptions options;

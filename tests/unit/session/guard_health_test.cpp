@@ -1,0 +1,97 @@
+// Outage detection as the guard feeds it: distinct messages, not deliveries, so that one
+// poison message requeued at once cannot make an outage of a quiet queue; and the outage
+// start and end lines are not lost on the crash path.
+
+#include <gtest/gtest.h>
+
+#include "session/guard_script.hpp"
+
+namespace nackguard::session::guard_test {
+namespace {
+
+using retry::Action;
+
+class GuardHealth : public GuardTest {};
+
+// Issue 12: 2 good messages and 1 poison, max_redeliveries 30, per_message 1000 and the
+// default outage settings (min 20, ratio 0.5). Counting deliveries, the poison's own
+// redeliveries made an outage at the 20th and it was delayed instead of dead-lettered.
+TEST_F(GuardHealth, OnePoisonRequeuedAtOnceIsDeadLetteredAfterExactlyMaxPlusOneDeliveries) {
+  retry::Policy p = policy(30);
+  p.rate = retry::RateLimits{};
+  p.rate.per_message = 1000;
+  start(p);
+  deliver_passes(delivery(1, message("good-1")));
+  client_passes(ack(1));
+  deliver_passes(delivery(2, message("good-2")));
+  client_passes(ack(2));
+  std::uint64_t tag = 3;
+  deliver_passes(delivery(tag, message("poison")));
+  for (int returns = 1; returns <= 30; ++returns) {
+    client_passes(nack(tag));
+    deliver_passes(delivery(++tag, message("poison"), true));
+  }
+  EXPECT_EQ(tag, 33u);  // 31 deliveries of the poison
+  client(nack(tag));    // the 31st return: dead-lettered
+  open_proxy_channel();
+  broker(declare_ok("q.dlq"));
+  const Copy copy = take_copy(to_broker());
+  EXPECT_EQ(copy.publish.routing_key, "q.dlq");
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(31)));
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(tag)}));
+  EXPECT_TRUE(listener.outages.empty());
+  std::vector<Action> expected(30, Action::forward);
+  expected.push_back(Action::dead_letter);
+  EXPECT_EQ(listener.requeues, expected);
+  ASSERT_EQ(listener.dead_letters.size(), 1u);
+  EXPECT_EQ(listener.dead_letters[0].returns, 31u);
+  EXPECT_EQ(context->health().state(kQueue, p.rate, now).messages, 3u);
+}
+
+// A crash reads the queue's state without counting (it counts once per crash, in
+// on_returns_done). The outage ended while nobody looked; that end must still be reported,
+// or the outage gauge stays at 1.
+TEST_F(GuardHealth, OutageEndSeenFirstByACrashIsStillReported) {
+  retry::Policy p = policy(10);
+  p.rate.min_messages = 3;
+  p.rate.outage_ratio = 0.5;
+  start(p);
+  for (std::uint64_t tag = 1; tag <= 3; ++tag) {
+    deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
+  }
+  client_passes(nack(1));
+  client(nack(2));  // 2 of 3 messages returned: an outage
+  ASSERT_EQ(listener.outages.size(), 1u);
+  EXPECT_TRUE(listener.outages[0].started);
+  now += 10'000;  // the window slides past all of it
+  client_eof();   // m3 unacked
+  ASSERT_EQ(listener.outages.size(), 2u);
+  EXPECT_FALSE(listener.outages[1].started);
+  EXPECT_TRUE(context->health().queues_in_outage().empty());
+}
+
+// The copies an outage delays carry x-nackguard-returns 0. Coming back, each is a message seen
+// before: counted as new at every pass, they would dilute the ratio until the outage seemed to
+// end while every message still failed.
+TEST_F(GuardHealth, DelayedCopiesComingBackAreNotNewMessages) {
+  retry::Policy p = policy(10);
+  p.rate.min_messages = 3;
+  p.rate.outage_ratio = 0.5;
+  start(p);
+  for (std::uint64_t tag = 1; tag <= 3; ++tag) {
+    deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
+  }
+  client_passes(nack(1));
+  client(nack(2));  // an outage: delayed, its copy carries x-nackguard-returns 0
+  ASSERT_EQ(listener.outages.size(), 1u);
+  broker_bytes();
+  for (std::uint64_t tag = 4; tag <= 8; ++tag) {
+    deliver_passes(delivery(tag, message("m2", 0)));
+  }
+  EXPECT_EQ(context->health().state(kQueue, p.rate, now).messages, 3u);
+  EXPECT_EQ(listener.outages.size(), 1u);
+}
+
+}  // namespace
+}  // namespace nackguard::session::guard_test
