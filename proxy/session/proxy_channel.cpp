@@ -98,10 +98,12 @@ bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms, std:
   amqp::QueueDeclare declare;
   declare.queue = spec.name;
   bool passive = info.as_is || (spec.use_existing && info.status != QueueStatus::active_needed);
-  // A passive declaration of an absent queue closes the channel, by design, and every publish
-  // still in flight would be lost with it, fall back, and stop the queue's copies for
-  // kCopiesFailingMs: it waits for their confirms.
-  if (passive && !in_flight_.empty()) return false;
+  // A declaration can close the channel: a passive one of an absent queue, by design, and an
+  // active one of a queue that exists with other arguments (406). Every publish still in
+  // flight would be lost with it, fall back, and stop its queue's copies for
+  // kCopiesFailingMs (the consumer-kill fallback storms of docs/reliability.md): so every
+  // declaration waits for their confirms, which costs one confirm's wait per queue and channel.
+  if (!in_flight_.empty()) return false;
   if (passive) {
     declare.passive = true;
   } else {
