@@ -427,8 +427,14 @@ do_start() {
   # hard one (at most 65536) inside the new session.
   local raise_nofile='n=$(ulimit -Hn); { [ "$n" = unlimited ] || [ "$n" -gt 65536 ]; } && n=65536
 ulimit -n "$n" 2>/dev/null; exec "$@"'
+  # Every descriptor above 2 is closed first: the node outlives its caller, and one it
+  # inherited (a `flock LOCK tests/run.sh`'s lock, a pipe) would be held as long as it runs.
   (
     cd "$dir"
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then eval "exec $fd>&-"; fi
+    done
     exec setsid "${as_user[@]}" env -i "${node_env[@]}" \
       /bin/sh -c "$raise_nofile" rabbitmq-server "$rabbitmq_bin/rabbitmq-server"
   ) >>"$console_log" 2>&1 </dev/null &
