@@ -413,7 +413,11 @@ class ProcessFaultTest(fs.FaultTest):
         self.assertEqual(limit_metric, limit)
         # The budget held, and it filled: the 80 MB of bodies did not all fit, so most of them
         # passed without being kept, and still reached the consumer (20,000 of 20,000 above).
-        self.assertLessEqual(retained_peak, limit)
+        # Past the limit only the runs of tags of the deliveries forwarded untracked are
+        # charged (72 bytes each, at most 1024 a channel; docs/operations.md,
+        # nackguard_untracked_deliveries_total): two channels here, this consumer's and the
+        # bystander's.
+        self.assertLessEqual(retained_peak, limit + 2 * 1024 * 72)
         self.assertGreater(retained_peak, 0.9 * limit, f"retained at most {retained_peak} bytes")
         bound_kb = baseline + (limit + self.RSS_SLACK) // 1024
         self.assertLessEqual(peak, bound_kb,
