@@ -14,11 +14,15 @@
 #                               tests/rabbitmq-rootfs.sh (debootstrap) if it is missing
 #   NACKGUARD_TEST_NODE         node name             (3.10: nackguard-test@localhost,
 #                                                      4.0: nackguard-test40@localhost)
-#   NACKGUARD_TEST_BROKER_PORT  AMQP listener         (35672; 4.0: 37672)
-#   NACKGUARD_TEST_DIST_PORT    Erlang distribution   (35673; 4.0: 37673; the CLI tools
-#                               use the 10 ports above it: 35674-35683)
-#   NACKGUARD_TEST_EPMD_PORT    the node's own epmd   (34369; 4.0: 37369)
+#   NACKGUARD_TEST_BROKER_PORT  AMQP listener         (21672; 4.0: 22672)
+#   NACKGUARD_TEST_DIST_PORT    Erlang distribution   (21673; 4.0: 22673; the CLI tools
+#                               use the 10 ports above it: 21674-21683)
+#   NACKGUARD_TEST_EPMD_PORT    the node's own epmd   (21369; 4.0: 22369)
 #   NACKGUARD_TEST_RABBITMQ_CONF_EXTRA  optional lines appended to rabbitmq.conf
+#   NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG  optional Erlang term list written to
+#                               DIR/advanced.config, for settings rabbitmq.conf has no key
+#                               for, e.g. '[{rabbit, [{channel_tick_interval, 500}]}].';
+#                               unset: no advanced.config (one left by an earlier start goes)
 #   NACKGUARD_TEST_RABBITMQ_FRESH=1     `start` wipes the node's data (queues,
 #                               users, ...) first, unless the node is running
 #   NACKGUARD_TEST_START_TIMEOUT        seconds `start` waits for the node (60)
@@ -32,7 +36,8 @@
 # process runs inside ROOTFS any more (tests/rabbitmq-rootfs.sh release).
 #
 # Layout of DIR (DIR itself stays owned by whoever runs this script):
-#   rabbitmq.conf, enabled_plugins   generated configuration
+#   rabbitmq.conf, enabled_plugins   generated configuration (and advanced.config, see
+#                                    NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG)
 #   rabbitmqctl                      generated wrapper: rabbitmqctl -n NODE ...
 #   rabbitmq-diagnostics, rabbitmq-queues   symlinks to the same wrapper
 #   mnesia/                          node data (owned by rabbitmq)
@@ -79,8 +84,8 @@ if [[ -f $settings_file ]]; then
 fi
 version=${NACKGUARD_TEST_RABBITMQ_VERSION:-${saved_version:-3.10}}
 case "$version" in
-  3.10) defaults=(nackguard-test@localhost 35672 35673 34369) ;;
-  4.0) defaults=(nackguard-test40@localhost 37672 37673 37369) ;;
+  3.10) defaults=(nackguard-test@localhost 21672 21673 21369) ;;
+  4.0) defaults=(nackguard-test40@localhost 22672 22673 22369) ;;
   *)
     echo "rabbitmq-node: NACKGUARD_TEST_RABBITMQ_VERSION='$version': use 3.10 or 4.0" >&2
     exit 2
@@ -107,8 +112,17 @@ start_timeout=${NACKGUARD_TEST_START_TIMEOUT:-60}
 rabbitmq_bin=/usr/lib/rabbitmq/bin
 rabbitmq_home=/var/lib/rabbitmq # the rabbitmq user's home: holds .erlang.cookie
 
+# A port in the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
+# default) can be the local end of any program's outgoing connection, and the node then fails
+# to listen with eaddrinuse: the defaults are all below it.
+read -r ephemeral_min ephemeral_max </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null ||
+  ephemeral_min=32768 ephemeral_max=60999
 for p in "$amqp_port" "$dist_port" "$epmd_port"; do
   [[ $p =~ ^[0-9]+$ ]] || { echo "rabbitmq-node: bad port '$p'" >&2; exit 2; }
+  if ((p >= ephemeral_min && p <= ephemeral_max)); then
+    echo "rabbitmq-node: warning: port $p is in the ephemeral range $ephemeral_min-$ephemeral_max;" \
+      "an outgoing connection may hold it: pick a port below $ephemeral_min" >&2
+  fi
 done
 
 ctl="$dir/rabbitmqctl"
@@ -385,6 +399,13 @@ write_config() {
   # No plugins: in particular no management listener on 15672.
   echo '[].' >"$dir/enabled_plugins"
   chmod 0644 "$dir/rabbitmq.conf" "$dir/enabled_plugins"
+  if [[ -n ${NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG:-} ]]; then
+    printf '%s\n' "$NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG" >"$dir/advanced.config.tmp"
+    chmod 0644 "$dir/advanced.config.tmp"
+    mv -f "$dir/advanced.config.tmp" "$dir/advanced.config"
+  else
+    rm -f "$dir/advanced.config"
+  fi
   printf '%s\n' "version=$version" "rootfs=$rootfs" "node=$node" "amqp_port=$amqp_port" \
     "dist_port=$dist_port" "epmd_port=$epmd_port" >"$settings_file"
 }

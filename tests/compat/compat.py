@@ -4,7 +4,7 @@
 Every client runs the same scenario against its own nackguard process and its own queue:
 
   * a policy for "nackguard-compat.*" with max_redeliveries: 3, requeue: immediate, and rate
-    limits set out of reach (per_message 1000, min_deliveries 100000), so that only the count
+    limits set out of reach (per_message 1000, min_messages 100000), so that only the count
     acts;
   * 21 messages published straight to the broker: good-00 .. good-19, with "poison" in the
     middle;
@@ -32,7 +32,7 @@ variant found there, and --update-docs copies it to docs/compatibility.md. CTest
 compat.<client>.quorum, compat.<client>.rmq40, compat.<client>.rmq40.quorum), then `report`.
 
 Environment: NACKGUARD_BIN, NACKGUARD_BUILD_DIR, NACKGUARD_TEST_BROKER_PORT (as for
-tests/integration: 35672 is the 3.10 node, 37672 the 4.0 node of tests/run.sh),
+tests/integration: 21672 is the 3.10 node, 22672 the 4.0 node of tests/run.sh),
 NACKGUARD_TEST_QUEUE_TYPE (classic, the default, or quorum: the queue is declared durable
 with x-queue-type quorum), NACKGUARD_COMPAT_TIMEOUT (seconds per client, 60).
 """

@@ -189,7 +189,7 @@ def render_report(variants):
         "```sh",
         "/usr/bin/python3 tests/compat/compat.py run all",
         "NACKGUARD_TEST_QUEUE_TYPE=quorum /usr/bin/python3 tests/compat/compat.py run all",
-        "NACKGUARD_TEST_BROKER_PORT=37672 NACKGUARD_TEST_QUEUE_TYPE=quorum "
+        "NACKGUARD_TEST_BROKER_PORT=22672 NACKGUARD_TEST_QUEUE_TYPE=quorum "
         "/usr/bin/python3 tests/compat/compat.py run all",
         "/usr/bin/python3 tests/compat/compat.py report --update-docs",
         "```",

@@ -17,9 +17,9 @@ Environment:
                               of the next four and the node's directory
                               ($NACKGUARD_BUILD_DIR/faults-rabbitmq, faults-rabbitmq-4.0)
   NACKGUARD_FAULTS_NODE, NACKGUARD_FAULTS_BROKER_PORT, NACKGUARD_FAULTS_DIST_PORT,
-  NACKGUARD_FAULTS_EPMD_PORT  the private node (3.10: nackguard-faults@localhost, 45672,
-                              45673, 45369; 4.0: nackguard-faults40@localhost, 46672, 46673,
-                              46369); passed to tests/rabbitmq-node.sh as its
+  NACKGUARD_FAULTS_EPMD_PORT  the private node (3.10: nackguard-faults@localhost, 26672,
+                              26673, 26369; 4.0: nackguard-faults40@localhost, 27672, 27673,
+                              27369); passed to tests/rabbitmq-node.sh as its
                               NACKGUARD_TEST_* variables
   NACKGUARD_TEST_QUEUE_TYPE   classic (default) or quorum: the type of the queues the tests
                               declare (quorum: durable, x-queue-type quorum)
@@ -73,8 +73,8 @@ NODE_SCRIPT = os.path.join(REPO_ROOT, "tests", "rabbitmq-node.sh")
 RABBITMQ_VERSION = os.environ.get("NACKGUARD_FAULTS_RABBITMQ_VERSION") or "3.10"
 # The private node of each version: (directory, node name, AMQP, distribution, epmd port).
 _NODE_DEFAULTS = {
-    "3.10": ("faults-rabbitmq", "nackguard-faults@localhost", 45672, 45673, 45369),
-    "4.0": ("faults-rabbitmq-4.0", "nackguard-faults40@localhost", 46672, 46673, 46369),
+    "3.10": ("faults-rabbitmq", "nackguard-faults@localhost", 26672, 26673, 26369),
+    "4.0": ("faults-rabbitmq-4.0", "nackguard-faults40@localhost", 27672, 27673, 27369),
 }
 if RABBITMQ_VERSION not in _NODE_DEFAULTS:
     sys.exit(f"faults: NACKGUARD_FAULTS_RABBITMQ_VERSION={RABBITMQ_VERSION!r}: use "
@@ -496,7 +496,7 @@ def policy_yaml(queue, max_redeliveries=3, requeue="immediate", backoff=None, ra
 
 # No per-message throttling and no outage detection: the tests count exact outcomes.
 NO_RATE_LIMITS = {"window": "10s", "per_message": 1000, "outage_ratio": 1.0,
-                  "min_deliveries": 1000000}
+                  "min_messages": 1000000}
 
 
 class FaultProxy:

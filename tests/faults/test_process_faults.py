@@ -283,11 +283,16 @@ class ProcessFaultTest(fs.FaultTest):
                         f"pika noticed the stalled proxy only after {closes}")
         for error in (pub_err[2], con_err[2]):
             self.assertTrue(error.startswith(("AMQPHeartbeatTimeout", "StreamLostError")), error)
-    def slow_setup(self, tag, extra_config=""):
+    def slow_setup(self, tag, extra_config="", keep_bodies=False):
+        """keep_bodies: the queue's own policy says `requeue: delayed`, under which every
+        delivery keeps its body (a first return needs a copy); under `immediate` a first
+        delivery keeps none (docs/choosing-a-policy.md, "Which bodies nackguard keeps")."""
         queue = self.queue(tag)
-        proxy = self.start_proxy(policies={"q.yaml": fs.policy_yaml("faults.*", 3,
-                                                                     rate=fs.NO_RATE_LIMITS)},
-                                 extra_config=extra_config)
+        policies = {"q.yaml": fs.policy_yaml("faults.*", 3, rate=fs.NO_RATE_LIMITS)}
+        if keep_bodies:
+            policies["slow.yaml"] = fs.policy_yaml(queue, 3, requeue="delayed",
+                                                   rate=fs.NO_RATE_LIMITS)
+        proxy = self.start_proxy(policies=policies, extra_config=extra_config)
         ledger = fs.Ledger(tag)
         t0 = time.monotonic()
         fs.preload(queue, 20000, ledger, tag, size=4096, persistent=False, window=1000)
@@ -370,10 +375,12 @@ class ProcessFaultTest(fs.FaultTest):
         """prefetch 0, 20,000 x 4 KiB queued, a pika consumer sleeping 0.5 ms per message:
         pika reads everything it is sent, so all 20,000 deliveries are unacked at once. The
         proxy keeps unacked bodies (for a republish or dead-letter) only up to
-        limits.retained_body_bytes, here 32 MiB; the others pass without being kept."""
+        limits.retained_body_bytes, here 32 MiB; the others pass without being kept. The
+        queue's policy delays returns, so that every delivery asks to keep its body."""
         limit = self.RETAINED_LIMIT
         queue, proxy, ledger, bystander, sampler = self.slow_setup(
-            "slowpika", extra_config=f"limits: {{retained_body_bytes: {limit}}}\n")
+            "slowpika", extra_config=f"limits: {{retained_body_bytes: {limit}}}\n",
+            keep_bodies=True)
         baseline = proxy.rss_kb()
         retained = []
         halt = threading.Event()

@@ -19,7 +19,7 @@ here rather than captured: they cover type letters RabbitMQ and pika never send 
 
 Run against a private node (see tests/fuzz/README.md), for example:
 
-  /usr/bin/python3 tests/fuzz/capture_corpus.py --port 37672 \\
+  /usr/bin/python3 tests/fuzz/capture_corpus.py --port 22672 \\
       --rabbitmqctl /tmp/nackguard-capture/rabbitmqctl
 
 Existing broker-*, client-* and synthetic-* files in the corpus directories are replaced;

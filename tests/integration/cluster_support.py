@@ -47,7 +47,7 @@ NODE_SCRIPT = os.path.join(TESTS_DIR, "rabbitmq-node.sh")
 CLUSTER_DIR = (os.environ.get("NACKGUARD_TEST_CLUSTER_DIR") or
                os.path.join(harness.BUILD_DIR, "cluster"))
 KEEP = os.environ.get("NACKGUARD_TEST_CLUSTER_KEEP", "") not in ("", "0")
-EPMD_PORT = 38369
+EPMD_PORT = 23369
 START_TIMEOUT = 300
 NODE_TIMEOUT = 120
 
@@ -75,9 +75,9 @@ class Node:
             return False
 
 
-NODES = [Node(0, "nackguard-c1@localhost", 38672, 38673),
-         Node(1, "nackguard-c2@localhost", 38682, 38683),
-         Node(2, "nackguard-c3@localhost", 38692, 38693)]
+NODES = [Node(0, "nackguard-c1@localhost", 23672, 23673),
+         Node(1, "nackguard-c2@localhost", 23772, 23773),
+         Node(2, "nackguard-c3@localhost", 23872, 23873)]
 
 
 def node_named(name):
@@ -94,12 +94,12 @@ def node_at(address):
     raise AssertionError(f"{address!r} is not one of the cluster's addresses")
 
 
-def _run(args, env=None, timeout=NODE_TIMEOUT):
+def _run(args, env=None, timeout=NODE_TIMEOUT, want_stderr=False):
     result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n"
                              f"{result.stderr}{result.stdout}")
-    return result.stdout
+    return result.stderr if want_stderr else result.stdout
 
 
 def _node_env(node):
@@ -120,17 +120,23 @@ LOCK_PATH = f"/tmp/nackguard-test-cluster-{NODES[0].port}.lock"
 _lock_file = None
 
 
-def start_cluster():
+def start_cluster(fail_join=None):
     """Takes the cluster lock (waiting for another run to finish with the cluster), then
-    boots the cluster; returns the seconds that took."""
+    boots the cluster; returns the seconds that took and what the cluster script printed.
+    With `fail_join` (a node), that node's first join fails half way, as one did in CI, and
+    the script must recover (tests/rabbitmq-cluster.sh NACKGUARD_TEST_CLUSTER_FAIL_JOIN)."""
     global _lock_file
     t0 = time.monotonic()
     if _lock_file is None:
         _lock_file = open(LOCK_PATH, "a")
         fcntl.flock(_lock_file, fcntl.LOCK_EX)
-    _run([CLUSTER_SCRIPT, "start", CLUSTER_DIR], timeout=START_TIMEOUT)
+    env = dict(os.environ)
+    if fail_join is not None:
+        env["NACKGUARD_TEST_CLUSTER_FAIL_JOIN"] = fail_join.name
+    output = _run([CLUSTER_SCRIPT, "start", CLUSTER_DIR], env=env, timeout=START_TIMEOUT,
+                  want_stderr=True)
     use_node(NODES[0])
-    return time.monotonic() - t0
+    return time.monotonic() - t0, output
 
 
 def stop_cluster():

@@ -3,7 +3,7 @@
 Environment (set by tests/run.sh and CTest):
   NACKGUARD_BIN               the proxy executable (default: $NACKGUARD_BUILD_DIR/nackguard)
   NACKGUARD_BUILD_DIR         build directory; temp files go to $NACKGUARD_BUILD_DIR/it-tmp
-  NACKGUARD_TEST_BROKER_PORT  AMQP port of the private RabbitMQ node on 127.0.0.1 (35672)
+  NACKGUARD_TEST_BROKER_PORT  AMQP port of the private RabbitMQ node on 127.0.0.1 (21672)
   NACKGUARD_TEST_RABBITMQCTL  rabbitmqctl wrapper for that node (optional)
   NACKGUARD_TEST_QUEUE_TYPE   classic (default) or quorum: the type of the queues the
                               redelivery scenarios declare (declare_queue(), queue_kwargs())
@@ -50,7 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 
 BROKER_HOST = "127.0.0.1"
-BROKER_PORT = int(os.environ.get("NACKGUARD_TEST_BROKER_PORT") or "35672")
+BROKER_PORT = int(os.environ.get("NACKGUARD_TEST_BROKER_PORT") or "21672")
 BUILD_DIR = os.environ.get("NACKGUARD_BUILD_DIR") or os.path.join(REPO_ROOT, "build")
 PROXY_BIN = os.environ.get("NACKGUARD_BIN") or os.path.join(BUILD_DIR, "nackguard")
 DIRECT_ONLY = os.environ.get("NACKGUARD_IT_DIRECT_ONLY", "") not in ("", "0")
@@ -79,6 +79,24 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def lock_file(path, holder, timeout=600):
+    """Opens `path` and takes an exclusive flock on it, waiting up to `timeout` s; returns
+    the open file (closing it releases the lock). `holder` names who may hold it, for the
+    error. Keeps two runs (from different build directories) off one private node."""
+    import fcntl
+    lock = open(path, "a")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                raise AssertionError(f"{path} stayed locked for {timeout:.0f} s: {holder}")
+            time.sleep(1)
 
 
 def wait_for_port(port, timeout, host="127.0.0.1", alive=None):

@@ -53,9 +53,11 @@ def _yaml_str(value):
 
 
 def policy_yaml(queue, max_redeliveries=5, identity=None, requeue="immediate", backoff=None,
-                rate=None, dead_letter=None):
+                rate=None, dead_letter=None, ack_timeout=None):
     """One policy file. backoff/rate/dead_letter are dicts of already-YAML-ready values."""
     lines = [f"queue: {_yaml_str(queue)}", f"max_redeliveries: {max_redeliveries}"]
+    if ack_timeout is not None:
+        lines.append(f"ack_timeout: {ack_timeout}")
     if identity is not None:
         lines.append("identity: [" + ", ".join(identity) + "]")
     lines.append(f"requeue: {requeue}")
@@ -68,7 +70,7 @@ def policy_yaml(queue, max_redeliveries=5, identity=None, requeue="immediate", b
 # Rate settings for tests that count exact deliveries under `requeue: immediate`: no
 # per-message throttling and no outage detection.
 NO_RATE_LIMITS = {"window": "10s", "per_message": 1000, "outage_ratio": 0.5,
-                  "min_deliveries": 100000}
+                  "min_messages": 100000}
 
 
 class GuardProxy:

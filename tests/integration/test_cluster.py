@@ -1,6 +1,6 @@
 """nackguard in front of a real three-node RabbitMQ 3.10 cluster (issue 11, section 4).
 
-The cluster (tests/rabbitmq-cluster.sh: nodes nackguard-c1..c3 on 38672/38682/38692, joined
+The cluster (tests/rabbitmq-cluster.sh: nodes nackguard-c1..c3 on 23672/23772/23872, joined
 with rabbitmqctl join_cluster) is started once for this module and stopped at its end. Every
 queue here is a quorum queue replicated on the three nodes (x-quorum-initial-group-size 3),
 published to directly with confirms; every nackguard lists the three nodes in
@@ -54,9 +54,15 @@ FORCED = 320  # CONNECTION_FORCED
 
 
 def setUpModule():
-    seconds = cs.start_cluster()
+    # c3's first join fails half way (stop_app and join_cluster done, start_app not), as a
+    # join did in CI: the cluster script wipes it and joins it again.
+    seconds, output = cs.start_cluster(fail_join=cs.NODES[2])
     print(f"\ncluster {', '.join(n.address for n in cs.NODES)} ready after {seconds:.1f} s",
           file=sys.stderr)
+    if "reusing it" not in output:  # a cluster left running by an earlier run has no joins
+        expected = f"node {cs.NODES[2].name} did not join at the first try"
+        if expected not in output:
+            raise AssertionError(f"the cluster script did not say {expected!r}:\n{output}")
 
 
 def tearDownModule():
@@ -286,22 +292,35 @@ class FailoverTest(cs.ClusterTest):
         self.reconnect_broker(avoid=[leader])
         t0 = time.monotonic()
         cs.stop_node(leader)
-        stop_seconds = time.monotonic() - t0
+        stopped_at = time.monotonic()
+        stop_seconds = stopped_at - t0
         self.addCleanup(cs.start_node_async, leader)
 
         delay = delay_ms / 1000
+        due = state["nacked_at"] + delay
+        # The copy may come back once it is due and its old leader is gone: a graceful stop
+        # took 27 s and 60 s on a loaded CI machine, longer than the delay itself.
         consumer.run_until(lambda: len(consumer.deliveries) >= 2,
-                           timeout=delay + 30 - (time.monotonic() - state["nacked_at"]))
+                           timeout=max(due, stopped_at) + 30 - time.monotonic())
         consumer.poll(2.0)
         consumer.close()
         self.assertEqual(len(consumer.deliveries), 2,
                          f"deliveries {[d[0] for d in consumer.deliveries]}; the copy did not "
                          f"come back after {leader} (its delay queue's leader) was stopped")
-        late = consumer.deliveries[1][5] - state["nacked_at"] - delay
+        came_back = consumer.deliveries[1][5]
+        late = came_back - due
+        after_stop = came_back - max(due, stopped_at)
         print(f"\n(c) stopped {leader} (the delay queue's leader) in {stop_seconds:.1f} s; "
-              f"the copy came back {late:+.2f} s from its time", file=sys.stderr)
+              f"the copy came back {late:+.2f} s from its time, {after_stop:+.2f} s after it "
+              f"was due with its old leader stopped", file=sys.stderr)
         self.assertGreater(late, -0.5)
-        self.assertLess(late, 8.0)
+        # Came back while its old leader was still down (it is started again at cleanup). A
+        # new leader's election and its TTL check take a few seconds on an idle machine; 13 s
+        # was seen with the two cores busy compiling, so the bound only rules out a copy that
+        # waited for something else (a restart, a second delay). It counts from the later of
+        # the copy's time and the end of the stop: CI's slow stops once made a copy that came
+        # back promptly after them look 25 s late.
+        self.assertLess(after_stop, 20.0)
         self.assertEqual(consumer.deliveries[1][0], "delayed-1")
         self.assertEqual(self.broker.message_count(queue), 0)
         self.assertFalse(self.broker.message_count(f"{queue}.dlq"))

@@ -6,7 +6,7 @@ inherited the lock's descriptor and held the lock for as long as it ran, so ever
 `flock LOCK ...` waited for ever (2026-12-01: 35 minutes of blocked builds). The script now
 closes every descriptor above 2 before it starts the node.
 
-Its own node: nackguard-nodescript@localhost, AMQP 59672, distribution 59673, epmd 59369,
+Its own node: nackguard-nodescript@localhost, AMQP 28672, distribution 28673, epmd 28369,
 data under the build directory.
 """
 import os
@@ -26,8 +26,8 @@ class NodeScriptTest(unittest.TestCase):
         self.lock = self.dir + ".lock"
         os.makedirs(self.dir, exist_ok=True)
         self.env = dict(os.environ, NACKGUARD_TEST_RABBITMQ_VERSION="3.10",
-                        NACKGUARD_TEST_NODE=NODE, NACKGUARD_TEST_BROKER_PORT="59672",
-                        NACKGUARD_TEST_DIST_PORT="59673", NACKGUARD_TEST_EPMD_PORT="59369",
+                        NACKGUARD_TEST_NODE=NODE, NACKGUARD_TEST_BROKER_PORT="28672",
+                        NACKGUARD_TEST_DIST_PORT="28673", NACKGUARD_TEST_EPMD_PORT="28369",
                         NACKGUARD_TEST_RABBITMQ_FRESH="1")
 
     def node(self, *command, timeout=150):

@@ -257,7 +257,7 @@ class BrokerSideTls(TlsTest):
     def test_unknown_ca_is_refused_and_logged(self):
         proxy = self.tls_port_proxy(upstream_tls=upstream_tls(ca_file=PKI.path("other-ca.pem")))
         self.assertRefused(proxy.port)
-        line = self.assertLoggedOnce(proxy, "TLS handshake with upstream 127.0.0.1:36671 failed",
+        line = self.assertLoggedOnce(proxy, "TLS handshake with upstream 127.0.0.1:24671 failed",
                                      "certificate verify failed", "upstream.tls.ca_file")
         # RabbitMQ sends its CA with its certificate, so OpenSSL names that CA: untrusted.
         self.assertRegex(line, "self-signed certificate in certificate chain|unable to get "
@@ -266,7 +266,7 @@ class BrokerSideTls(TlsTest):
     def test_name_mismatch_is_refused_and_logged(self):
         proxy = self.tls_port_proxy(upstream_tls=upstream_tls(server_name="rabbit.example"))
         self.assertRefused(proxy.port)
-        self.assertLoggedOnce(proxy, "TLS handshake with upstream 127.0.0.1:36671 failed",
+        self.assertLoggedOnce(proxy, "TLS handshake with upstream 127.0.0.1:24671 failed",
                               "hostname mismatch", "upstream.tls.server_name")
 
     def test_verify_false_accepts_an_unknown_ca(self):
@@ -277,7 +277,7 @@ class BrokerSideTls(TlsTest):
     def test_tls_towards_a_plain_port_is_refused(self):
         proxy = self.proxy(tls_support.TLS_NODE_AMQP_PORT, upstream_tls=upstream_tls())
         self.assertRefused(proxy.port)
-        self.assertLoggedOnce(proxy, "TLS handshake with upstream 127.0.0.1:36672 failed",
+        self.assertLoggedOnce(proxy, "TLS handshake with upstream 127.0.0.1:24672 failed",
                               "does not seem to speak TLS")
 
 

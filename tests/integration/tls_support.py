@@ -13,7 +13,6 @@ The PKI (made with the `openssl` CLI, in `Pki.dir`):
   client.pem / client.key      CN=nackguard-tls-client, clientAuth, by the CA
 """
 
-import fcntl
 import os
 import shutil
 import socket
@@ -35,10 +34,10 @@ CLIENT_CN = "nackguard-tls-client"
 
 # The TLS node: its own name, ports and epmd, so that it never meets the main test node.
 TLS_NODE = "nackguard-tls@localhost"
-TLS_NODE_AMQP_PORT = 36672
-TLS_NODE_TLS_PORT = 36671
-TLS_NODE_DIST_PORT = 36673
-TLS_NODE_EPMD_PORT = 36369
+TLS_NODE_AMQP_PORT = 24672
+TLS_NODE_TLS_PORT = 24671
+TLS_NODE_DIST_PORT = 24673
+TLS_NODE_EPMD_PORT = 24469
 TLS_NODE_START_TIMEOUT = int(os.environ.get("NACKGUARD_TEST_TLS_START_TIMEOUT") or "90")
 # Held while a TLS node runs: two runs (from two build directories) would otherwise share
 # the one node name and stop each other's node.
@@ -263,7 +262,7 @@ def check_config(config_text, name="check"):
 # ---------------------------------------------------------------- the TLS RabbitMQ node
 
 class TlsBroker:
-    """A second private RabbitMQ node, with a TLS listener on 127.0.0.1:36671 (server.pem,
+    """A second private RabbitMQ node, with a TLS listener on 127.0.0.1:24671 (server.pem,
     verify_peer without requiring a client certificate), the EXTERNAL mechanism
     (rabbitmq_auth_mechanism_ssl, user name from the certificate's CN), and a user named
     after the client certificate's CN."""
@@ -307,17 +306,8 @@ class TlsBroker:
 
     def start(self):
         os.makedirs(self.dir, exist_ok=True)
-        self._lock = open(TLS_NODE_LOCK, "a")
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{TLS_NODE_LOCK} stayed locked for 10 minutes: "
-                                         "another run of test_tls holds the TLS node")
-                time.sleep(1)
+        self._lock = harness.lock_file(TLS_NODE_LOCK, "another run of test_tls holds the TLS "
+                                       "node")
         # With the lock held, a node that answers is left over from an interrupted run of
         # this test (its certificates are gone): stop it, start one with today's PKI.
         if self._node("status", 60).returncode == 0:
