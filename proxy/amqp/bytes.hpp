@@ -64,8 +64,11 @@ class ByteReader {
     pos_ += len;
     return v;
   }
-  std::string shortstr() { return std::string(as_chars(bytes(u8()))); }
-  std::string longstr() { return std::string(as_chars(bytes(u32()))); }
+  std::string shortstr() { return std::string(shortstr_view()); }
+  std::string longstr() { return std::string(longstr_view()); }
+  // The same, viewing the input: assigned to a string that has the room, no allocation.
+  std::string_view shortstr_view() { return as_chars(bytes(u8())); }
+  std::string_view longstr_view() { return as_chars(bytes(u32())); }
   // Skips without copying; used where only the position matters.
   void skip_shortstr() { bytes(u8()); }
 

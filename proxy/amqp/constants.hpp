@@ -21,6 +21,7 @@ inline constexpr std::uint8_t kProtocolHeader[kProtocolHeaderSize] = {'A', 'M', 
 namespace reply {
 inline constexpr std::uint16_t success = 200;
 inline constexpr std::uint16_t connection_forced = 320;
+inline constexpr std::uint16_t precondition_failed = 406;
 inline constexpr std::uint16_t frame_error = 501;
 inline constexpr std::uint16_t syntax_error = 502;
 inline constexpr std::uint16_t command_invalid = 503;

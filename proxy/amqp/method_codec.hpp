@@ -26,8 +26,9 @@ class FieldDecoder {
   void u16(std::uint16_t& v) { v = in_.u16(); }
   void u32(std::uint32_t& v) { v = in_.u32(); }
   void u64(std::uint64_t& v) { v = in_.u64(); }
-  void shortstr(std::string& v) { v = in_.shortstr(); }
-  void longstr(std::string& v) { v = in_.longstr(); }
+  // Assigned in place: a string decoded into again keeps its buffer.
+  void shortstr(std::string& v) { v.assign(in_.shortstr_view()); }
+  void longstr(std::string& v) { v.assign(in_.longstr_view()); }
   void table(FieldTable& v) {
     if (table_error_ == TableError::none && in_.ok()) table_error_ = decode_table(in_, v, limits_);
   }

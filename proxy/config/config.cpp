@@ -10,7 +10,6 @@
 #include <fstream>
 #include <sstream>
 #include <system_error>
-#include <thread>
 
 #include "proxy/config/tls_section.hpp"
 #include "proxy/config/upstream_addresses.hpp"
@@ -256,9 +255,6 @@ Config build_config(const Source& source, const YAML::Node& document,
 
 }  // namespace
 
-unsigned default_thread_count() {
-  return std::clamp(std::thread::hardware_concurrency(), 1u, kMaxThreads);
-}
 
 std::vector<Endpoint> upstream_targets(const Config& config) {
   if (!config.upstream_addresses.empty()) return config.upstream_addresses;

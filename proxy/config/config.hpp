@@ -55,8 +55,6 @@ struct UpstreamTls {
   ConfigFile key_file;
 };
 
-// std::thread::hardware_concurrency(), at least 1 and at most 256.
-unsigned default_thread_count();
 
 struct Config;
 // The broker addresses to connect to: upstream.addresses, or the one of upstream.host/port.
@@ -74,7 +72,9 @@ struct Config {
   std::optional<ListenTls> listen_tls;      // absent: clients connect in plain TCP
   std::optional<UpstreamTls> upstream_tls;  // absent: plain TCP to the broker
   std::chrono::milliseconds upstream_connect_timeout{5000};
-  unsigned threads = default_thread_count();  // 1..256
+  // 1..256. One by default: a second thread cost a third more CPU per message, for no
+  // throughput, at 1 and at 100 connections (docs/performance.md, "Threads").
+  unsigned threads = 1;
   // Absolute after loading: a relative value is taken relative to the config file's directory,
   // so the proxy finds its policies whatever directory it is started from.
   std::filesystem::path policies_dir = "../policies";

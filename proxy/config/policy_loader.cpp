@@ -30,9 +30,9 @@ using retry::IdentitySource;
 using retry::Policy;
 using std::chrono::milliseconds;
 
-constexpr std::array<std::string_view, 9> kPolicyKeys{
-    "queue",       "max_redeliveries",      "identity",  "requeue", "backoff", "rate",
-    "dead_letter", "broker_delivery_limit", "queue_type"};
+constexpr std::array<std::string_view, 10> kPolicyKeys{
+    "queue",       "max_redeliveries",      "identity",   "requeue",    "backoff", "rate",
+    "dead_letter", "broker_delivery_limit", "queue_type", "ack_timeout"};
 constexpr std::array<std::string_view, 4> kBackoffKeys{"initial", "multiplier", "max", "jitter"};
 // min_deliveries is the old name of min_messages, still read (with a warning).
 constexpr std::array<std::string_view, 6> kRateKeys{
@@ -57,6 +57,9 @@ constexpr milliseconds kLongestDelay = std::chrono::hours(24);
 constexpr milliseconds kShortestWindow = std::chrono::seconds(1);
 constexpr milliseconds kLongestWindow = std::chrono::hours(24);
 constexpr milliseconds kLongestOutage = std::chrono::hours(7 * 24);
+// The session checks acknowledgement timeouts once a second.
+constexpr milliseconds kShortestAckTimeout = std::chrono::seconds(1);
+constexpr milliseconds kLongestAckTimeout = std::chrono::hours(24);
 
 // What load_policies needs beyond the policy: where its queue was named, for duplicates.
 struct ParsedPolicy {
@@ -358,6 +361,11 @@ ParsedPolicy build_policy(const Source& source, const YAML::Node& document) {
     policy.broker_delivery_limit = read_broker_limit(*limit);
   }
   if (const Field* type = top.find("queue_type")) policy.queue_type = read_queue_type(*type);
+  if (const Field* timeout = top.find("ack_timeout")) {
+    if (timeout->scalar("a duration such as 10m, or off") != "off") {
+      policy.ack_timeout = detail::read_duration(*timeout, kShortestAckTimeout, kLongestAckTimeout);
+    }
+  }
   policy.source = source.file();
   return parsed;
 }

@@ -51,6 +51,9 @@
   X(fallbacks_total, counter,                                                                      \
     "Republishes or dead-letters that could not be completed, so the consumer's requeue went "     \
     "to the broker unchanged, by cause.", queue, cause)                                            \
+  X(ack_timeouts_total, counter,                                                                   \
+    "Channels nackguard closed because a delivery stayed unacked past its policy's ack_timeout; "  \
+    "each counts one return of that delivery.", queue)                                             \
   X(outage, gauge,                                                                                 \
     "1 while most messages of the queue fail: returns are delayed and not counted towards "        \
     "dead-lettering.", queue)                                                                      \
@@ -133,8 +136,8 @@ inline constexpr std::array<std::string_view, 2> kDirectionValues{"client_to_bro
 inline constexpr std::array<std::string_view, 4> kActionValues{"forwarded", "delayed",
                                                                "dead_lettered", "republished"};
 // Indexed by retry::DeadLetterReason minus one.
-inline constexpr std::array<std::string_view, 3> kReasonValues{"max_redeliveries", "crash_loop",
-                                                               "broker_delivery_limit"};
+inline constexpr std::array<std::string_view, 4> kReasonValues{
+    "max_redeliveries", "crash_loop", "broker_delivery_limit", "consumer_timeout"};
 // The guard's fallback causes; any other cause is counted as "other".
 inline constexpr std::array<std::string_view, 7> kCauseValues{"body_not_retained",
                                                               "no_channel",

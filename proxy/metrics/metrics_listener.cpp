@@ -34,6 +34,12 @@ void MetricsListener::on_outage(std::string_view queue, bool started, double rat
   if (next_) next_->on_outage(queue, started, ratio);
 }
 
+void MetricsListener::on_ack_timeout(std::string_view queue, std::string_view identity,
+                                     std::int64_t held_ms) {
+  registry_.ack_timeout(queue);
+  if (next_) next_->on_ack_timeout(queue, identity, held_ms);
+}
+
 void MetricsListener::on_notice(std::string_view queue, std::string_view what) {
   if (next_) next_->on_notice(queue, what);
 }

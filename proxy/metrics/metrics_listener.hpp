@@ -21,6 +21,8 @@ class MetricsListener : public session::GuardListener {
   void on_fallback(std::string_view queue, std::string_view cause,
                    std::string_view detail) override;
   void on_outage(std::string_view queue, bool started, double ratio) override;
+  void on_ack_timeout(std::string_view queue, std::string_view identity,
+                      std::int64_t held_ms) override;
   void on_notice(std::string_view queue, std::string_view what) override;
 
  private:

@@ -53,10 +53,11 @@ static_assert(kActionValues.size() == 4 && static_cast<int>(retry::Action::forwa
               static_cast<int>(retry::Action::delay) == 1 &&
               static_cast<int>(retry::Action::dead_letter) == 2 &&
               static_cast<int>(retry::Action::republish) == 3);
-static_assert(kReasonValues.size() == 3 &&
+static_assert(kReasonValues.size() == 4 &&
               static_cast<int>(retry::DeadLetterReason::max_redeliveries) == 1 &&
               static_cast<int>(retry::DeadLetterReason::crash_loop) == 2 &&
-              static_cast<int>(retry::DeadLetterReason::broker_delivery_limit) == 3);
+              static_cast<int>(retry::DeadLetterReason::broker_delivery_limit) == 3 &&
+              static_cast<int>(retry::DeadLetterReason::consumer_timeout) == 4);
 
 }  // namespace
 
@@ -173,6 +174,10 @@ void Registry::dead_letter(std::string_view queue, retry::DeadLetterReason reaso
   while (bucket < h.bounds.size() && static_cast<double>(returns) > h.bounds[bucket]) ++bucket;
   h.buckets[bucket].fetch_add(1, kRelaxed);
   h.sum.fetch_add(returns, kRelaxed);
+}
+
+void Registry::ack_timeout(std::string_view queue) {
+  add(Metric::ack_timeouts_total, queues_.index(queue), 0);
 }
 
 void Registry::fallback(std::string_view queue, std::string_view cause) {

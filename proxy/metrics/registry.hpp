@@ -63,6 +63,7 @@ class Registry {
   void requeue(std::string_view queue, retry::Action action);
   // Counts the dead-letter and observes `returns` in returns_before_dead_letter.
   void dead_letter(std::string_view queue, retry::DeadLetterReason reason, std::uint32_t returns);
+  void ack_timeout(std::string_view queue);
   // A cause outside kCauseValues is counted as "other".
   void fallback(std::string_view queue, std::string_view cause);
   // Sets outage{queue} to 1 or 0. Under "_other" it is 1 while any queue counted there is in

@@ -68,6 +68,14 @@ void LogListener::on_outage(std::string_view queue, bool started, double ratio) 
   }
 }
 
+void LogListener::on_ack_timeout(std::string_view queue, std::string_view identity,
+                                 std::int64_t held_ms) {
+  spdlog::warn(
+      "ack timeout: queue={} identity={} unacked for {} ms, past the policy's ack_timeout; "
+      "the consumer's channel is closed (406) and the delivery counts one return",
+      printable(queue), printable(identity), held_ms);
+}
+
 void LogListener::on_notice(std::string_view queue, std::string_view what) {
   spdlog::warn("queue={}: {}", printable(queue), printable(what));
 }

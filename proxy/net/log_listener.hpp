@@ -20,6 +20,8 @@ class LogListener : public session::GuardListener {
                    std::string_view detail) override;
   void on_outage(std::string_view queue, bool started, double ratio) override;
   void on_notice(std::string_view queue, std::string_view what) override;
+  void on_ack_timeout(std::string_view queue, std::string_view identity,
+                      std::int64_t held_ms) override;
 
  private:
   // Fallbacks can repeat at the consumer's pace while a DLQ is refused: one line per queue and

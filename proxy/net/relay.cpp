@@ -59,12 +59,8 @@ asio::awaitable<void> Relay::run() {
     co_return;
   }
   client_.last_read = broker_.last_read = Clock::now();
-  // Non-blocking sockets let flush() send without waiting; the async operations do not mind.
-  for (Endpoint* e : {&client_, &broker_}) {
-    if (e->stream.tls()) continue;
-    e->stream.tcp().non_blocking(true, ec);
-    e->direct_writes = !ec;
-  }
+  // Over plain TCP, flush() sends without waiting (Stream::try_send).
+  for (Endpoint* e : {&client_, &broker_}) e->direct_writes = e->stream.tls() == nullptr;
   co_await (reader(Side::client) && reader(Side::broker) && writer(Side::client) &&
             writer(Side::broker) && watchdog());
   upstream_lease_.release();
@@ -158,7 +154,7 @@ void Relay::flush(Side side) {
   amqp::Bytes& pending = session_.output(side);
   if (!pending.empty() && e.direct_writes && !e.closed && e.writing == 0 && e.sent_ahead == 0) {
     boost::system::error_code ec;
-    std::size_t n = e.stream.tcp().write_some(asio::buffer(pending), ec);
+    std::size_t n = e.stream.try_send(pending.data(), pending.size(), ec);
     // On an error the bytes stay queued: the writer meets the same error and handles it.
     if (!ec && n == pending.size()) {
       pending.clear();

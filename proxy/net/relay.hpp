@@ -63,7 +63,7 @@ class Relay : public std::enable_shared_from_this<Relay> {
     std::size_t writing = 0;  // bytes handed to async_write and not yet completed
     // Bytes at the front of the session's output for this side that flush() already sent.
     std::size_t sent_ahead = 0;
-    bool direct_writes = false;  // plain TCP in non-blocking mode: flush() may send itself
+    bool direct_writes = false;  // plain TCP: flush() may send itself (try_send)
     bool closed = false;
   };
 

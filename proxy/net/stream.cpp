@@ -1,9 +1,13 @@
 #include "proxy/net/stream.hpp"
 
+#include <sys/socket.h>
+
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
 
 namespace nackguard::net {
 
@@ -56,6 +60,16 @@ asio::awaitable<void> Stream::shutdown_send(std::chrono::milliseconds limit) {
   }
   boost::system::error_code ignored;
   tcp().shutdown(Tcp::shutdown_send, ignored);
+}
+
+std::size_t Stream::try_send(const void* data, std::size_t size, boost::system::error_code& ec) {
+  ec.clear();
+  ssize_t n = ::send(tcp().native_handle(), data, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n >= 0) return static_cast<std::size_t>(n);
+  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    ec.assign(errno, boost::asio::error::get_system_category());
+  }
+  return 0;
 }
 
 void Stream::close() {

@@ -68,6 +68,12 @@ class Stream {
         token, buffers);
   }
 
+  // Plain TCP only: sends what the socket takes at once, without waiting and without changing
+  // the socket's mode (MSG_DONTWAIT), so that every Asio backend sees the socket as Asio left
+  // it (io_uring's reads try no speculative read on a blocking socket). Returns the bytes sent:
+  // 0 when the socket takes nothing now; `ec` is set on a failure.
+  std::size_t try_send(const void* data, std::size_t size, boost::system::error_code& ec);
+
   // Nothing more will be sent: with TLS a close_notify first (waiting at most `limit` for the
   // peer's), then the TCP FIN. Reading goes on.
   boost::asio::awaitable<void> shutdown_send(std::chrono::milliseconds limit);

@@ -37,8 +37,9 @@ Decision decide_counted(const Policy& policy, TrackerEntry& entry, const ReturnE
   decision.returns = entry.returns;
   if (entry.returns > policy.max_redeliveries) {
     decision.action = Action::dead_letter;
-    decision.reason =
-        event.crash ? DeadLetterReason::crash_loop : DeadLetterReason::max_redeliveries;
+    decision.reason = event.consumer_timeout ? DeadLetterReason::consumer_timeout
+                      : event.crash          ? DeadLetterReason::crash_loop
+                                             : DeadLetterReason::max_redeliveries;
   } else if (policy.requeue == RequeueMode::delayed ||
              entry.window_returns > policy.rate.per_message) {
     decision.action = Action::delay;
@@ -64,6 +65,15 @@ Decision decide_in_outage(const Policy& policy, TrackerEntry& entry, const Retur
 std::uint32_t count_base(const TrackerEntry* entry, CarriedCount carried) {
   if (entry != nullptr) return std::max(entry->returns, carried.nackguard);
   return std::max(carried.nackguard, carried.broker);
+}
+
+bool first_return_needs_copy(const Policy& policy) {
+  // decide_counted with count_base 0: the count and the window's count both become 1.
+  constexpr std::uint32_t kFirst = 1;
+  if (kFirst > policy.max_redeliveries) {
+    return policy.dead_letter.via == DeadLetter::Via::publish;
+  }
+  return policy.requeue == RequeueMode::delayed || kFirst > policy.rate.per_message;
 }
 
 Decision keep_from_broker_limit(Decision decision) {
@@ -107,6 +117,8 @@ std::string_view to_string(DeadLetterReason reason) {
       return "crash_loop";
     case DeadLetterReason::broker_delivery_limit:
       return "broker_delivery_limit";
+    case DeadLetterReason::consumer_timeout:
+      return "consumer_timeout";
   }
   return "unknown";
 }

@@ -22,6 +22,9 @@ enum class DeadLetterReason : std::uint8_t {
   max_redeliveries = 1,
   crash_loop = 2,
   broker_delivery_limit = 3,
+  // The return past the limit was the consumer holding it unacked until RabbitMQ's
+  // consumer_timeout closed its channel.
+  consumer_timeout = 4,
 };
 std::string_view to_string(Action action);
 std::string_view to_string(DeadLetterReason reason);
@@ -54,7 +57,10 @@ struct ReturnEvent {
   std::int64_t wall_ms = 0;    // for the first and last return times (header timestamps)
   std::int64_t steady_ms = 0;  // for the rate window: a wall clock's step must not move it
   CarriedCount carried;
-  bool crash = false;   // the channel or connection ended with the message unacked
+  bool crash = false;  // the channel or connection ended with the message unacked
+  // A crash return of the one delivery whose ack timed out (RabbitMQ's consumer_timeout):
+  // past the limit, reason consumer_timeout instead of crash_loop.
+  bool consumer_timeout = false;
   bool outage = false;  // the queue is in outage (QueueHealth)
 };
 
@@ -68,6 +74,14 @@ struct ReturnEvent {
 // and the entry is marked crash_suspect.
 Decision decide_return(const Policy& policy, TrackerEntry& entry, const ReturnEvent& event,
                        std::mt19937_64& rng);
+
+// Whether the first return of a message with no count anywhere (no tracker entry, no count
+// header), counted outside an outage, asks for a copy of its body under `policy`: true when
+// decide_return would dead-letter it by publishing (max_redeliveries 0, dead_letter.via
+// publish) or delay it (requeue: delayed, or rate.per_message 0); false when it is forwarded,
+// or dead-lettered with basic.reject. The guard keeps a first delivery's body only if this, or
+// something the policy cannot tell (an outage, the broker's limit), may need it.
+bool first_return_needs_copy(const Policy& policy);
 
 // At a delivery of a message the tracker knows: the action a crash return left pending
 // (delay or dead-letter), else dead-letter if its count is already over the limit

@@ -158,7 +158,10 @@ std::string describe(const Policy& policy) {
       << "dead_letter.exchange: " << format_text(dead_letter.exchange) << "\n"
       << "dead_letter.routing_key: " << format_text(dead_letter.routing_key) << "\n"
       << "broker_delivery_limit: " << to_string(policy.broker_delivery_limit) << "\n"
-      << "queue_type: " << to_string(policy.queue_type) << "\n";
+      << "queue_type: " << to_string(policy.queue_type) << "\n"
+      << "ack_timeout: "
+      << (policy.ack_timeout.count() == 0 ? std::string("off") : format_millis(policy.ack_timeout))
+      << "\n";
   return out.str();
 }
 

@@ -87,6 +87,9 @@ struct Policy {
   DeadLetter dead_letter;
   BrokerDeliveryLimit broker_delivery_limit;
   QueueType queue_type = QueueType::same;
+  // A delivery the consumer holds unacked this long: nackguard closes its channel (406) and
+  // counts one return of it, as for RabbitMQ's consumer_timeout. 0: off (the default).
+  Millis ack_timeout{0};
   std::string source;  // where it was defined, "policies/orders.yaml", or "built-in default"
   // What the loader warned about, one line each as "FILE:LINE:COL: key: what to do" (an old
   // key name that still works); --check-config prints them and nackguard logs them at load.

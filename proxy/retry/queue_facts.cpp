@@ -62,6 +62,7 @@ void QueueFactsRegistry::on_declare(std::string_view queue, QueueFacts::Type typ
   // see: what a delivery showed stays.
   if (type != QueueFacts::Type::unknown) facts.type = type;
   facts.declared_limit = delivery_limit;
+  if (delivery_limit == 0) zero_limit_declared_.store(true, std::memory_order_relaxed);
 }
 
 void QueueFactsRegistry::on_delivery_count(std::string_view queue) {

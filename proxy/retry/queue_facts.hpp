@@ -3,6 +3,7 @@
 // it was declared with. Shared by all connections and bounded; with it, the pure rules that give
 // a queue's broker delivery limit and the type of the queues nackguard declares for it.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -49,6 +50,9 @@ class QueueFactsRegistry {
   // A delivery from the queue carried x-delivery-count: only quorum queues count deliveries.
   void on_delivery_count(std::string_view queue);
   QueueFacts find(std::string_view queue) const;
+  // Whether a queue was ever declared with x-delivery-limit 0 through the proxy (sticky): only
+  // such a limit leaves a message's first return no room. Lock-free, for every delivery.
+  bool zero_limit_declared() const { return zero_limit_declared_.load(std::memory_order_relaxed); }
 
   std::size_t size() const;
   std::size_t max_queues() const { return max_queues_; }
@@ -62,6 +66,7 @@ class QueueFactsRegistry {
   std::unordered_map<std::string, QueueFacts> facts_;
   std::deque<std::string> order_;  // names in the order they were learnt
   std::uint64_t forgotten_ = 0;
+  std::atomic<bool> zero_limit_declared_{false};
 };
 
 }  // namespace nackguard::retry

@@ -18,6 +18,8 @@ std::string_view to_string(ReturnCause cause) {
       return "connection_closed";
     case ReturnCause::broker_lost:
       return "broker_lost";
+    case ReturnCause::consumer_timeout:
+      return "consumer_timeout";
   }
   return "unknown";
 }
@@ -146,12 +148,42 @@ Delivery ChannelState::drop_record(Record& record) {
   return std::move(record.delivery);
 }
 
+Delivery ChannelState::fresh_delivery() {
+  Delivery d;
+  if (spare_deliveries_.empty()) return d;
+  Delivery& spare = spare_deliveries_.back();
+  auto reuse = [](auto& to, auto& from) {
+    to = std::move(from);  // takes its buffer
+    to.clear();
+  };
+  reuse(d.consumer_tag, spare.consumer_tag);
+  reuse(d.queue, spare.queue);
+  reuse(d.exchange, spare.exchange);
+  reuse(d.routing_key, spare.routing_key);
+  reuse(d.header_payload, spare.header_payload);
+  spare_deliveries_.pop_back();
+  return d;
+}
+
+void ChannelState::recycle(Delivery&& delivery) {
+  if (spare_deliveries_.size() >= kSpareDeliveries ||
+      delivery.header_payload.capacity() > kMaxSpareHeader) {
+    return;
+  }
+  if (spare_deliveries_.capacity() == 0) spare_deliveries_.reserve(kSpareDeliveries);
+  delivery.body.reset();
+  delivery.body_hash.forget();
+  spare_deliveries_.push_back(std::move(delivery));
+}
+
 void ChannelState::add_unacked(Delivery delivery) {
   std::uint64_t tag = delivery.client_tag;
-  if (spare_node_ && !unacked_.contains(tag)) {
-    spare_node_.key() = tag;
-    spare_node_.mapped() = make_record(std::move(delivery));
-    unacked_.insert(unacked_.end(), std::move(spare_node_));
+  if (!spare_nodes_.empty() && !unacked_.contains(tag)) {
+    auto node = std::move(spare_nodes_.back());
+    spare_nodes_.pop_back();
+    node.key() = tag;
+    node.mapped() = make_record(std::move(delivery));
+    unacked_.insert(unacked_.end(), std::move(node));
     return;
   }
   auto it = unacked_.find(tag);
@@ -186,19 +218,26 @@ std::vector<Delivery> ChannelState::take_settled(std::uint64_t client_tag, bool 
 
 void ChannelState::take_settled(std::uint64_t client_tag, bool multiple,
                                 std::vector<Delivery>& out) {
+  // Moves the record at `it` to `out`; its node is kept for add_unacked while there is room.
+  auto take = [&](std::map<std::uint64_t, Record>::iterator it) {
+    if (spare_nodes_.size() >= kSpareDeliveries) {
+      out.push_back(drop_record(it->second));
+      unacked_.erase(it);
+      return;
+    }
+    auto node = unacked_.extract(it);
+    out.push_back(drop_record(node.mapped()));
+    if (spare_nodes_.capacity() == 0) spare_nodes_.reserve(kSpareDeliveries);
+    node.mapped() = Record{};  // nothing of it (its body above all) kept in the spare
+    spare_nodes_.push_back(std::move(node));
+  };
   if (!multiple) {
     auto it = unacked_.find(client_tag);
-    if (it != unacked_.end()) {
-      auto node = unacked_.extract(it);
-      out.push_back(drop_record(node.mapped()));
-      node.mapped() = Record{};  // nothing of it (its body above all) kept in the spare
-      spare_node_ = std::move(node);
-    }
+    if (it != unacked_.end()) take(it);
     return;
   }
   auto end = client_tag == 0 ? unacked_.end() : unacked_.upper_bound(client_tag);
-  for (auto it = unacked_.begin(); it != end; ++it) out.push_back(drop_record(it->second));
-  unacked_.erase(unacked_.begin(), end);
+  for (auto it = unacked_.begin(); it != end;) take(it++);
 }
 
 std::optional<Delivery> ChannelState::take_withheld(std::uint64_t broker_tag) {
@@ -223,6 +262,55 @@ bool ChannelState::owned_at_or_below(std::uint64_t broker_tag) const {
     if (h.delivery.broker_tag <= broker_tag) return true;
   }
   return false;
+}
+
+std::optional<std::uint64_t> ChannelState::broker_oldest_unsettled() const {
+  const Delivery* oldest = nullptr;
+  for (const auto& [tag, record] : unacked_) {
+    if (!oldest || record.delivery.broker_tag < oldest->broker_tag) oldest = &record.delivery;
+  }
+  if (!oldest || is_slim(*oldest)) return std::nullopt;
+  const std::uint64_t candidate = oldest->broker_tag;
+  if (!withheld_.empty() && withheld_.begin()->first < candidate) return std::nullopt;
+  for (const HeldDelivery& h : held) {
+    if (h.delivery.broker_tag < candidate) return std::nullopt;
+  }
+  for (const ChannelTx::Settled& s : tx.settled) {
+    if (s.delivery.broker_tag < candidate) return std::nullopt;
+  }
+  for (const auto& [first, run] : untracked_runs_) {
+    if (first + run.offset < candidate) return std::nullopt;
+  }
+  return candidate;
+}
+
+void ChannelState::tx_settle(Delivery delivery, SettleKind kind, bool requeue) {
+  const std::uint64_t cost = record_cost(delivery);
+  records_charge_.add(cost);
+  tx.settled.push_back({std::move(delivery), kind, requeue, cost});
+}
+
+std::vector<ChannelTx::Settled> ChannelState::tx_take_settled() {
+  std::vector<ChannelTx::Settled> taken = std::move(tx.settled);
+  tx.settled.clear();
+  for (ChannelTx::Settled& s : taken) {
+    records_charge_.sub(s.cost);
+    s.cost = 0;
+  }
+  return taken;
+}
+
+void ChannelState::stamp_handed_out(std::int64_t now_ms) {
+  for (auto& [tag, record] : unacked_) {
+    if (record.delivery.handed_out_ms < 0) record.delivery.handed_out_ms = now_ms;
+  }
+}
+
+const Delivery* ChannelState::oldest_unacked() const {
+  for (const auto& [tag, record] : unacked_) {
+    if (!is_slim(record.delivery)) return &record.delivery;
+  }
+  return nullptr;
 }
 
 // A slim record was never shown to the observer: it is not reported as returned either.

@@ -77,6 +77,30 @@ class ChannelState {
   std::string last_declared_queue;  // what an empty queue name in consume or get means
   bool closing = false;             // a channel.close was sent by either side
   ChannelTx tx;                     // transaction mode (tx.select), see transaction.hpp
+  // The channel closes because an acknowledgement timed out (RabbitMQ's consumer_timeout or
+  // the policy's ack_timeout): only the delivery timed_out_broker_tag names counts a return,
+  // the others go back uncounted (session_timeout.cpp).
+  bool ack_timed_out = false;
+  std::optional<std::uint64_t> timed_out_broker_tag;
+  // The proxy closes the channel itself, on both sides, because a delivery stayed unacked
+  // past its ack_timeout (session_timeout.cpp): it ends once both close-oks are in.
+  struct AckClose {
+    bool active = false;
+    bool client_done = false;  // the client's close-ok (or its own close) came
+    bool broker_done = false;
+    // Client frames after its close-ok (a channel.open of the same number, ...), handled once
+    // the broker's close-ok is in.
+    amqp::Bytes queued;
+    std::vector<std::shared_ptr<RetainedBody>> reservations;
+  };
+  AckClose ack_close;
+  // A delivery the client settled in its open transaction (tx.settled): its record stays
+  // charged to the body budget, as while it was unacked, until the commit or rollback.
+  void tx_settle(Delivery delivery, SettleKind kind, bool requeue);
+  // The open transaction's settlements, removed (and no longer charged).
+  std::vector<ChannelTx::Settled> tx_take_settled();
+  // Deliveries handed out before the session's clock started get its first reading.
+  void stamp_handed_out(std::int64_t now_ms);
 
   // The delivery whose method arrived and whose header or body is still arriving.
   std::optional<Delivery> incoming;
@@ -142,6 +166,17 @@ class ChannelState {
   // a multiple settlement up to that tag would take one the client did not name.
   bool unacked_at_or_below(std::uint64_t broker_tag) const;
   bool incoming_untracked = false;  // the incoming delivery is being forwarded untracked
+  bool incoming_hashed = true;      // its body is hashed as it passes (DeliveryPlan::hash_body)
+
+  // A delivery to fill in: a settled one's strings and header buffer (recycle) serve it
+  // when there is one, so that a delivery in the usual flow allocates nothing.
+  Delivery fresh_delivery();
+  // Keeps a settled delivery's buffers for fresh_delivery (its body is dropped), up to
+  // kSpareDeliveries per channel; beyond that, or with a header buffer over kMaxSpareHeader
+  // bytes, it is freed.
+  void recycle(Delivery&& delivery);
+  static constexpr std::size_t kSpareDeliveries = 8;
+  static constexpr std::size_t kMaxSpareHeader = 4096;
 
   void add_unacked(Delivery delivery);
   void add_withheld(Delivery delivery);
@@ -162,6 +197,14 @@ class ChannelState {
   std::vector<Delivery> take_unacked();
 
   std::size_t unacked_count() const { return unacked_.size(); }
+  // The delivery RabbitMQ's consumer_timeout looks at: the one the broker handed out first
+  // (the lowest broker tag) of those it has not seen settled. Its broker tag if the client
+  // holds it unacked with a record; nullopt if it is the proxy's (withheld or held), settled
+  // in an open transaction, untracked, or if there is none.
+  std::optional<std::uint64_t> broker_oldest_unsettled() const;
+  // The unacked delivery with a record the client has held longest (the lowest client tag),
+  // or nullptr.
+  const Delivery* oldest_unacked() const;
   std::size_t withheld_count() const { return withheld_.size(); }
   // Bytes the records of this channel hold in the body budget.
   std::uint64_t records_bytes() const { return records_charge_.bytes(); }
@@ -175,9 +218,11 @@ class ChannelState {
   Delivery drop_record(Record& record);
 
   std::map<std::uint64_t, Record> unacked_;  // by client tag
-  // The node of the last delivery settled alone, reused for the next one: no allocation
-  // per delivery in the usual one-ack-per-delivery flow.
-  std::map<std::uint64_t, Record>::node_type spare_node_;
+  // The nodes of the last deliveries settled alone (at most kSpareDeliveries), reused for the
+  // next ones: no allocation per delivery in the usual one-ack-per-delivery flow, even when
+  // the broker sends a burst of deliveries after a burst of acks.
+  std::vector<std::map<std::uint64_t, Record>::node_type> spare_nodes_;
+  std::vector<Delivery> spare_deliveries_;
   std::map<std::uint64_t, Record> withheld_;  // by broker tag
   BudgetCharge records_charge_;
   struct UntrackedRun {

@@ -20,14 +20,26 @@ class BodyHash {
   BodyHash(std::uint64_t value) : value_(value) {}  // NOLINT: used as a plain number
   BodyHash& operator=(std::uint64_t value) {
     value_ = value;
+    known_ = true;
     source_.reset();
     return *this;
   }
   // The hash of `body`'s bytes, computed when first read.
-  void defer_to(const std::shared_ptr<RetainedBody>& body) { source_ = body; }
+  void defer_to(const std::shared_ptr<RetainedBody>& body) {
+    source_ = body;
+    known_ = true;
+  }
+  // Not computed: the guard said no identity would need it (DeliveryPlan::hash_body).
+  void forget() {
+    value_ = 0;
+    known_ = false;
+    source_.reset();
+  }
+  bool known() const { return known_; }
   operator std::uint64_t() const;  // NOLINT: reads as the number it stands for
 
  private:
+  bool known_ = true;
   mutable std::uint64_t value_ = 0;
   // Weak: the hash must not keep a body alive, and so out of the body budget's count.
   mutable std::weak_ptr<const RetainedBody> source_;
@@ -55,6 +67,9 @@ struct Delivery {
   bool body_complete = false;
   std::shared_ptr<RetainedBody> body;  // the body, when the observer asked to retain it
   std::uint64_t cookie = 0;            // the observer's own per-delivery value
+  // When it was handed to the client (the session's last tick, Session::on_tick's clock);
+  // -1 before the first tick.
+  std::int64_t handed_out_ms = -1;
 
   // Decodes the content header; false if it is malformed.
   bool decode_header(amqp::ContentHeader& out) const {
@@ -64,8 +79,19 @@ struct Delivery {
 
 // Why the broker will deliver a message again.
 // connection_closed: the client's connection ended (it closed, crashed or sent garbage);
-// broker_lost: the broker's side ended or closed the connection, which is no consumer's doing.
-enum class ReturnCause { nack, reject, recover, channel_closed, connection_closed, broker_lost };
+// broker_lost: the broker's side ended or closed the connection, which is no consumer's doing;
+// also the deliveries of a channel closed because another delivery's ack timed out.
+// consumer_timeout: the delivery whose ack timed out (RabbitMQ's consumer_timeout closed the
+// channel with 406).
+enum class ReturnCause {
+  nack,
+  reject,
+  recover,
+  channel_closed,
+  connection_closed,
+  broker_lost,
+  consumer_timeout
+};
 std::string_view to_string(ReturnCause cause);
 
 enum class SettleKind { ack, nack, reject };
@@ -76,6 +102,9 @@ struct DeliveryPlan {
   enum class Action { forward, withhold, need_body };
   Action action = Action::forward;
   bool retain_body = false;  // keep the body with the delivery (it may be republished)
+  // Without a retained body, hash the body as it passes (an identity may fall back to it).
+  // false: the identity resolves before `body`, so Delivery::body_hash stays unknown.
+  bool hash_body = true;
   bool exclusive = false;    // hand it out alone: hold later deliveries until it is settled
   std::uint64_t cookie = 0;  // stored in Delivery::cookie
 };

@@ -11,6 +11,7 @@ namespace {
 constexpr std::uint64_t kCounted = 1;        // told to the listener (on_delivery) already
 constexpr std::uint64_t kMaybeTracked = 2;   // redelivered or a copy: the tracker may know it
 constexpr std::uint64_t kHealthCounted = 4;  // counted as a message in the queue's health
+constexpr std::uint64_t kBodySkipped = 8;    // a first delivery that kept no body (guard_body.cpp)
 
 // Whether a content header's property flags announce a headers table (bit 13).
 bool has_headers_table(const amqp::Bytes& header_payload) {
@@ -80,24 +81,6 @@ void Guard::on_open(const std::string&) {
   broker_major_ = major_version(session_->broker_version());
 }
 
-void Guard::on_queue_declare(const amqp::QueueDeclare& declare) {
-  retry::QueueFacts::Type type = retry::QueueFacts::Type::unknown;
-  if (const amqp::FieldValue* value = declare.arguments.find("x-queue-type")) {
-    if (const std::string* text = value->as_string()) type = retry::queue_type_from_argument(*text);
-  }
-  std::optional<std::int64_t> limit;
-  if (const amqp::FieldValue* value = declare.arguments.find("x-delivery-limit")) {
-    limit = value->as_int();
-  }
-  context_.queue_facts().on_declare(declare.queue, type, limit);
-}
-
-std::optional<std::uint32_t> Guard::broker_limit(const retry::Policy& policy,
-                                                 const std::string& queue) {
-  return retry::broker_delivery_limit(policy.broker_delivery_limit,
-                                      context_.queue_facts().find(queue), broker_major_);
-}
-
 void Guard::on_tick() {
   proxy_.on_tick(context_.steady_ms());
 }
@@ -129,18 +112,25 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   const retry::Policy& policy = policy_for(d.queue);
   const std::int64_t now = context_.steady_ms();
   std::optional<std::uint64_t> seen;
-  DeliveryPlan plan = plan_delivery(d, policy, now, seen);
+  bool first = false;
+  DeliveryPlan plan = plan_delivery(d, policy, now, seen, first);
   // Counted once the message is known: a message delivered before counts once in the window.
   if (!(d.cookie & kHealthCounted) && plan.action != DeliveryPlan::Action::need_body) {
     plan.cookie |= kHealthCounted;
-    report_health(context_.listener(), d.queue, policy.rate,
-                  context_.health().on_delivery(d.queue, policy.rate, now, seen));
+    const retry::HealthChange health =
+        context_.health().on_delivery(d.queue, policy.rate, now, seen);
+    report_health(context_.listener(), d.queue, policy.rate, health);
+    if (first && !first_delivery_keeps_body(d, policy, health)) {
+      plan.retain_body = false;
+      plan.cookie |= kBodySkipped;
+      plan.hash_body = body_hash_needed(d, policy);
+    }
   }
   return plan;
 }
 
 DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy, std::int64_t now,
-                                  std::optional<std::uint64_t>& seen) {
+                                  std::optional<std::uint64_t>& seen, bool& first) {
   DeliveryPlan plan;
   plan.cookie = d.cookie;
   if (!(d.cookie & kCounted)) {
@@ -148,11 +138,15 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
     context_.listener().on_delivery(d.queue);
   }
   // Any return may have to be republished (a delay, an outage, a dead-letter), and the body
-  // passes only once: keep it while the delivery is unacked, within retained_body_bytes.
+  // passes only once: keep it while the delivery is unacked, within retained_body_bytes. A
+  // first delivery may keep none after all (on_delivery, first_delivery_keeps_body).
   plan.retain_body = true;
 
   // Most first deliveries carry no headers table: then no count, and nothing to decode.
-  if (!d.redelivered && !has_headers_table(d.header_payload)) return plan;
+  if (!d.redelivered && !has_headers_table(d.header_payload)) {
+    first = true;
+    return plan;
+  }
   amqp::ContentHeader header;
   if (!decode_delivery_header(d, header)) return plan;
   retry::CarriedCount carried = carried_count(header.properties);
@@ -160,7 +154,10 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
   // A copy nackguard delayed during an outage carries x-nackguard-returns 0: it is a message
   // seen before, which outage detection must not count as new at each pass.
   const bool copy = header.properties.headers && header.properties.headers->find(kReturnsHeader);
-  if (!d.redelivered && !copy && carried.nackguard == 0 && carried.broker == 0) return plan;
+  if (!d.redelivered && !copy && carried.nackguard == 0 && carried.broker == 0) {
+    first = true;
+    return plan;
+  }
   plan.cookie |= kMaybeTracked;
   std::optional<std::string> identity = message_identity(policy.identity, header.properties, d);
   if (!identity) {
@@ -222,23 +219,6 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
   return plan;
 }
 
-void Guard::learn_quorum(const std::string& queue) {
-  // Once per connection and queue: every redelivery of a quorum queue carries the header.
-  constexpr std::size_t kMaxLearnt = 1000;
-  if (quorum_learnt_.count(queue)) return;
-  if (quorum_learnt_.size() >= kMaxLearnt) quorum_learnt_.clear();
-  quorum_learnt_.insert(queue);
-  context_.queue_facts().on_delivery_count(queue);
-}
-
-bool Guard::at_broker_limit(const Delivery& d, const retry::Policy& policy,
-                            const amqp::BasicProperties& properties) {
-  std::uint32_t broker_count = carried_count(properties).broker;
-  return broker_count != 0 &&
-         retry::next_return_passes(broker_count, broker_limit(policy, d.queue)) &&
-         session_->reserved_channel().has_value();
-}
-
 bool Guard::decide_before_holding(const Delivery& d) {
   if (d.queue.empty() || d.no_ack || !d.redelivered) return false;
   amqp::ContentHeader header;
@@ -258,7 +238,7 @@ void Guard::on_settled(const Delivery& d, SettleKind) {
 }
 
 retry::Decision Guard::count_return(const Delivery& d, const Identified& id, bool crash,
-                                    bool recover, Intent& intent) {
+                                    bool recover, Intent& intent, bool consumer_timeout) {
   const std::int64_t now = context_.steady_ms();
   const retry::Policy& policy = *id.policy;
   retry::TrackerKey key = retry::make_key(d.queue, *id.identity);
@@ -281,6 +261,7 @@ retry::Decision Guard::count_return(const Delivery& d, const Identified& id, boo
   event.steady_ms = now;
   event.carried = carried_count(id.header.properties);
   event.crash = crash;
+  event.consumer_timeout = consumer_timeout;
   event.outage = health.holds_counts();
   retry::Decision decision;
   retry::TrackerEntry after = context_.tracker().upsert(key, now, [&](retry::TrackerEntry& e) {
@@ -330,9 +311,20 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   if (needs_copy(intent)) {
     const char* cause_label = nullptr;
     const char* detail = nullptr;
+    const bool skipped = (d.cookie & kBodySkipped) != 0;
+    if (skipped && decision.action != retry::Action::republish) {
+      // No body by design (guard_body.cpp): the queue entered an outage, or the policy changed,
+      // since the delivery. Forwarded as a healthy queue's first return is, which nothing lets
+      // the broker end; the redelivery keeps its body for the next return.
+      context_.listener().on_requeue(d.queue, retry::Action::forward);
+      return ReturnAction::forward;
+    }
     if (!d.body || d.body->bytes.size() != d.body_size) {
       cause_label = "body_not_retained";
-      detail = "the body could not be kept within limits.retained_body_bytes";
+      detail = skipped ? "the body was not kept: the queue's delivery limit of 0 was not known "
+                         "at its delivery; set broker_delivery_limit: 0 in the queue's policy "
+                         "to keep every body"
+                       : "the body could not be kept within limits.retained_body_bytes";
     } else if (!session_->reserved_channel()) {
       cause_label = "no_channel";
       detail = "the broker's channel_max leaves no channel for the proxy";
@@ -342,7 +334,14 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
       detail = "copies for this queue failed moments ago (see the earlier fallback line)";
     }
     if (cause_label) {
-      context_.listener().on_fallback(d.queue, cause_label, detail);
+      // A republish was to keep the message from the broker's own limit, which this return
+      // may now pass: said as a cause of its own, as give_back does.
+      if (decision.action == retry::Action::republish) {
+        context_.listener().on_fallback(d.queue, "at_broker_limit",
+                                        std::string(cause_label) + ": " + detail);
+      } else {
+        context_.listener().on_fallback(d.queue, cause_label, detail);
+      }
       context_.listener().on_requeue(d.queue, retry::Action::forward);
       return ReturnAction::forward;
     }
@@ -374,7 +373,8 @@ void Guard::on_returned(const Delivery& d, ReturnCause cause) {
   Identified id;
   if (!identify(d, id) || !id.identity) return;
   Intent intent;
-  retry::Decision decision = count_return(d, id, true, cause == ReturnCause::recover, intent);
+  retry::Decision decision = count_return(d, id, true, cause == ReturnCause::recover, intent,
+                                          cause == ReturnCause::consumer_timeout);
   (void)decision;  // carried out at the next delivery (TrackerEntry::pending_*)
 }
 

@@ -46,6 +46,9 @@ class Guard final : public SessionObserver {
   void on_returns_done() override;
   void on_proxy_channel_frame(const amqp::Frame& frame) override;
   void on_queue_declare(const amqp::QueueDeclare& declare) override;
+  // The policy's ack_timeout (guard_timeout.cpp).
+  std::int64_t ack_timeout_ms(const Delivery& delivery) override;
+  void on_ack_timeout(const Delivery& delivery, std::int64_t held_ms) override;
 
  private:
   using DeliveryKey = std::pair<std::uint16_t, std::uint64_t>;  // channel, broker tag
@@ -79,18 +82,31 @@ class Guard final : public SessionObserver {
                        const amqp::BasicProperties& properties);
   // The broker's delivery limit on `queue` (retry::broker_delivery_limit), nullopt for none.
   std::optional<std::uint32_t> broker_limit(const retry::Policy& policy, const std::string& queue);
+  // Whether one return of a message that carries no x-delivery-count passes the broker's
+  // delivery limit on `queue` (a limit of 0).
+  bool first_return_passes_broker_limit(const retry::Policy& policy, const std::string& queue);
+  // Whether a first delivery (not redelivered, no count carried) keeps its body: whether its
+  // first return may need a copy, under `policy` and with the queue's `health` at its
+  // delivery (guard_body.cpp).
+  bool first_delivery_keeps_body(const Delivery& delivery, const retry::Policy& policy,
+                                 const retry::HealthChange& health);
+  // Whether a delivery that keeps no body must still have it hashed as it passes: whether its
+  // identity under `policy` may fall back to the body (guard_body.cpp).
+  static bool body_hash_needed(const Delivery& delivery, const retry::Policy& policy);
   // The copy of a withheld delivery that `intent` asks for; false if it cannot be built
   // (`why` then names the fallback cause).
   bool build_copy(const Delivery& delivery, Intent& intent, PublishRequest& request,
                   const char*& cause, const char*& detail);
   bool identify(const Delivery& delivery, Identified& out);
   // on_delivery's plan; `seen` is set to the message's hash when it may have been delivered
-  // before (for the queue's health). `now` is steady_ms().
+  // before (for the queue's health), `first` when it is a first delivery (not redelivered,
+  // no count carried, not a copy of nackguard's). `now` is steady_ms().
   DeliveryPlan plan_delivery(const Delivery& delivery, const retry::Policy& policy,
-                             std::int64_t now, std::optional<std::uint64_t>& seen);
+                             std::int64_t now, std::optional<std::uint64_t>& seen, bool& first);
   // Counts a return of `delivery` and decides; fills `intent` for delay and dead-letter.
+  // consumer_timeout: a crash return of the delivery whose ack timed out.
   retry::Decision count_return(const Delivery& delivery, const Identified& id, bool crash,
-                               bool recover, Intent& intent);
+                               bool recover, Intent& intent, bool consumer_timeout = false);
   void execute(const Delivery& delivery);
   void finish_job(std::uint64_t job, bool ok, const std::string& why);
   void give_back(const DeliveryKey& key, const Intent& intent, std::string_view cause,

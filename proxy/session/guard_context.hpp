@@ -47,6 +47,11 @@ class GuardListener {
   virtual void on_outage(std::string_view queue, bool started, double ratio) {
     (void)queue, (void)started, (void)ratio;
   }
+  // A consumer held a delivery unacked past its policy's ack_timeout: its channel is closed.
+  virtual void on_ack_timeout(std::string_view queue, std::string_view identity,
+                              std::int64_t held_ms) {
+    (void)queue, (void)identity, (void)held_ms;
+  }
   // Something an operator should know once, about a queue nackguard uses for `queue`: e.g. a
   // delay queue that exists with other arguments, used as it is.
   virtual void on_notice(std::string_view queue, std::string_view what) { (void)queue, (void)what; }

@@ -45,7 +45,10 @@ std::optional<std::string> from_source(const retry::IdentitySource& source,
       }
       return std::nullopt;
     case Kind::body: {
-      if (!delivery || !delivery->body_complete) return std::nullopt;
+      // An unknown hash (DeliveryPlan::hash_body) is no identity, never a shared one.
+      if (!delivery || !delivery->body_complete || !delivery->body_hash.known()) {
+        return std::nullopt;
+      }
       std::string route = original(p, kOriginalExchangeHeader, delivery->exchange);
       route.push_back('\0');
       route += original(p, kOriginalRoutingKeyHeader, delivery->routing_key);

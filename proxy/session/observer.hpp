@@ -54,6 +54,17 @@ class SessionObserver {
   virtual void on_returns_done() {}
   // The client declares a queue (not passively); the broker may still refuse it.
   virtual void on_queue_declare(const amqp::QueueDeclare& declare) { (void)declare; }
+  // How long the client may hold `delivery` unacked before the proxy closes its channel
+  // (the policy's ack_timeout), in milliseconds; 0: no limit.
+  virtual std::int64_t ack_timeout_ms(const Delivery& delivery) {
+    (void)delivery;
+    return 0;
+  }
+  // The proxy closes the client's channel: `delivery` was held unacked `held_ms`, past its
+  // ack_timeout. Its return (ReturnCause::consumer_timeout) follows at the channel's end.
+  virtual void on_ack_timeout(const Delivery& delivery, std::int64_t held_ms) {
+    (void)delivery, (void)held_ms;
+  }
   // A frame from the broker on the channel the proxy reserved for itself.
   virtual void on_proxy_channel_frame(const amqp::Frame& frame) { (void)frame; }
 };

@@ -180,18 +180,18 @@ void Session::return_all(ChannelState& ch, ReturnCause cause) {
   // A recover leaves the transaction's settlements alone: they are not among the unacked.
   if (cause != ReturnCause::recover) tx_return_all(ch, cause);
   for (const Delivery& d : ch.take_all()) {
-    if (!d.no_ack) returned(d, cause);
+    if (!d.no_ack) returned(d, end_cause(ch, d, cause));
   }
   if (!ch.held.empty()) --channels_with_held_;
   std::deque<ChannelState::HeldDelivery> held = std::move(ch.held);
   ch.held.clear();
   ch.exclusive_client_tag = 0;
   for (ChannelState::HeldDelivery& h : held) {
-    if (!h.delivery.no_ack) returned(h.delivery, cause);
+    if (!h.delivery.no_ack) returned(h.delivery, end_cause(ch, h.delivery, cause));
   }
   // A delivery cut off mid-body: the observer has seen it, and the broker requeues it.
   if (ch.incoming && !ch.incoming->header_payload.empty() && !ch.incoming->no_ack) {
-    returned(*ch.incoming, cause);
+    returned(*ch.incoming, end_cause(ch, *ch.incoming, cause));
   }
   ch.incoming.reset();
   observer_->on_returns_done();
@@ -303,6 +303,8 @@ void Session::on_tick(std::int64_t now_ms) {
       release_held(ch);
     }
   }
+  if (phase_ == Phase::open && proxy_close_ == ProxyClose::none) check_ack_timeouts(now_ms);
+  clock_ms_ = now_ms;
 }
 
 void Session::close_gracefully(std::uint16_t code, std::string text) {
@@ -353,7 +355,8 @@ void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
 bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
                               bool requeue) {
   auto it = channels_.find(channel);
-  if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none) {
+  if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none ||
+      it->second.ack_close.active) {
     return false;
   }
   Delivery* d = it->second.find_withheld(broker_tag);
@@ -404,7 +407,12 @@ void Session::handle_client_frame(const Frame& frame) {
                        " is above the negotiated channel_max");
     return;
   }
+  if (!stray_close_oks_.empty() && take_stray_close_ok(frame)) return;
   ChannelState& ch = channel_state(frame.channel);
+  if (ch.ack_close.active) {
+    client_frame_while_ack_close(ch, frame);
+    return;
+  }
   if (ch.tx.holds_commit()) {
     queue_behind_commit(ch, frame);
     return;
@@ -527,6 +535,10 @@ void Session::handle_broker_frame(const Frame& frame) {
     return;
   }
   ChannelState& ch = channel_state(frame.channel);
+  if (ch.ack_close.active) {
+    broker_frame_while_ack_close(ch, frame);
+    return;
+  }
   if (frame.frame_type() != FrameType::method) {
     handle_broker_content(ch, frame);
     return;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "proxy/amqp/frame.hpp"
+#include "proxy/amqp/methods.hpp"
 #include "proxy/session/channel.hpp"
 #include "proxy/session/observer.hpp"
 
@@ -171,6 +172,35 @@ class Session {
   // Handles the frames that waited behind a commit now written.
   void replay_behind_commits();
 
+  // Acknowledgement timeouts (session_timeout.cpp). The broker closes `ch` with `close`: if it
+  // is RabbitMQ's consumer_timeout, the oldest unacked delivery is the one that timed out.
+  void note_broker_channel_close(ChannelState& ch, const amqp::Frame& frame);
+  // Why `d` goes back to the broker when its channel ends for `cause`: the delivery whose ack
+  // timed out is a consumer_timeout return, the others are no consumer's doing (broker_lost).
+  static ReturnCause end_cause(const ChannelState& ch, const Delivery& d, ReturnCause cause);
+  // The policy's ack_timeout: closes, on both sides, each channel whose oldest unacked
+  // delivery was handed out longer ago than its timeout allows.
+  void check_ack_timeouts(std::int64_t now_ms);
+  void start_ack_close(std::uint16_t number, ChannelState& ch, const Delivery& d,
+                       std::int64_t held_ms, std::int64_t timeout_ms);
+  // A frame on a channel the proxy is closing (ChannelState::ack_close).
+  void client_frame_while_ack_close(ChannelState& ch, const amqp::Frame& frame);
+  void broker_frame_while_ack_close(ChannelState& ch, const amqp::Frame& frame);
+  void finish_ack_close(std::uint16_t number);
+  // A frame from `from` on a channel the proxy is closing: true if it ends that side's part,
+  // its close-ok or its own close (answered with a close-ok).
+  bool ends_close(Side from, const amqp::Frame& frame);
+  // A client close-ok on a channel of stray_close_oks_: dropped (true). Any other frame on it
+  // means none is coming.
+  bool take_stray_close_ok(const amqp::Frame& frame);
+  // Keeps a client frame for later in `queued`, its bytes counted against the body budget;
+  // past the budget the client's connection is closed (506), naming what it waited for.
+  void keep_client_frame(const amqp::Frame& frame, amqp::Bytes& queued,
+                         std::vector<std::shared_ptr<RetainedBody>>& reservations,
+                         std::string_view waiting_for);
+  // Handles client frames kept for later (behind a commit, or a close), in order.
+  void replay_client_frames(const amqp::Bytes& queued);
+
   ChannelState& channel_state(std::uint16_t number);
   // Every delivery the channel knows is given back to the broker: report each once.
   void return_all(ChannelState& ch, ReturnCause cause);
@@ -213,7 +243,13 @@ class Session {
   SessionStats stats_;
   std::vector<Delivery> settled_scratch_;  // settle_from_client's, reused
   std::vector<const Delivery*> forwarded_scratch_;
+  // basic.deliver is decoded into this one: its strings keep their buffers between deliveries.
+  amqp::BasicDeliver deliver_scratch_;
   bool tx_replay_pending_ = false;  // some channel's frames wait for replay_behind_commits
+  std::int64_t clock_ms_ = -1;      // on_tick's last reading; -1 before the first tick
+  // Channels on which the client closed while the proxy's ack-timeout close crossed it: the
+  // client's close-ok for the proxy's close is still to come, and is not forwarded.
+  std::vector<std::uint16_t> stray_close_oks_;
 };
 
 }  // namespace nackguard::session

@@ -1,4 +1,5 @@
-// Channel-level frames: consumers, deliveries, settlements and the delivery tag mapping.
+// Channel-level methods from both sides: consumers, settlements and the delivery tag mapping
+// (the deliveries themselves: session_deliveries.cpp).
 
 #include <limits>
 
@@ -15,38 +16,8 @@ namespace reply = amqp::reply;
 
 namespace {
 
-// Where the delivery tag sits in a deliver or get-ok method payload: after the class and
-// method ids, and for deliver after the consumer tag too.
-std::size_t delivery_tag_offset(std::uint32_t key, const std::string& consumer_tag) {
-  return 4 + (key == mid::basic_deliver ? 1 + consumer_tag.size() : 0);
-}
-
-void patch_u64(amqp::Bytes& bytes, std::size_t at, std::uint64_t value) {
-  for (int i = 0; i < 8; ++i) bytes[at + i] = static_cast<std::uint8_t>(value >> (56 - 8 * i));
-}
-
 // A tag the broker never issued, so a client's ack of an unknown tag still fails there.
 constexpr std::uint64_t kUnknownTagBit = std::uint64_t{1} << 63;
-
-// What buffering a delivery's frames costs: its method and header frames, its body, and the
-// overhead of body frames of at least the smallest frame_max. A hostile broker's body_size
-// near 2^64 saturates the sum instead of wrapping it to a small reservation; it is then
-// refused like any body too large for the budget, and the delivery is forwarded.
-std::uint64_t buffered_frames_cost(std::uint64_t method_and_header, std::uint64_t body_size) {
-  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
-  // At most 8 * (2^64 / 4096 + 1): no wrap.
-  std::uint64_t overhead = amqp::kFrameOverhead * (body_size / amqp::kFrameMinSize + 1);
-  if (body_size > kMax - overhead - method_and_header) return kMax;
-  return method_and_header + body_size + overhead;
-}
-
-// Whether the record of `d` fits within the body budget (no budget: always).
-bool admit_record(ChannelState& ch, const Delivery& d, BodyBudget* budget) {
-  ch.use_budget(budget);
-  if (!budget || budget->has_room(ChannelState::record_cost(d))) return true;
-  budget->note_untracked();
-  return false;
-}
 
 void append_settle(amqp::Bytes& out, std::uint16_t channel, SettleKind kind, std::uint64_t tag,
                    bool multiple, bool requeue) {
@@ -190,7 +161,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     if (kind == SettleKind::ack || !requeue) {
       // In a transaction the settlement is the broker's at the commit (session_tx.cpp).
       if (ch.tx.active) {
-        ch.tx.settled.push_back({d, kind, requeue});
+        ch.tx_settle(d, kind, requeue);
       } else {
         if (!ChannelState::is_slim(d)) observer_->on_settled(d, kind);
       }
@@ -205,7 +176,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
       // In a transaction the copy waits for the commit.
       (ch.tx.active ? ch.tx.takeovers : taken).push_back(d.broker_tag);
     } else {
-      if (ch.tx.active) ch.tx.settled.push_back({d, kind, requeue});
+      if (ch.tx.active) ch.tx_settle(d, kind, requeue);
       forwarded.push_back(&d);
     }
   }
@@ -260,10 +231,12 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     }
     if (!out.empty()) emit(Side::broker, out);
   }
-  // Kept for the next one unless a large multiple settlement grew them.
+  // Kept for the next one unless a large multiple settlement grew them; the deliveries'
+  // buffers serve the next deliveries.
   constexpr std::size_t kKeptCapacity = 256;
-  settled.clear();
   forwarded.clear();
+  for (Delivery& d : settled) ch.recycle(std::move(d));
+  settled.clear();
   if (settled.capacity() <= kKeptCapacity) settled_scratch_ = std::move(settled);
   if (forwarded.capacity() <= kKeptCapacity) forwarded_scratch_ = std::move(forwarded);
   if (gate_opened) release_held(ch);
@@ -277,19 +250,20 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
   };
   switch (key) {
     case mid::basic_deliver: {
-      amqp::BasicDeliver m;
+      // Decoded into buffers that served earlier deliveries: no allocation per delivery.
+      amqp::BasicDeliver& m = deliver_scratch_;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
         return malformed("basic.deliver");
-      Delivery d;
+      Delivery d = ch.fresh_delivery();
       if (const Consumer* consumer = ch.find_consumer(m.consumer_tag)) {
         d.queue = consumer->queue;
         d.no_ack = consumer->no_ack;
       }
-      d.consumer_tag = std::move(m.consumer_tag);
+      d.consumer_tag = m.consumer_tag;
       d.broker_tag = m.delivery_tag;
       d.redelivered = m.redelivered;
-      d.exchange = std::move(m.exchange);
-      d.routing_key = std::move(m.routing_key);
+      d.exchange = m.exchange;
+      d.routing_key = m.routing_key;
       begin_delivery(ch, frame, std::move(d));
       return;
     }
@@ -297,7 +271,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       amqp::BasicGetOk m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
         return malformed("basic.get-ok");
-      Delivery d;
+      Delivery d = ch.fresh_delivery();
       if (!ch.pending_gets.empty()) {
         d.queue = ch.pending_gets.front().queue;
         d.no_ack = ch.pending_gets.front().no_ack;
@@ -351,6 +325,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       ch.closing = true;
       drop_injections(frame.channel);
       tx_abandon(ch);  // the client's close-ok may wait behind a held commit
+      note_broker_channel_close(ch, frame);
       break;
     case mid::channel_close_ok:
       emit(Side::client, frame.raw);
@@ -361,260 +336,6 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       break;
   }
   emit(Side::client, frame.raw);
-}
-
-void Session::begin_delivery(ChannelState& ch, const Frame& frame, Delivery delivery) {
-  delivery.channel = frame.channel;
-  ch.note_broker_tag(delivery.broker_tag);
-  ch.incoming = std::move(delivery);
-  ch.incoming_method_frame.assign(frame.raw.begin(), frame.raw.end());
-  ch.incoming_route = ChannelState::Route::forward;
-  ch.incoming_untracked = false;
-  ch.from_broker.phase = ContentState::Phase::awaiting_header;
-}
-
-void Session::handle_broker_content(ChannelState& ch, const Frame& frame) {
-  ContentState& state = ch.from_broker;
-  bool is_header = frame.frame_type() == FrameType::header;
-  std::optional<std::uint64_t> size;
-  if (is_header) size = amqp::peek_body_size(frame.payload);
-  bool in_sequence = is_header ? state.phase == ContentState::Phase::awaiting_header && size
-                               : state.phase == ContentState::Phase::awaiting_body &&
-                                     frame.payload.size() <= state.remaining;
-  if (!in_sequence) {
-    protocol_error(Side::broker, reply::unexpected_frame,
-                   "UNEXPECTED_FRAME - nackguard got a content frame out of sequence on channel " +
-                       std::to_string(frame.channel));
-    return;
-  }
-  if (is_header) {
-    state.remaining = *size;
-    state.phase = *size == 0 ? ContentState::Phase::idle : ContentState::Phase::awaiting_body;
-  } else {
-    state.remaining -= frame.payload.size();
-    if (state.remaining == 0) state.phase = ContentState::Phase::idle;
-  }
-
-  if (ch.incoming) {
-    if (is_header) {
-      route_delivery_header(ch, frame);
-    } else {
-      route_delivery_body(ch, frame);
-    }
-    if (!state.in_progress()) complete_delivery(ch);
-  } else {
-    // basic.return content: passed through.
-    emit(Side::client, frame.raw);
-    ch.to_client = state;
-  }
-  if (!state.in_progress()) {
-    if (channels_with_held_ > 0) release_all_held();
-    flush_injections(Side::client);
-  }
-}
-
-void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
-  Delivery& d = *ch.incoming;
-  d.header_payload.assign(frame.payload.begin(), frame.payload.end());
-  d.body_size = amqp::peek_body_size(frame.payload).value_or(0);
-  if (!ch.hasher) ch.hasher = std::make_unique<BodyHasher>();
-  ch.hasher->reset();
-  if (!d.no_ack && !admit_record(ch, d, options_.body_budget)) {
-    // Past the body budget: handed out as it is, and the observer hears nothing of it, so
-    // its returns are not counted (a fallback). No record is kept, only a run of tags
-    // (ChannelState::note_untracked); past kMaxUntrackedRuns, a record of its tags alone.
-    ch.incoming_route = ChannelState::Route::forward;
-    emit_delivery(ch, d, ch.incoming_method_frame);
-    ch.incoming_method_frame.clear();
-    emit(Side::client, frame.raw);
-    ch.to_client = ch.from_broker;
-    ch.incoming_untracked = ch.note_untracked(d.client_tag, d.broker_tag);
-    ChannelState::make_slim(d);
-    return;
-  }
-
-  bool gated = !d.from_get && (ch.exclusive_client_tag != 0 || !ch.held.empty()) &&
-               !observer_->decide_before_holding(d);
-  DeliveryPlan plan;
-  if (gated) {
-    d.held = true;
-    plan.action = DeliveryPlan::Action::need_body;
-  } else {
-    plan = observer_->on_delivery(d);
-    d.cookie = plan.cookie;
-  }
-  if (plan.action == DeliveryPlan::Action::need_body) {
-    std::uint64_t frames_size =
-        buffered_frames_cost(ch.incoming_method_frame.size() + frame.raw.size(), d.body_size);
-    ch.incoming_buffer_reservation = RetainedBody::make(options_.body_budget, frames_size);
-    if (ch.incoming_buffer_reservation) {
-      ch.incoming_route = ChannelState::Route::buffer;
-      ch.incoming_frames = std::move(ch.incoming_method_frame);
-      ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
-      return;
-    }
-    // Over the memory budget: hand it out now rather than hold it.
-    d.held = false;
-    if (gated) {
-      plan = observer_->on_delivery(d);
-      d.cookie = plan.cookie;
-    }
-    if (plan.action == DeliveryPlan::Action::need_body) plan = DeliveryPlan{};
-  }
-  if (plan.retain_body) {
-    d.body = RetainedBody::make(options_.body_budget, d.body_size);
-    // Within the budget just reserved; without a budget the size is the broker's word only.
-    if (d.body && options_.body_budget) d.body->bytes.reserve(d.body_size);
-  }
-  if (plan.action == DeliveryPlan::Action::withhold) {
-    ch.incoming_route = ChannelState::Route::withhold;
-    ch.note_owned();
-    ch.incoming_method_frame.clear();  // its capacity serves the next delivery
-    return;
-  }
-  ch.incoming_route = ChannelState::Route::forward;
-  d.exclusive = plan.exclusive && !d.no_ack;
-  emit_delivery(ch, d, ch.incoming_method_frame);
-  ch.incoming_method_frame.clear();  // its capacity serves the next delivery
-  emit(Side::client, frame.raw);
-  ch.to_client = ch.from_broker;
-}
-
-void Session::route_delivery_body(ChannelState& ch, const Frame& frame) {
-  Delivery& d = *ch.incoming;
-  // A retained body is hashed from the retained bytes, if ever asked (BodyHash).
-  if (!d.body) ch.hasher->update(frame.payload);
-  switch (ch.incoming_route) {
-    case ChannelState::Route::forward:
-      emit(Side::client, frame.raw);
-      ch.to_client = ch.from_broker;
-      break;
-    case ChannelState::Route::withhold:
-      break;
-    case ChannelState::Route::buffer:
-      ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
-      return;
-  }
-  if (d.body) d.body->bytes.insert(d.body->bytes.end(), frame.payload.begin(), frame.payload.end());
-}
-
-void Session::complete_delivery(ChannelState& ch) {
-  Delivery d = std::move(*ch.incoming);
-  ch.incoming.reset();
-  if (d.body && d.body->bytes.size() == d.body_size) {
-    d.body_hash.defer_to(d.body);
-  } else {
-    d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
-  }
-  d.body_complete = true;
-  switch (ch.incoming_route) {
-    case ChannelState::Route::forward:
-      if (!d.no_ack && !ch.incoming_untracked) ch.add_unacked(std::move(d));
-      ch.incoming_untracked = false;
-      break;
-    case ChannelState::Route::withhold: {
-      std::uint64_t tag = d.broker_tag;
-      ch.add_withheld(std::move(d));
-      if (const Delivery* owned = ch.find_withheld(tag)) observer_->on_withheld(*owned);
-      break;
-    }
-    case ChannelState::Route::buffer: {
-      amqp::Bytes frames = std::move(ch.incoming_frames);
-      ch.incoming_frames.clear();
-      auto reservation = std::move(ch.incoming_buffer_reservation);
-      if (d.held) {
-        if (ch.held.empty()) ++channels_with_held_;
-        ch.note_owned();
-        ch.held.push_back({std::move(d), std::move(frames), std::move(reservation)});
-        return;
-      }
-      DeliveryPlan plan = observer_->on_delivery(d);
-      d.cookie = plan.cookie;
-      dispatch_buffered(ch, std::move(d), std::move(frames), plan);
-      break;
-    }
-  }
-}
-
-void Session::emit_delivery(ChannelState& ch, Delivery& d, amqp::Bytes& method_frame) {
-  d.client_tag = ch.next_client_tag();
-  if (d.client_tag != d.broker_tag) {
-    ch.note_owned();
-    ByteView payload = ByteView(method_frame).subspan(amqp::kFrameHeaderSize);
-    std::size_t at =
-        amqp::kFrameHeaderSize +
-        delivery_tag_offset(amqp::peek_method_key(payload).value_or(0), d.consumer_tag);
-    patch_u64(method_frame, at, d.client_tag);
-  }
-  if (d.exclusive) ch.exclusive_client_tag = d.client_tag;
-  ch.note_handed_out(d.client_tag, d.broker_tag);
-  emit(Side::client, method_frame);
-}
-
-namespace {
-// The method frame at the front of buffered frames, and the body bytes after the header.
-struct BufferedParts {
-  std::size_t method_size = 0;
-  amqp::Bytes body;
-};
-BufferedParts split_buffered(const amqp::Bytes& frames, bool want_body) {
-  BufferedParts parts;
-  amqp::FrameDecoder decoder(std::numeric_limits<std::uint32_t>::max());
-  std::size_t at = 0;
-  int index = 0;
-  while (at < frames.size()) {
-    amqp::FrameResult r = decoder.decode(ByteView(frames).subspan(at));
-    if (r.status != amqp::FrameResult::Status::frame) break;
-    if (index == 0) parts.method_size = r.frame.raw.size();
-    if (index >= 2 && want_body) {
-      parts.body.insert(parts.body.end(), r.frame.payload.begin(), r.frame.payload.end());
-    }
-    at += r.frame.raw.size();
-    ++index;
-  }
-  return parts;
-}
-}  // namespace
-
-void Session::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes frames,
-                                DeliveryPlan plan) {
-  if (plan.action == DeliveryPlan::Action::need_body) plan.action = DeliveryPlan::Action::forward;
-  d.held = false;
-  BufferedParts parts = split_buffered(frames, plan.retain_body);
-  if (plan.retain_body) {
-    d.body = RetainedBody::make(options_.body_budget, parts.body.size());
-    if (d.body) d.body->bytes = std::move(parts.body);
-  }
-  if (plan.action == DeliveryPlan::Action::withhold) {
-    std::uint64_t tag = d.broker_tag;
-    ch.add_withheld(std::move(d));
-    if (const Delivery* owned = ch.find_withheld(tag)) observer_->on_withheld(*owned);
-    return;
-  }
-  d.exclusive = plan.exclusive && !d.no_ack;
-  amqp::Bytes method(frames.begin(),
-                     frames.begin() + static_cast<std::ptrdiff_t>(parts.method_size));
-  emit_delivery(ch, d, method);
-  emit(Side::client, ByteView(frames).subspan(parts.method_size));
-  if (!d.no_ack) ch.add_unacked(std::move(d));
-}
-
-void Session::release_held(ChannelState& ch) {
-  if (content_in_progress(Side::client)) return;  // retried at the next frame boundary
-  while (!ch.held.empty() && ch.exclusive_client_tag == 0) {
-    ChannelState::HeldDelivery h = std::move(ch.held.front());
-    ch.held.pop_front();
-    if (ch.held.empty()) --channels_with_held_;
-    DeliveryPlan plan = observer_->on_delivery(h.delivery);
-    h.delivery.cookie = plan.cookie;
-    dispatch_buffered(ch, std::move(h.delivery), std::move(h.frames), plan);
-  }
-}
-
-void Session::release_all_held() {
-  for (auto& [number, ch] : channels_) {
-    if (!ch.held.empty() && ch.exclusive_client_tag == 0) release_held(ch);
-  }
 }
 
 }  // namespace nackguard::session

@@ -21,8 +21,7 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
   }
   if (key == tx_mid::rollback) {
     // RabbitMQ puts every delivery settled in the transaction back among the unacked.
-    for (ChannelTx::Settled& s : tx.settled) ch.add_unacked(std::move(s.delivery));
-    tx.settled.clear();
+    for (ChannelTx::Settled& s : ch.tx_take_settled()) ch.add_unacked(std::move(s.delivery));
     for (std::uint64_t broker_tag : tx.takeovers) {
       std::optional<Delivery> d = ch.take_withheld(broker_tag);
       if (!d) continue;  // given back meanwhile (a recover)
@@ -47,13 +46,12 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
     emit(Side::broker, frame.raw);
     return;
   }
-  for (const ChannelTx::Settled& s : tx.settled) {
+  for (const ChannelTx::Settled& s : ch.tx_take_settled()) {
     // A slim record (kept past the budget) was never shown to the observer.
     if ((s.kind == SettleKind::ack || !s.requeue) && !ChannelState::is_slim(s.delivery)) {
       observer_->on_settled(s.delivery, s.kind);
     }
   }
-  tx.settled.clear();
   std::vector<std::uint64_t> takeovers = std::move(tx.takeovers);
   tx.takeovers.clear();
   if (takeovers.empty()) {
@@ -76,17 +74,23 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
 }
 
 void Session::queue_behind_commit(ChannelState& ch, const Frame& frame) {
-  ChannelTx& tx = ch.tx;
+  keep_client_frame(frame, ch.tx.queued, ch.tx.queued_reservations,
+                    "its tx.commit waited for the broker's confirms");
+}
+
+void Session::keep_client_frame(const Frame& frame, amqp::Bytes& queued,
+                                std::vector<std::shared_ptr<RetainedBody>>& reservations,
+                                std::string_view waiting_for) {
   auto reservation = RetainedBody::make(options_.body_budget, frame.raw.size());
   if (!reservation) {
     protocol_error(Side::client, reply::resource_error,
                    "RESOURCE_ERROR - nackguard: channel " + std::to_string(frame.channel) +
-                       " sent more than limits.retained_body_bytes allows while its tx.commit "
-                       "waited for the broker's confirms");
+                       " sent more than limits.retained_body_bytes allows while " +
+                       std::string(waiting_for));
     return;
   }
-  tx.queued.insert(tx.queued.end(), frame.raw.begin(), frame.raw.end());
-  tx.queued_reservations.push_back(std::move(reservation));
+  queued.insert(queued.end(), frame.raw.begin(), frame.raw.end());
+  reservations.push_back(std::move(reservation));
 }
 
 void Session::tx_settlement_queued(ChannelState& ch, std::uint16_t channel,
@@ -127,12 +131,11 @@ void Session::tx_return_all(ChannelState& ch, ReturnCause cause) {
   ChannelTx& tx = ch.tx;
   // Settlements the broker had not committed: it requeues those deliveries. A requeue it was
   // given is counted already (at the client's nack or reject).
-  for (const ChannelTx::Settled& s : tx.settled) {
+  for (const ChannelTx::Settled& s : ch.tx_take_settled()) {
     if ((s.kind == SettleKind::ack || !s.requeue) && !s.delivery.no_ack) {
-      returned(s.delivery, cause);
+      returned(s.delivery, end_cause(ch, s.delivery, cause));
     }
   }
-  tx.settled.clear();
   tx.takeovers.clear();  // withheld: reported with the channel's other withheld deliveries
 }
 
@@ -153,17 +156,21 @@ void Session::replay_behind_commits() {
       auto reservations = std::move(tx.queued_reservations);
       tx.queued_reservations.clear();
       tx.replay_pending = false;
-      amqp::FrameDecoder decoder(std::numeric_limits<std::uint32_t>::max());
-      std::size_t at = 0;
-      while (at < queued.size() && phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
-             !io(Side::client).input_closed) {
-        amqp::FrameResult r = decoder.decode(amqp::ByteView(queued).subspan(at));
-        if (r.status != amqp::FrameResult::Status::frame) break;
-        at += r.frame.raw.size();
-        // A commit met on the way is held again; the frames after it queue behind it.
-        handle_client_frame(r.frame);
-      }
+      // A commit met on the way is held again; the frames after it queue behind it.
+      replay_client_frames(queued);
     }
+  }
+}
+
+void Session::replay_client_frames(const amqp::Bytes& queued) {
+  amqp::FrameDecoder decoder(std::numeric_limits<std::uint32_t>::max());
+  std::size_t at = 0;
+  while (at < queued.size() && phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
+         !io(Side::client).input_closed) {
+    amqp::FrameResult r = decoder.decode(amqp::ByteView(queued).subspan(at));
+    if (r.status != amqp::FrameResult::Status::frame) break;
+    at += r.frame.raw.size();
+    handle_client_frame(r.frame);
   }
 }
 

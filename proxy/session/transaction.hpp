@@ -44,6 +44,7 @@ struct ChannelTx {
     Delivery delivery;
     SettleKind kind = SettleKind::ack;
     bool requeue = false;
+    std::uint64_t cost = 0;  // charged to the channel's records (ChannelState::tx_settle)
   };
   std::vector<Settled> settled;
   // Broker tags of the client's requeues taken over in the open transaction: withheld, their

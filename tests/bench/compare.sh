@@ -3,17 +3,19 @@
 #   direct     the RabbitMQ broker itself
 #   nackguard  build/nackguard in front of it (a policy with limits so high nothing is
 #              dead-lettered or delayed)
+#   candidate  with --candidate BIN, another nackguard binary with the same configuration (a
+#              build to compare with, e.g. another backend or the code before a change)
 #   haproxy    Debian's haproxy in mode tcp in front of it (a plain TCP relay: the floor a
 #              proxy that forwards bytes can reach)
 #
 #   tests/bench/compare.sh [--build-dir DIR] [--broker-port PORT] [--rounds N] [--scale F]
 #                          [--only LIST] [--proxy-threads N] [--soak SECONDS] [--nice N]
-#                          [--smoke]
+#                          [--candidate BIN] [--candidate-threads N] [--perf] [--smoke]
 #
 #   --build-dir DIR     holds nackguard and nackguard-bench (default: build)
 #   --broker-port PORT  use the broker already listening on 127.0.0.1:PORT; otherwise a private
 #                       node is started (tests/rabbitmq-node.sh: nackguard-bench@localhost,
-#                       AMQP 44672, dist 44673, epmd 44369, in DIR/bench-rabbitmq) and stopped
+#                       AMQP 29672, dist 29673, epmd 29369, in DIR/bench-rabbitmq) and stopped
 #   --rounds N          rounds per scenario, each running every target once (default 3)
 #   --scale F           multiplies every scenario's message count (e.g. 0.5)
 #   --only LIST         comma-separated scenarios among 1k 64k 1m 1k-100conn 1k-nack10 latency,
@@ -24,11 +26,21 @@
 #   --nice N            run the broker (every thread, when its pid is known), both proxies
 #                       and the load generator at this niceness, e.g. -20 (root) to shield
 #                       them from other work on a shared machine
+#   --candidate BIN     a fourth target, in every round: BIN run as nackguard is, on 31683
+#                       (metrics 31684)
+#   --candidate-threads N  the candidate's `threads` (default: --proxy-threads); with
+#                       --candidate DIR/nackguard, compares thread counts of one binary
+#   --perf              count each proxy's system calls, context switches, page faults and
+#                       malloc calls
+#                       during each run with perf stat (tracepoints raw_syscalls:sys_enter,
+#                       context-switches, page-faults and a uprobe on libc's malloc that it adds if
+#                       missing), into DIR/bench-compare/perf.jsonl: per message in the summary
 #   --smoke             tiny sizes, one round: exits non-zero if a target fails to move every
 #                       message (registered with CTest, label bench)
 #
 # Every run's JSON line goes to DIR/bench-compare/results.jsonl, its table to run.log there.
-# Ports on 127.0.0.1: nackguard 31680 (metrics 31681), haproxy 31682: below Linux's ephemeral
+# Ports on 127.0.0.1: nackguard 31680 (metrics 31681), haproxy 31682, the candidate 31683
+# (metrics 31684): below Linux's ephemeral
 # range (32768-60999), so that no outgoing connection of another program holds them.
 set -euo pipefail
 
@@ -47,6 +59,11 @@ niceness=
 nackguard_port=31680
 metrics_port=31681
 haproxy_port=31682
+candidate_bin=
+candidate_threads=
+perf=0
+candidate_port=31683
+candidate_metrics_port=31684
 
 die() { echo "compare.sh: $*" >&2; exit 2; }
 while (($#)); do
@@ -59,6 +76,9 @@ while (($#)); do
     --proxy-threads) proxy_threads=${2:?}; shift 2 ;;
     --soak) soak=${2:?}; shift 2 ;;
     --nice) niceness=${2:?}; shift 2 ;;
+    --candidate) candidate_bin=${2:?}; shift 2 ;;
+    --candidate-threads) candidate_threads=${2:?}; shift 2 ;;
+    --perf) perf=1; shift ;;
     --smoke) smoke=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
@@ -66,6 +86,8 @@ while (($#)); do
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive whole number"
 [[ $proxy_threads =~ ^[1-9][0-9]*$ ]] || die "--proxy-threads must be a positive whole number"
+[[ -z $candidate_threads || $candidate_threads =~ ^[1-9][0-9]*$ ]] ||
+  die "--candidate-threads must be a positive whole number"
 [[ $soak =~ ^[0-9]+$ ]] || die "--soak takes whole seconds"
 [[ -z $broker_port || $broker_port =~ ^[0-9]+$ ]] || die "--broker-port must be a port number"
 [[ -z $niceness || $niceness =~ ^-?[0-9]+$ ]] || die "--nice takes a whole number"
@@ -75,6 +97,7 @@ mkdir -p "$build_dir"
 build_dir=$(cd "$build_dir" && pwd)
 nackguard_bin=$build_dir/nackguard
 bench_bin=$build_dir/nackguard-bench
+[[ -z $candidate_bin || -x $candidate_bin ]] || die "--candidate $candidate_bin: not an executable"
 for bin in "$nackguard_bin" "$bench_bin"; do
   [[ -x $bin ]] || die "$bin not found: cmake --build $build_dir --target nackguard nackguard-bench"
 done
@@ -87,6 +110,7 @@ exec 9>"$work/.lock"
 flock -n 9 || die "another compare.sh is running on $build_dir"
 results=$work/results.jsonl
 run_log=$work/run.log
+perf_results=$work/perf.jsonl
 : >"$results"
 : >"$run_log"
 
@@ -107,21 +131,20 @@ wait_port() {
 
 # ---- what this script started, stopped on exit ----
 node_dir=$build_dir/bench-rabbitmq
-node_env=(NACKGUARD_TEST_NODE=nackguard-bench@localhost NACKGUARD_TEST_BROKER_PORT=44672
-  NACKGUARD_TEST_DIST_PORT=44673 NACKGUARD_TEST_EPMD_PORT=44369)
+node_env=(NACKGUARD_TEST_NODE=nackguard-bench@localhost NACKGUARD_TEST_BROKER_PORT=29672
+  NACKGUARD_TEST_DIST_PORT=29673 NACKGUARD_TEST_EPMD_PORT=29369)
 node_started=0
 nackguard_pid=
 haproxy_pid=
+candidate_pid=
 cleanup() {
-  local status=$?
-  if [[ -n $nackguard_pid ]] && kill -0 "$nackguard_pid" 2>/dev/null; then
-    kill -TERM "$nackguard_pid" 2>/dev/null || true
-    wait "$nackguard_pid" 2>/dev/null || true
-  fi
-  if [[ -n $haproxy_pid ]] && kill -0 "$haproxy_pid" 2>/dev/null; then
-    kill -TERM "$haproxy_pid" 2>/dev/null || true
-    wait "$haproxy_pid" 2>/dev/null || true
-  fi
+  local status=$? pid
+  for pid in "$nackguard_pid" "$haproxy_pid" "$candidate_pid"; do
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
   if ((node_started)); then
     env "${node_env[@]}" tests/rabbitmq-node.sh stop "$node_dir" >"$work/rabbitmq-stop.log" 2>&1 ||
       say "stopping the RabbitMQ node failed; see $work/rabbitmq-stop.log"
@@ -135,7 +158,7 @@ trap 'exit 143' TERM
 # ---- the broker ----
 broker_pid=
 if [[ -z $broker_port ]]; then
-  broker_port=44672
+  broker_port=29672
   if ! env "${node_env[@]}" tests/rabbitmq-node.sh status "$node_dir" >/dev/null 2>&1; then
     say "starting a private RabbitMQ node in $node_dir"
     node_started=1
@@ -151,7 +174,8 @@ if [[ -z $broker_port ]]; then
 fi
 port_answers "$broker_port" || die "nothing listens on 127.0.0.1:$broker_port"
 
-for port in "$nackguard_port" "$metrics_port" "$haproxy_port"; do
+for port in "$nackguard_port" "$metrics_port" "$haproxy_port" "$candidate_port" \
+  "$candidate_metrics_port"; do
   if port_answers "$port"; then
     die "127.0.0.1:$port is in use (another compare.sh, or something else)"
   fi
@@ -195,6 +219,14 @@ start_listener() { # name port log command...
 start_listener nackguard "$nackguard_port" "$work/nackguard.log" \
   "$nackguard_bin" --config "$work/nackguard.yaml"
 nackguard_pid=$started_pid
+if [[ -n $candidate_bin ]]; then
+  sed "s/port: $nackguard_port}/port: $candidate_port}/; s/port: $metrics_port}/port: $candidate_metrics_port}/
+    s/^threads: .*/threads: ${candidate_threads:-$proxy_threads}/" \
+    "$work/nackguard.yaml" >"$work/candidate.yaml"
+  start_listener candidate "$candidate_port" "$work/candidate.log" \
+    "$candidate_bin" --config "$work/candidate.yaml"
+  candidate_pid=$started_pid
+fi
 
 # ---- haproxy, mode tcp, its own config, in the foreground (-db) ----
 cat >"$work/haproxy.cfg" <<EOF
@@ -225,7 +257,8 @@ renice_all() { # pid...
 }
 nice_cmd=()
 if [[ -n $niceness ]]; then
-  renice_all "$nackguard_pid" "$haproxy_pid" ${broker_pid:+"$broker_pid"}
+  renice_all "$nackguard_pid" "$haproxy_pid" ${candidate_pid:+"$candidate_pid"} \
+    ${broker_pid:+"$broker_pid"}
   nice_cmd=(nice -n "$niceness")
   say "niceness $niceness for the broker${broker_pid:+ (pid $broker_pid)}, both proxies and" \
     "the load generator"
@@ -246,16 +279,19 @@ scenarios=(
   "latency|50000|1000|--size 1024 --mode concurrent --rate 5000"
 )
 targets=(direct nackguard haproxy)
+[[ -n $candidate_bin ]] && targets+=(candidate)
 target_port() {
   case "$1" in
     direct) echo "$broker_port" ;;
     nackguard) echo "$nackguard_port" ;;
+    candidate) echo "$candidate_port" ;;
     haproxy) echo "$haproxy_port" ;;
   esac
 }
 target_pid() {
   case "$1" in
     nackguard) echo "$nackguard_pid" ;;
+    candidate) echo "$candidate_pid" ;;
     haproxy) echo "$haproxy_pid" ;;
   esac
 }
@@ -265,6 +301,18 @@ selected() {
   [[ ,$only, == *,$1,* ]]
 }
 
+perf_events=raw_syscalls:sys_enter,context-switches,page-faults
+if ((perf)); then
+  command -v perf >/dev/null || die "--perf needs perf (Debian's linux-perf)"
+  libc=$(ldconfig -p | awk '/libc\.so\.6 .*x86-64/ {print $NF; exit}')
+  # (not `perf list | grep -q`: under pipefail, perf's SIGPIPE fails the test)
+  if [[ $(perf list 2>/dev/null) != *probe_libc:malloc* ]]; then
+    perf probe -q -x "$libc" --add malloc 2>/dev/null || say "no uprobe on malloc: mallocs not counted"
+  fi
+  [[ $(perf list 2>/dev/null) == *probe_libc:malloc* ]] && perf_events+=,probe_libc:malloc
+  : >"$perf_results"
+fi
+
 failures=0
 run_one() { # scenario target messages args...
   local scenario=$1 target=$2 messages=$3
@@ -273,10 +321,26 @@ run_one() { # scenario target messages args...
   pid=$(target_pid "$target")
   [[ -n $pid ]] && pids+=(--pid "$pid")
   [[ -n $broker_pid ]] && pids+=(--pid "$broker_pid")
-  local out
+  local out perf_pid=
+  if ((perf)) && [[ -n $pid ]]; then
+    perf stat -x, -e "$perf_events" -p "$pid" -o "$work/perf.txt" 9>&- &
+    perf_pid=$!
+    sleep 0.2 # perf attaches before the load starts
+  fi
   status=0
   out=$("${nice_cmd[@]}" "$bench_bin" --port "$(target_port "$target")" --messages "$messages" \
     --label "$scenario:$target" "${pids[@]}" "$@" 9>&- 2>&1) || status=$?
+  if [[ -n $perf_pid ]]; then
+    kill -INT "$perf_pid" 2>/dev/null || true
+    wait "$perf_pid" 2>/dev/null || true
+    # perf's CSV: count,unit,event,...; one JSON line per run.
+    awk -F, -v label="$scenario:$target" -v n="$messages" '
+      $3 != "" && $1 ~ /^[0-9]+$/ { c[$3] = $1 }
+      END { printf "{\"label\": \"%s\", \"messages\": %d, \"syscalls\": %d, \"context_switches\": %d, \"page_faults\": %d, \"mallocs\": %s}\n",
+              label, n, c["raw_syscalls:sys_enter"], c["context-switches"], c["page-faults"],
+              ("probe_libc:malloc" in c) ? c["probe_libc:malloc"] : "null" }' \
+      "$work/perf.txt" >>"$perf_results"
+  fi
   printf '%s\n' "$out" >>"$run_log"
   grep '^{' <<<"$out" >>"$results" || true
   if ((status != 0)); then
@@ -329,6 +393,7 @@ if ((soak > 0)); then
 fi
 
 summary_args=(--idle-rss-kb "$idle_rss_kb")
+((perf)) && summary_args+=(--perf "$perf_results")
 ((soak > 0)) && summary_args+=(--soak "$soak_file")
 python3 tests/bench/summarize.py "$results" "${summary_args[@]}" | tee "$work/summary.md"
 if ((failures > 0)); then

@@ -16,22 +16,26 @@ import statistics
 import sys
 from collections import defaultdict
 
-TARGETS = ["direct", "nackguard", "haproxy"]
+TARGETS = ["direct", "nackguard", "haproxy", "candidate"]
+
+
+def json_lines(path):
+    """The JSON objects of a file, one per line; other lines are skipped."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                yield json.loads(line)
 
 
 def load(path):
     runs = defaultdict(lambda: defaultdict(list))  # scenario -> target -> [run]
     order = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            run = json.loads(line)
-            scenario, _, target = run["label"].partition(":")
-            if scenario not in order:
-                order.append(scenario)
-            runs[scenario][target].append(run)
+    for run in json_lines(path):
+        scenario, _, target = run["label"].partition(":")
+        if scenario not in order:
+            order.append(scenario)
+        runs[scenario][target].append(run)
     return order, runs
 
 
@@ -159,11 +163,40 @@ def memory_lines(order, runs, idle_rss_kb, soak_path):
                   ", ".join(f"{w}: {kb / 1024:.1f}" for w, kb in samples))
 
 
+def perf_table(path):
+    """Per message, medians over the runs of compare.sh --perf (both directions counted)."""
+    rows = {}
+    order = []
+    for r in json_lines(path):
+        key = tuple(r["label"].split(":", 1))
+        if key not in rows:
+            rows[key] = []
+            order.append(key)
+        rows[key].append(r)
+    if not rows:
+        return
+    print()
+    print("Per message, in the proxy (perf stat, medians of the runs):")
+    print()
+    print("| scenario | target | system calls | context switches | page faults | malloc calls"
+          " | runs |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for scenario, target in order:
+        rs = rows[(scenario, target)]
+        def per(key):
+            values = [r[key] / r["messages"] for r in rs if r.get(key) is not None]
+            return median(values) if values else None
+        print(f"| {scenario} | {target} | {fmt(per('syscalls'), 2)} "
+              f"| {fmt(per('context_switches'), 3)} | {fmt(per('page_faults'), 3)} "
+              f"| {fmt(per('mallocs'), 2)} | {len(rs)} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results")
     parser.add_argument("--idle-rss-kb", type=int, default=0)
     parser.add_argument("--soak")
+    parser.add_argument("--perf", help="perf.jsonl of compare.sh --perf")
     args = parser.parse_args()
     order, runs = load(args.results)
     if not order:
@@ -172,6 +205,8 @@ def main():
     throughput_table(order, runs)
     latency_table(order, runs)
     memory_lines(order, runs, args.idle_rss_kb, args.soak)
+    if args.perf:
+        perf_table(args.perf)
     failed = [r["label"] + ": " + r["error"]
               for s in order for rs in runs[s].values() for r in rs if not r["ok"]]
     if failed:

@@ -22,7 +22,7 @@ TEST(LoadConfig, ShippedFileGivesTheDocumentedValues) {
   EXPECT_EQ(config.upstream.host, "127.0.0.1");
   EXPECT_EQ(config.upstream.port, 5672);
   EXPECT_EQ(config.upstream_connect_timeout, milliseconds(5000));
-  EXPECT_EQ(config.threads, 2u);
+  EXPECT_EQ(config.threads, 1u);
   EXPECT_EQ(config.policies_dir, (kSourceDir / "policies").lexically_normal());
   EXPECT_EQ(config.metrics.host, "127.0.0.1");
   EXPECT_EQ(config.metrics.port, 9464);
@@ -59,7 +59,7 @@ TEST(LoadConfig, EmptyFileMeansAllDefaults) {
   EXPECT_EQ(config.upstream.host, "127.0.0.1");
   EXPECT_EQ(config.upstream.port, 5672);
   EXPECT_EQ(config.upstream_connect_timeout, milliseconds(5000));
-  EXPECT_EQ(config.threads, default_thread_count());
+  EXPECT_EQ(config.threads, 1u);
   EXPECT_EQ(config.policies_dir, tree.root() / "policies");
   EXPECT_EQ(config.metrics.host, "127.0.0.1");
   EXPECT_EQ(config.metrics.port, 9464);
@@ -196,11 +196,6 @@ TEST(Describe, ListsEveryKeyOncePerLine) {
                                "tracker.max_entries: 100000\n"
                                "tracker.idle_ttl: 24h\n";
   EXPECT_EQ(describe(load_config(file)), expected);
-}
-
-TEST(DefaultThreadCount, IsWithinTheAllowedRange) {
-  EXPECT_GE(default_thread_count(), 1u);
-  EXPECT_LE(default_thread_count(), 256u);
 }
 
 }  // namespace

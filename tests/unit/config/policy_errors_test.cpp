@@ -143,10 +143,12 @@ TEST_F(PolicyErrors, SecondDocumentIsRefused) {
 }
 
 TEST_F(PolicyErrors, TopLevelMustBeAMap) {
-  EXPECT_EQ(error_for("- queue: a\n"),
-            "p.yaml:1:1: expected a map of settings (queue, max_redeliveries, identity, requeue, "
-            "backoff, rate, dead_letter, broker_delivery_limit, queue_type) at the top level of "
-            "the file, got a list");
+  EXPECT_EQ(
+      error_for("- queue: a\n"),
+      "p.yaml:1:1: expected a map of settings (queue, max_redeliveries, identity, requeue, "
+      "backoff, rate, dead_letter, broker_delivery_limit, queue_type, ack_timeout) at the top "
+      "level of "
+      "the file, got a list");
 }
 
 TEST_F(PolicyErrors, SectionGivenAScalar) {
@@ -162,11 +164,11 @@ TEST_F(PolicyErrors, UnknownKeys) {
   EXPECT_EQ(error_for("queue: q\nmax_redelivery: 3\n"),
             "p.yaml:2:1: unknown key \"max_redelivery\" (did you mean \"max_redeliveries\"?); "
             "valid keys here: queue, max_redeliveries, identity, requeue, backoff, rate, "
-            "dead_letter, broker_delivery_limit, queue_type");
+            "dead_letter, broker_delivery_limit, queue_type, ack_timeout");
   EXPECT_EQ(error_for("queu: q\n"),
             "p.yaml:1:1: unknown key \"queu\" (did you mean \"queue\"?); valid keys here: queue, "
             "max_redeliveries, identity, requeue, backoff, rate, dead_letter, "
-            "broker_delivery_limit, queue_type");
+            "broker_delivery_limit, queue_type, ack_timeout");
   EXPECT_EQ(error_for("queue: q\nbackoff:\n  inital: 1s\n"),
             "p.yaml:3:3: unknown key \"backoff.inital\" (did you mean \"initial\"?); valid keys "
             "here: initial, multiplier, max, jitter");
@@ -178,7 +180,8 @@ TEST_F(PolicyErrors, UnknownKeys) {
             "valid keys here: via, exchange, routing_key");
   EXPECT_EQ(error_for("queue: q\ndelay: 5s\n"),
             "p.yaml:2:1: unknown key \"delay\"; valid keys here: queue, max_redeliveries, "
-            "identity, requeue, backoff, rate, dead_letter, broker_delivery_limit, queue_type");
+            "identity, requeue, backoff, rate, dead_letter, broker_delivery_limit, queue_type, "
+            "ack_timeout");
 }
 
 TEST_F(PolicyErrors, DuplicateKey) {

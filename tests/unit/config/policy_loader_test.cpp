@@ -336,6 +336,17 @@ TEST_F(PolicyFiles, MaxOutageIsADuration) {
   EXPECT_THROW(load_policies(dir()), ConfigError);
 }
 
+TEST_F(PolicyFiles, AckTimeoutIsADurationOrOff) {
+  write("q.yaml", "queue: q\nack_timeout: 10m\n");
+  EXPECT_EQ(load_policies(dir()).policies().at(0).ack_timeout, std::chrono::minutes(10));
+  write("q.yaml", "queue: q\nack_timeout: off\n");
+  EXPECT_EQ(load_policies(dir()).policies().at(0).ack_timeout.count(), 0);
+  write("q.yaml", "queue: q\n");
+  EXPECT_EQ(load_policies(dir()).policies().at(0).ack_timeout.count(), 0);
+  write("q.yaml", "queue: q\nack_timeout: 500ms\n");  // below the once-a-second check
+  EXPECT_THROW(load_policies(dir()), ConfigError);
+}
+
 TEST(DescribePolicies, BuiltInDefaultAlone) {
   const std::string text = describe_policies(retry::PolicySet());
   EXPECT_TRUE(testing::starts_with(text, "built-in default:\n  ")) << text;

@@ -97,6 +97,7 @@ nackguard_requeues_total{queue="orders",action="republished"} 0
 nackguard_dead_letters_total{queue="orders",reason="max_redeliveries"} 1
 nackguard_dead_letters_total{queue="orders",reason="crash_loop"} 0
 nackguard_dead_letters_total{queue="orders",reason="broker_delivery_limit"} 0
+nackguard_dead_letters_total{queue="orders",reason="consumer_timeout"} 0
 # HELP nackguard_fallbacks_total Republishes or dead-letters that could not be completed, so the consumer's requeue went to the broker unchanged, by cause.
 # TYPE nackguard_fallbacks_total counter
 nackguard_fallbacks_total{queue="orders",cause="body_not_retained"} 0
@@ -106,6 +107,9 @@ nackguard_fallbacks_total{queue="orders",cause="republish_failed"} 0
 nackguard_fallbacks_total{queue="orders",cause="at_broker_limit"} 0
 nackguard_fallbacks_total{queue="orders",cause="encode_failed"} 0
 nackguard_fallbacks_total{queue="orders",cause="other"} 0
+# HELP nackguard_ack_timeouts_total Channels nackguard closed because a delivery stayed unacked past its policy's ack_timeout; each counts one return of that delivery.
+# TYPE nackguard_ack_timeouts_total counter
+nackguard_ack_timeouts_total{queue="orders"} 0
 # HELP nackguard_outage 1 while most messages of the queue fail: returns are delayed and not counted towards dead-lettering.
 # TYPE nackguard_outage gauge
 nackguard_outage{queue="orders"} 1

@@ -66,7 +66,8 @@ TEST(Describe, DefaultPolicyPrintsEveryKey) {
             "dead_letter.exchange: \"\"\n"
             "dead_letter.routing_key: {queue}.dlq\n"
             "broker_delivery_limit: auto\n"
-            "queue_type: same\n");
+            "queue_type: same\n"
+            "ack_timeout: off\n");
 }
 
 TEST(Describe, CustomPolicy) {
@@ -99,7 +100,8 @@ TEST(Describe, CustomPolicy) {
             "dead_letter.exchange: dlx\n"
             "dead_letter.routing_key: dead.{queue}\n"
             "broker_delivery_limit: auto\n"
-            "queue_type: same\n");
+            "queue_type: same\n"
+            "ack_timeout: off\n");
 }
 
 TEST(Describe, ZeroDurationAndEmptyIdentity) {

@@ -69,6 +69,20 @@ TEST(QueueFactsRegistry, BoundedOldestForgotten) {
   EXPECT_EQ(registry.find("c").type, Type::quorum);
 }
 
+// Only a declared limit of 0 leaves a first return no room; the flag lets the guard skip the
+// lookup at every delivery until one is seen.
+TEST(QueueFactsRegistry, RemembersThatALimitOfZeroWasDeclared) {
+  QueueFactsRegistry registry(10);
+  registry.on_declare("a", Type::quorum, 1);
+  registry.on_declare("b", Type::quorum, -1);
+  registry.on_declare("c", Type::quorum, std::nullopt);
+  EXPECT_FALSE(registry.zero_limit_declared());
+  registry.on_declare("d", Type::quorum, 0);
+  EXPECT_TRUE(registry.zero_limit_declared());
+  registry.on_declare("d", Type::quorum, 5);
+  EXPECT_TRUE(registry.zero_limit_declared());  // sticky: only a lookup cost, never a loss
+}
+
 TEST(QueueFacts, TypeArgument) {
   EXPECT_EQ(queue_type_from_argument("quorum"), Type::quorum);
   EXPECT_EQ(queue_type_from_argument("classic"), Type::classic);

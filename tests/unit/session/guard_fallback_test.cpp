@@ -221,6 +221,23 @@ TEST_F(GuardFallback, BodyOverTheBudgetIsNotRetainedAndTheNackPasses) {
   EXPECT_EQ(context->budget().used(), 0u);
 }
 
+// A republish ahead of the broker's limit (a limit of 0: the first return passes it) without
+// its body: the fallback says the broker may now end the message, not that nothing is lost.
+TEST_F(GuardFallback, RepublishAtTheBrokersLimitWithoutItsBodyFallsBackAsAtBrokerLimit) {
+  GuardSettings settings;
+  settings.retained_body_bytes = kRoomForARecordOnly;
+  retry::Policy p = policy(10);
+  p.broker_delivery_limit = {retry::BrokerDeliveryLimit::Kind::fixed, 0};
+  start(p, settings, /*sessions_use_budget=*/true);
+  deliver_passes(delivery(1, with_big_body(message("m1"))));
+  client_passes(nack(1));
+  ASSERT_EQ(listener.fallbacks.size(), 1u);
+  EXPECT_EQ(listener.fallbacks[0].cause, "at_broker_limit");
+  EXPECT_EQ(listener.fallbacks[0].detail,
+            "body_not_retained: the body could not be kept within limits.retained_body_bytes");
+  EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::forward});
+}
+
 TEST_F(GuardFallback, ViaRejectNeedsNoBodyAndIgnoresTheBodyBudget) {
   GuardSettings settings;
   settings.retained_body_bytes = kRoomForARecordOnly;

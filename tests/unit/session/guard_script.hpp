@@ -383,6 +383,7 @@ class RecordingListener : public GuardListener {
 
   int deliveries = 0;
   int returns = 0;
+  int ack_timeouts = 0;
   std::vector<retry::Action> requeues;
   std::vector<DeadLettered> dead_letters;
   std::vector<Fallback> fallbacks;
@@ -390,6 +391,7 @@ class RecordingListener : public GuardListener {
 
   void on_delivery(std::string_view) override { ++deliveries; }
   void on_return(std::string_view) override { ++returns; }
+  void on_ack_timeout(std::string_view, std::string_view, std::int64_t) override { ++ack_timeouts; }
   void on_requeue(std::string_view queue, retry::Action action) override {
     EXPECT_EQ(queue, kQueue);
     requeues.push_back(action);
@@ -480,7 +482,11 @@ class GuardTest : public ::testing::Test {
     EXPECT_TRUE(conn->session.is_open());
     EXPECT_EQ(conn->session.reserved_channel(),
               reserved ? std::optional<std::uint16_t>(channel_max) : std::nullopt);
+    open_and_consume();
+  }
 
+  // The client opens channel kCh and consumes kQueue as kConsumer (again, after a close).
+  void open_and_consume() {
     client(method(kCh, amqp::ChannelOpen{}));
     broker(method(kCh, amqp::ChannelOpenOk{}));
     amqp::BasicConsume consume;
@@ -536,6 +542,17 @@ class GuardTest : public ::testing::Test {
     EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ConfirmSelect{})}));
     broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
     return to_broker();
+  }
+
+  // `m` is delivered again (broker tag `tag`, redelivered) on the first channel and is
+  // withheld to be dead-lettered: the proxy opens its channel, declares q.dlq, and publishes
+  // the copy, which is returned (not yet confirmed).
+  Copy dead_letter_at_next_delivery(std::uint64_t tag, const Message& m) {
+    broker(delivery(tag, m, true));
+    EXPECT_TRUE(to_client().empty());
+    EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+    broker(declare_ok("q.dlq"));
+    return take_copy(to_broker());
   }
 
   // After the broker closed the proxy's channel: checks that the proxy answered close-ok and

@@ -59,6 +59,25 @@ amqp::BasicProperties big_headers() {
   return props;
 }
 
+// Acks in an open transaction keep their records (a rollback gives them back, a channel end
+// returns them): they stay charged until the commit, so a consumer that acks and never commits
+// cannot grow them past the budget unseen.
+TEST_F(RecordBudget, RecordsSettledInAnOpenTransactionStayChargedUntilTheCommit) {
+  link.client(raw_method(1, 90, 10));  // tx.select
+  link.broker_bytes();
+  deliver_one(1, big_headers());
+  deliver_one(2, big_headers());
+  const std::uint64_t unacked = budget.used();
+  EXPECT_GT(unacked, 4000u);
+  link.client(ack(1, 2, true));
+  EXPECT_EQ(budget.used(), unacked) << "the transaction's acks are no longer counted";
+  link.client(raw_method(1, 90, 30));  // tx.rollback: both unacked again
+  EXPECT_EQ(budget.used(), unacked);
+  link.client(ack(1, 2, true));
+  link.client(raw_method(1, 90, 20));  // tx.commit
+  EXPECT_EQ(budget.used(), 0u);
+}
+
 TEST_F(RecordBudget, AnUnackedDeliverysHeaderIsCountedUntilItIsAcked) {
   deliver_one(1, big_headers());
   ASSERT_EQ(ch().unacked_count(), 1u);

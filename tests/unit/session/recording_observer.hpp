@@ -50,6 +50,7 @@ class RecordingObserver : public SessionObserver {
 
   std::set<Key> withhold;
   std::set<Key> take_over;
+  std::int64_t ack_timeout = 0;  // what ack_timeout_ms answers for every delivery
 
   std::vector<std::string> events;
   std::vector<std::string> opens;
@@ -98,6 +99,10 @@ class RecordingObserver : public SessionObserver {
     events.push_back("returned " + name(d) + " " + std::string(session::to_string(cause)));
   }
   void on_returns_done() override { ++returns_done; }
+  std::int64_t ack_timeout_ms(const Delivery&) override { return ack_timeout; }
+  void on_ack_timeout(const Delivery& d, std::int64_t held_ms) override {
+    events.push_back("ack-timeout " + name(d) + " held " + std::to_string(held_ms));
+  }
   void on_proxy_channel_frame(const amqp::Frame& frame) override {
     proxy_frames.push_back(
         {frame.type, frame.channel, amqp::Bytes(frame.raw.begin(), frame.raw.end())});

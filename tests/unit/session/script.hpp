@@ -275,6 +275,8 @@ M decode_as(const WireFrame& frame) {
 class Link {
  public:
   explicit Link(SessionOptions options = {}) : session(options, &observer) {}
+  // A session that reports to `watcher` instead (`observer` then hears nothing).
+  Link(SessionOptions options, SessionObserver& watcher) : session(options, &watcher) {}
 
   void client(ByteView bytes) { session.feed(Side::client, bytes); }
   void broker(ByteView bytes) { session.feed(Side::broker, bytes); }

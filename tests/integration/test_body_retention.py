@@ -1,0 +1,122 @@
+# ctest-variants: quorum rmq40 rmq40.quorum
+"""Which delivered bodies nackguard keeps in memory (issue 13), end to end against a real
+RabbitMQ, on classic and quorum queues of 3.10 and 4.0 (tests/integration/CMakeLists.txt).
+
+nackguard_retained_body_bytes counts the bodies kept for a return that may become a copy, and
+the records of unacked deliveries (a few hundred bytes each). A consumer holds 20 first
+deliveries of 64 KiB unacked:
+
+(a) under `requeue: immediate` and max_redeliveries 3, whose first return is forwarded, the
+    gauge stays below 20 KiB (records only, no body), and is 0 once they are acked;
+(b) under `requeue: delayed`, and under max_redeliveries 0, it holds at least the 20 bodies;
+(c) a 64 KiB poison under (a)'s policy is still delivered exactly max_redeliveries + 1 = 4
+    times, then sits in the DLQ with its body byte-exact, and no fallback is counted.
+"""
+
+import unittest
+
+import harness
+import operations_support as ops
+import redelivery_support as rs
+from redelivery_support import NO_RATE_LIMITS, props
+
+BODY_SIZE = 64 * 1024
+HELD = 20
+
+
+def body_of(label):
+    head = label.encode() + b"|"
+    return head + bytes((i * 7) & 0xFF for i in range(BODY_SIZE - len(head)))
+
+
+class BodyRetentionTest(rs.RedeliveryTest):
+
+    def metrics(self, proxy):
+        status, _, body = ops.http_get(proxy.metrics_port, "/metrics")
+        self.assertEqual(status, 200)
+        return ops.parse_metrics(body)
+
+    def retained(self, proxy):
+        return self.metrics(proxy).value("nackguard_retained_body_bytes")
+
+    def hold_first_deliveries(self, tag, **policy):
+        """Publishes HELD messages of BODY_SIZE, has a consumer hold them all unacked through
+        a proxy with `policy`; returns the retained bytes then and after acking them all."""
+        queue = self.queue_name(tag)
+        proxy = self.start_guard({"q.yaml": rs.policy_yaml(queue, rate=NO_RATE_LIMITS,
+                                                           **policy)})
+        self.declare_source(proxy, queue)
+        labels = [f"m{i:02d}" for i in range(HELD)]
+        self.broker.publish(queue, [(body_of(label), props(message_id=f"mid-{label}"))
+                                    for label in labels])
+        consumer = self.consumer(proxy, queue, lambda d: None, prefetch=HELD)
+        self.assertTrue(rs.poll_until([consumer], lambda: consumer.delivered() == HELD,
+                                      timeout=20, quiet=0.3),
+                        f"{consumer.delivered()} of {HELD} delivered")
+        self.assertFalse(any(d.redelivered for d in consumer.deliveries))
+        held = self.retained(proxy)
+        for d in list(consumer.pending):
+            consumer.ack(d)
+        after = None
+        for _ in range(100):
+            consumer.poll(0.05)
+            after = self.retained(proxy)
+            if after == 0:
+                break
+        self.assertEqual(self.broker.message_count(queue), 0)
+        return held, after
+
+    def test_a_first_deliveries_under_immediate_keep_no_body(self):
+        held, after = self.hold_first_deliveries("imm", max_redeliveries=3)
+        # Each record is a few hundred bytes; one body alone would be 64 KiB.
+        self.assertGreater(held, 0, "the records of the unacked deliveries are counted")
+        self.assertLess(held, 20 * 1024, f"{held} bytes retained for {HELD} unacked deliveries")
+        self.assertEqual(after, 0)
+
+    def test_b1_requeue_delayed_keeps_every_body(self):
+        held, after = self.hold_first_deliveries("delayed", max_redeliveries=3,
+                                                 requeue="delayed")
+        self.assertGreaterEqual(held, HELD * BODY_SIZE)
+        self.assertEqual(after, 0)
+
+    def test_b2_max_redeliveries_zero_keeps_every_body(self):
+        held, after = self.hold_first_deliveries("zero", max_redeliveries=0)
+        self.assertGreaterEqual(held, HELD * BODY_SIZE)
+        self.assertEqual(after, 0)
+
+    def test_c_poison_still_dead_lettered_after_max_plus_one_deliveries(self):
+        queue = self.queue_name("poison")
+        dlq = f"{queue}.dlq"
+        proxy = self.start_guard({"q.yaml": rs.policy_yaml(queue, max_redeliveries=3,
+                                                           rate=NO_RATE_LIMITS)})
+        self.declare_source(proxy, queue)
+        goods = [f"good-{i}" for i in range(5)]
+        poison = body_of("poison")
+        self.broker.publish(queue, [(body_of(g), props(message_id=f"mid-{g}")) for g in goods[:2]]
+                            + [(poison, props(message_id="mid-poison"))]
+                            + [(body_of(g), props(message_id=f"mid-{g}")) for g in goods[2:]])
+        consumer = self.consumer(
+            proxy, queue, lambda d: "nack" if d.body == poison else "ack", prefetch=10)
+        self.assertTrue(rs.poll_until([consumer], lambda: self.broker.message_count(dlq) == 1,
+                                      timeout=30, quiet=1.0),
+                        f"the poison never reached {dlq}")
+        self.assertEqual(sum(1 for d in consumer.deliveries if d.body == poison), 4)
+        self.assertEqual(sum(consumer.acks.values()), len(goods))
+        self.assertEqual(len(consumer.acks), len(goods), "a good message acked twice")
+        (method, p, body), = self.broker.get_all(dlq)
+        self.assertEqual(body, poison)
+        self.assertEqual(p.headers.get("x-nackguard-returns"), 4)
+        self.assertEqual(p.headers.get("x-nackguard-reason"), "max_redeliveries")
+        self.assertEqual(self.broker.message_count(queue), 0)
+        page = self.metrics(proxy)
+        self.assertEqual(sum(v for _, v in page.series("nackguard_fallbacks_total")), 0,
+                         f"fallbacks: {page.series('nackguard_fallbacks_total')}")
+        self.assertEqual(page.value("nackguard_requeues_total", queue=queue, action="forwarded"),
+                         3)
+        self.assertEqual(page.value("nackguard_dead_letters_total", queue=queue,
+                                    reason="max_redeliveries"), 1)
+        self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,211 @@
+# ctest-variants: rmq40
+"""A consumer that hangs on the poison, against a private RabbitMQ node whose
+consumer_timeout is 2 s (issue 12, item 9).
+
+RabbitMQ closes such a consumer's channel with 406 "delivery acknowledgement on channel N
+timed out" and requeues every delivery of the channel. nackguard counts that close as a
+return of the timed-out delivery alone (the channel's oldest unsettled one by broker tag), and
+dead-letters it with reason consumer_timeout past max_redeliveries. The broker checks the
+timeout on each channel tick, every channel_tick_interval (60 s by default); the node here
+ticks every 500 ms (advanced.config), so each hang lasts 2 to about 2.5 s.
+
+The node is this module's own (tests/rabbitmq-node.sh, data under
+build/rabbitmq-consumer-timeout[-4.0]): 3.10 nackguard-ctimeout@localhost on ports
+30672/30673/30369, 4.0 nackguard-ctimeout40@localhost on 30772/30773/30469 (the CLI tools use
+the 10 ports above the distribution port), so the two variants run side by side with other
+tests. The ports are below Linux's ephemeral range (32768-60999): there, the local end of any
+program's outgoing connection may hold the port, for 60 s after it closed (TIME-WAIT), and the
+node's listener fails with eaddrinuse (seen with 58672, twice in a row). Started in
+setUpClass and stopped in tearDownClass, under a lock in /tmp that keeps a second run (from
+another build directory) off the same node. Both queue types run against the one node;
+NACKGUARD_TEST_QUEUE_TYPE does not apply.
+
+(a) For a classic and for a quorum queue: 5 innocent messages, the poison, 5 more;
+    max_redeliveries 1; a consumer (prefetch 10, one thread, like most) that acks every
+    innocent message and blocks on the poison until the broker closes its channel, then
+    opens a new one. The innocent messages before the poison are acked before it arrives
+    (so the broker's oldest unacked delivery, the one it times out, is the poison); the 5
+    after it reach the client behind it, unacked, and are requeued with it. At its second
+    delivery nackguard hands the poison, now a suspect, out alone (docs/choosing-a-policy.md,
+    "Crash loops"): the 5 wait behind it and go back with it again. The poison is
+    delivered exactly 2 times, then sits in <queue>.dlq with x-nackguard-reason
+    consumer_timeout and x-nackguard-returns 2; each innocent message is acked exactly
+    once, the 5 after the poison as redeliveries; nackguard counted exactly 2 returns on
+    the queue (the poison's; without the fix the 5 count one each: 7) and one dead letter,
+    reason consumer_timeout, logged once; the queue ends empty. Every wait is bounded (a
+    hang 20 s, the scenario 60 s).
+"""
+
+import os
+import subprocess
+import sys
+import unittest
+import uuid
+
+from pika.exceptions import AMQPChannelError
+
+import harness
+import hung_consumer
+import operations_support as ops
+import redelivery_support as rs
+from redelivery_support import NO_RATE_LIMITS, props
+
+NODE_SCRIPT = os.path.join(harness.REPO_ROOT, "tests", "rabbitmq-node.sh")
+VERSION = os.environ.get("NACKGUARD_TEST_RABBITMQ_VERSION") or "3.10"
+SUFFIX = "40" if VERSION == "4.0" else ""
+NODE_DIR = os.path.join(harness.BUILD_DIR, "rabbitmq-consumer-timeout" +
+                        ("-4.0" if VERSION == "4.0" else ""))
+NODE_PORT, DIST_PORT, EPMD_PORT = (30772, 30773, 30469) if VERSION == "4.0" else \
+    (30672, 30673, 30369)
+CONSUMER_TIMEOUT_MS = 2000
+NODE_ENV = {
+    "NACKGUARD_TEST_RABBITMQ_VERSION": VERSION,
+    "NACKGUARD_TEST_NODE": f"nackguard-ctimeout{SUFFIX}@localhost",
+    "NACKGUARD_TEST_BROKER_PORT": str(NODE_PORT),
+    "NACKGUARD_TEST_DIST_PORT": str(DIST_PORT),
+    "NACKGUARD_TEST_EPMD_PORT": str(EPMD_PORT),
+    "NACKGUARD_TEST_RABBITMQ_CONF_EXTRA": f"consumer_timeout = {CONSUMER_TIMEOUT_MS}",
+    # RabbitMQ checks consumer_timeout on each channel tick (rabbit_channel), once a minute
+    # by default; rabbitmq.conf has no key for the interval.
+    "NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG": "[{rabbit, [{channel_tick_interval, 500}]}].",
+    "NACKGUARD_TEST_RABBITMQ_FRESH": "1",
+    "NACKGUARD_TEST_START_TIMEOUT": "120",
+}
+NODE_LOCK = f"/tmp/nackguard-test-ctimeout{SUFFIX}-node.lock"
+POISON = "poison"
+INNOCENT = [f"innocent-{i}" for i in range(10)]
+HANG_LIMIT = 20.0  # s a hang may last before the test gives up (expected: 2 to 2.5 s)
+SCENARIO_LIMIT = 60.0  # s for the whole scenario (expected: about 5 s)
+
+
+def node(action, timeout=60):
+    env = dict(os.environ)
+    env.update(NODE_ENV)
+    return subprocess.run(["bash", NODE_SCRIPT, action, NODE_DIR], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class ConsumerTimeoutTest(rs.RedeliveryTest):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        os.makedirs(NODE_DIR, exist_ok=True)
+        cls._lock = harness.lock_file(NODE_LOCK, "another run of test_consumer_timeout holds "
+                                      "its node")
+        # With the lock held, a node that answers is left over from an interrupted run
+        # (perhaps with other settings): stop it, start one with these.
+        if node("status").returncode == 0:
+            print(f"note: stopping {NODE_ENV['NACKGUARD_TEST_NODE']} left over from an "
+                  "earlier run", file=sys.stderr)
+            node("stop", 180)
+        started = node("start", 240)
+        if started.returncode != 0:
+            cls._lock.close()
+            raise RuntimeError(f"{NODE_SCRIPT} start {NODE_DIR} failed:\n{started.stdout}"
+                               f"{started.stderr}")
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            stopped = node("stop", 180)
+            if stopped.returncode != 0:
+                print(f"warning: {NODE_SCRIPT} stop {NODE_DIR}: {stopped.stderr}",
+                      file=sys.stderr)
+        finally:
+            cls._lock.close()  # releases the flock
+            super().tearDownClass()
+
+    def direct(self):
+        conn = harness.connect(NODE_PORT)
+        self.addCleanup(harness.close_connection, conn)
+        return conn
+
+    def test_a_hung_consumer_dead_letters_only_the_poison_classic(self):
+        self.hung_consumer_scenario("classic")
+
+    def test_a_hung_consumer_dead_letters_only_the_poison_quorum(self):
+        self.hung_consumer_scenario("quorum")
+
+    def hung_consumer_scenario(self, queue_type):
+        queue = f"nackguard-it.ctimeout-{queue_type}.{uuid.uuid4().hex[:10]}"
+        dlq = f"{queue}.dlq"
+        proxy = rs.GuardProxy(
+            {"q.yaml": rs.policy_yaml(queue, max_redeliveries=1, rate=NO_RATE_LIMITS)},
+            name=f"consumer-timeout-{queue_type}-proxy", upstream_port=NODE_PORT)
+        self._test_proxies.append(proxy)
+        self.addCleanup(proxy.cleanup)
+        proxy.start()
+        conn = harness.connect(proxy.port)
+        self.addCleanup(harness.close_connection, conn)
+        # Through the proxy: it learns the queue's type, and declares the DLQ to match.
+        harness.declare_queue(conn.channel(), queue, queue_type=queue_type)
+        direct = self.direct()
+        publisher = direct.channel()
+        publisher.confirm_delivery()
+        for label in INNOCENT[:5] + [POISON] + INNOCENT[5:]:
+            publisher.basic_publish("", queue, label.encode(), props(message_id=f"mid-{label}"))
+
+        def dead_lettered():
+            # A channel of its own: the passive declare of an absent DLQ closes it (404).
+            probe = direct.channel()
+            try:
+                return probe.queue_declare(dlq, passive=True).method.message_count
+            except AMQPChannelError:
+                return 0
+            finally:
+                if probe.is_open:
+                    probe.close()
+
+        result = hung_consumer.run(conn, queue, POISON, INNOCENT,
+                                   done=lambda: dead_lettered() >= 1, limit_s=SCENARIO_LIMIT,
+                                   hang_limit_s=HANG_LIMIT)
+        events, hangs = result.events, result.hangs
+        # What the broker did, for the log (ctest shows it when the test fails).
+        print(f"note: RabbitMQ {VERSION}, {queue_type} queue: scenario {result.took:.1f} s, "
+              f"hangs {[round(h, 2) for h in hangs]} s, the poison's headers "
+              f"{result.poison_headers}", file=sys.stderr)
+        # Hangs of more than the timeout plus a few ticks: channel_tick_interval from the
+        # node's advanced.config is not in effect (the default ticks once a minute).
+        self.assertTrue(hangs and all(h < 10 for h in hangs),
+                        f"hangs (s): {hangs}; the broker should close the channel "
+                        f"{CONSUMER_TIMEOUT_MS} ms after the poison's delivery, within a "
+                        f"tick (500 ms, {NODE_DIR}/advanced.config); events: {events}")
+        self.assertEqual(result.deliveries_of(POISON), 2, f"poison deliveries: {events}")
+        status, _, body = ops.http_get(proxy.metrics_port, "/metrics")
+        self.assertEqual(status, 200, body[:500])
+        page = ops.parse_metrics(body)
+        self.assertEqual(page.value("nackguard_returns_total", queue=queue), 2.0,
+                         f"returns counted: only the poison's two timeouts (events: {events})")
+        # Each time the poison arrived, every innocent message delivered before it on that
+        # channel had been acked: the broker's oldest unacked delivery was the poison's.
+        self.assertEqual(result.unacked_before_poison(), [set(), set()],
+                         f"unacked before the poison: {events}")
+        self.assertEqual(result.acks, {label: 1 for label in INNOCENT}, f"acks of the innocent "
+                         f"(events: {events})")
+        # Those after the poison were delivered with it, unacked when the broker closed the
+        # channel, and requeued: they are what the proxy must not count.
+        self.assertEqual(sorted(result.redelivered_acks), INNOCENT[5:], "acked as redeliveries")
+        copies = []
+        while True:
+            method, p, body = publisher.basic_get(dlq, auto_ack=True)
+            if method is None:
+                break
+            copies.append((body, p.headers or {}))
+        self.assertEqual([body for body, _ in copies], [POISON.encode()], "DLQ contents")
+        headers = copies[0][1]
+        self.assertEqual(headers.get("x-nackguard-reason"), "consumer_timeout", headers)
+        self.assertEqual(headers.get("x-nackguard-returns"), 2, headers)
+        self.assertEqual({labels.get("reason"): value
+                          for labels, value in page.series("nackguard_dead_letters_total")
+                          if labels.get("queue") == queue and value},
+                         {"consumer_timeout": 1.0}, "dead letters by reason")
+        self.assertEqual(publisher.queue_declare(queue, passive=True).method.message_count, 0)
+        lines = proxy.log_lines(f"dead-lettered: queue={queue} ")
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("reason=consumer_timeout", lines[0])
+        self.assert_proxy_alive(proxy)
+
+
+if __name__ == "__main__":
+    unittest.main()
