@@ -49,7 +49,7 @@ def proxy_stat(run, key):
     pids = run.get("pids") or []
     if not pids or not pids[0]["ok"] or pids[0]["name"] == "beam.smp":
         return None
-    return pids[0][key]
+    return pids[0].get(key)
 
 
 def broker_stat(run, key):
@@ -138,6 +138,48 @@ def latency_table(order, runs):
               f"| {fmt(median([proxy_stat(r, 'cpu_s_per_100k') for r in ok]), 2)} |")
 
 
+def curve_table(order, runs):
+    """The connection curve (scenarios conn-N): per proxy, CPU per message and memory per
+    connection against the number of connections, beside haproxy's."""
+    curve = [s for s in order if s.startswith("conn-")]
+    if not curve:
+        return
+    proxies = [t for t in TARGETS if t != "direct" and any(runs[s].get(t) for s in curve)]
+    print()
+    print("Connection curve, 1 KiB: N publishing and N consuming client connections open"
+          " together (2N through a proxy, each with its upstream connection). CPU-s per 100k"
+          " messages, and RSS per client connection: (peak RSS - RSS before the connections"
+          " opened) / 2N, in KiB; medians of the runs:")
+    print()
+    head = " | ".join(f"{t} CPU-s /100k | {t} KiB /conn" for t in proxies)
+    ratio = "haproxy" in proxies and "nackguard" in proxies
+    print(f"| N | {head} |" + (" nackguard CPU × haproxy |" if ratio else ""))
+    print("|---:|" + "---:|" * (2 * len(proxies) + (1 if ratio else 0)))
+    for scenario in curve:
+        cells = []
+        cpu = {}
+        n = None
+        for target in proxies:
+            ok = [r for r in runs[scenario].get(target, []) if r["ok"]]
+            n = n or (ok[0]["connections"] if ok else None)
+            cpu[target] = median([proxy_stat(r, "cpu_s_per_100k") for r in ok])
+            per_conn = median([
+                # Not below 0: RSS can fall (freed memory returned) before the peak is read.
+                max(0, proxy_stat(r, "peak_rss_kb") - proxy_stat(r, "rss_before_connect_kb"))
+                / (2 * r["connections"])
+                for r in ok
+                if proxy_stat(r, "peak_rss_kb") is not None
+                and proxy_stat(r, "rss_before_connect_kb") is not None
+            ])
+            cells.append(f"{fmt(cpu[target], 2)} | {fmt(per_conn, 1)}")
+        line = f"| {n if n is not None else scenario} | " + " | ".join(cells) + " |"
+        if ratio:
+            share = (cpu["nackguard"] / cpu["haproxy"]
+                     if cpu["nackguard"] and cpu["haproxy"] else None)
+            line += f" {fmt(share, 2)}× |" if share else " – |"
+        print(line)
+
+
 def memory_lines(order, runs, idle_rss_kb, soak_path):
     print()
     if idle_rss_kb:
@@ -204,6 +246,7 @@ def main():
         return 1
     throughput_table(order, runs)
     latency_table(order, runs)
+    curve_table(order, runs)
     memory_lines(order, runs, args.idle_rss_kb, args.soak)
     if args.perf:
         perf_table(args.perf)

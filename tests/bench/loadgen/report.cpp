@@ -142,6 +142,7 @@ void print_json(std::ostream& out, const Options& o, const RunResult& r) {
         << ",\"cpu_consume_s\":" << fixed(p.cpu_consume_s, 3)
         << ",\"cpu_s_per_100k\":" << fixed(p.cpu_s / static_cast<double>(o.messages) * 1e5, 4)
         << ",\"cpu_s_per_gib\":" << fixed(p.cpu_s / gib(o), 4)
+        << ",\"rss_before_connect_kb\":" << p.rss_before_connect_kb
         << ",\"rss_start_kb\":" << p.rss_start_kb << ",\"rss_end_kb\":" << p.rss_end_kb
         << ",\"peak_rss_kb\":" << p.peak_rss_kb
         << ",\"peak_reset\":" << (p.peak_reset ? "true" : "false") << "}";

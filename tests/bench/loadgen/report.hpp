@@ -20,6 +20,9 @@ struct PidReport {
   double cpu_s = 0;
   double cpu_publish_s = 0;  // sequential mode: the publishing phase alone
   double cpu_consume_s = 0;  // sequential mode: the consuming phase alone
+  // RSS before the run's connections were opened: (peak - this) / connections is what one
+  // connection costs the process.
+  std::uint64_t rss_before_connect_kb = 0;
   std::uint64_t rss_start_kb = 0;
   std::uint64_t rss_end_kb = 0;
   std::uint64_t peak_rss_kb = 0;

@@ -206,6 +206,7 @@ RunResult Run::execute() {
     p.pid = options_.pids[i];
     p.name = process_name(p.pid);
     p.peak_reset = reset_peak_rss(p.pid);
+    p.rss_before_connect_kb = sample_process(p.pid).rss_kb;
     r.pids.push_back(p);
   }
   run_start_ = Clock::now();
