@@ -212,82 +212,6 @@ void Session::end_all_channels(ReturnCause cause) {
   for (std::uint16_t number : numbers) end_channel(number, cause);
 }
 
-void Session::close_both_after_flush() {
-  for (auto& side : io_) {
-    side.close_after_flush = true;
-    side.input_closed = true;
-    side.injections.clear();
-  }
-  phase_ = Phase::closed;
-}
-
-void Session::protocol_error(Side offender, std::uint16_t code, std::string text,
-                             std::uint32_t failing_method) {
-  if (phase_ == Phase::closed && finished()) return;
-  bool was_open = phase_ == Phase::open;
-  amqp::ConnectionClose close;
-  close.reply_code = code;
-  close.reply_text = std::move(text);
-  close.class_id = static_cast<std::uint16_t>(failing_method >> 16);
-  close.method_id = static_cast<std::uint16_t>(failing_method & 0xFFFF);
-  amqp::Bytes frame;
-  amqp::append_close_frame(frame, 0, close);
-  emit(offender, frame);
-  if (offender == Side::broker && was_open) {
-    amqp::ConnectionClose to_client;
-    to_client.reply_code = reply::connection_forced;
-    to_client.reply_text = "CONNECTION_FORCED - nackguard: the broker sent invalid data";
-    amqp::Bytes forced;
-    amqp::append_close_frame(forced, 0, to_client);
-    emit(Side::client, forced);
-  }
-  end_all_channels(offender == Side::broker ? ReturnCause::broker_lost
-                                            : ReturnCause::connection_closed);
-  close_both_after_flush();
-}
-
-void Session::reject_unknown_method(std::uint16_t channel, std::uint32_t key) {
-  std::string ids =
-      "class " + std::to_string(key >> 16) + ", method " + std::to_string(key & 0xFFFF);
-  if (phase_ == Phase::open) {
-    // Forwarded, such a method crashes RabbitMQ 3.10's connection process (the client then
-    // gets 320 with no cause). The broker gets the close a client sends, then the socket ends.
-    amqp::ConnectionClose close;
-    close.reply_code = reply::success;
-    close.reply_text = "nackguard: the client sent a method AMQP 0-9-1 does not have (" + ids + ")";
-    amqp::Bytes frame;
-    amqp::append_close_frame(frame, 0, close);
-    emit(Side::broker, frame);
-  }
-  protocol_error(Side::client, reply::not_implemented,
-                 "NOT_IMPLEMENTED - nackguard: unknown method (" + ids + ") on channel " +
-                     std::to_string(channel) + "; AMQP 0-9-1 has no such method",
-                 key);
-}
-
-void Session::on_eof(Side side) {
-  io(side).input_closed = true;
-  if (proxy_close_ != ProxyClose::none) {
-    channels_.clear();  // shutdown: not returns
-    channels_with_held_ = 0;
-  }
-  if (phase_ == Phase::closed) {
-    io(side).close_after_flush = true;
-    return;
-  }
-  if (side == Side::broker && phase_ == Phase::open) {
-    amqp::ConnectionClose close;
-    close.reply_code = reply::connection_forced;
-    close.reply_text = "CONNECTION_FORCED - nackguard: the broker connection was lost";
-    amqp::Bytes frame;
-    amqp::append_close_frame(frame, 0, close);
-    emit(Side::client, frame);
-  }
-  end_all_channels(side == Side::broker ? ReturnCause::broker_lost
-                                        : ReturnCause::connection_closed);
-  close_both_after_flush();
-}
-
 void Session::on_tick(std::int64_t now_ms) {
   if (tx_replay_pending_) replay_behind_commits();
   for (auto& [number, ch] : channels_) {
@@ -305,51 +229,6 @@ void Session::on_tick(std::int64_t now_ms) {
   }
   if (phase_ == Phase::open && proxy_close_ == ProxyClose::none) check_ack_timeouts(now_ms);
   clock_ms_ = now_ms;
-}
-
-void Session::close_gracefully(std::uint16_t code, std::string text) {
-  if (proxy_close_ != ProxyClose::none || phase_ == Phase::closed) return;
-  if (phase_ != Phase::open) {
-    close_both_after_flush();
-    return;
-  }
-  amqp::ConnectionClose close;
-  close.reply_code = code;
-  close.reply_text = std::move(text);
-  amqp::Bytes frame;
-  amqp::append_close_frame(frame, 0, close);
-  emit(Side::client, frame);
-  proxy_close_ = ProxyClose::awaiting_client;
-}
-
-void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
-  // After sending connection.close only close and close-ok count (the spec's rule); frames
-  // for the client are no longer sent.
-  if (frame.channel == 0 && frame.frame_type() == FrameType::method) {
-    std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
-    bool closing = key && (*key == mid::connection_close_ok || *key == mid::connection_close);
-    if (from == Side::client && closing && proxy_close_ == ProxyClose::awaiting_client) {
-      io(Side::client).input_closed = true;
-      io(Side::client).close_after_flush = true;
-      amqp::ConnectionClose close;
-      close.reply_code = reply::success;
-      close.reply_text = "nackguard: the client connection was closed at shutdown";
-      amqp::Bytes out;
-      amqp::append_close_frame(out, 0, close);
-      emit(Side::broker, out);
-      proxy_close_ = ProxyClose::awaiting_broker;
-      return;
-    }
-    if (from == Side::broker && closing) {
-      channels_.clear();  // requeued by the broker; not returns
-      channels_with_held_ = 0;
-      close_both_after_flush();
-      return;
-    }
-  }
-  if (from == Side::broker && reserved_channel_ && frame.channel == *reserved_channel_) {
-    observer_->on_proxy_channel_frame(frame);
-  }
 }
 
 bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
@@ -463,56 +342,6 @@ bool Session::track_client_content(ChannelState& ch, const Frame& frame) {
   return true;
 }
 
-void Session::handle_client_connection_method(const Frame& frame, std::uint32_t key) {
-  switch (key) {
-    case mid::connection_tune_ok: {
-      amqp::ConnectionTuneOk tune;
-      if (amqp::decode_method(frame.payload, tune) != amqp::MethodError::none) {
-        protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed tune-ok");
-        return;
-      }
-      amqp::ConnectionTuneOk to_broker = tune;
-      if (reserve_channel_) {
-        std::uint16_t client_max = tune.channel_max == 0
-                                       ? offered_channel_max_
-                                       : std::min(tune.channel_max, offered_channel_max_);
-        reserved_channel_ = static_cast<std::uint16_t>(client_max + 1);
-        to_broker.channel_max = *reserved_channel_;
-      }
-      std::uint32_t frame_max =
-          tune.frame_max == 0 ? offered_frame_max_ : std::min(tune.frame_max, offered_frame_max_);
-      if (offered_frame_max_ != 0) to_broker.frame_max = frame_max;
-      std::uint32_t decode_max = std::max(to_broker.frame_max, amqp::kFrameMinSize);
-      if (to_broker.frame_max == 0) decode_max = options_.max_frame_bytes;
-      for (auto& side : io_) side.decoder.set_frame_max(decode_max);
-      heartbeat_ = tune.heartbeat;
-      amqp::Bytes out;
-      amqp::append_fixed_method_frame(out, 0, to_broker);
-      emit(Side::broker, out);
-      return;
-    }
-    case mid::connection_open: {
-      amqp::ConnectionOpen open;
-      if (amqp::decode_method(frame.payload, open) != amqp::MethodError::none) {
-        protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed connection.open");
-        return;
-      }
-      vhost_ = open.virtual_host;
-      break;
-    }
-    case mid::connection_close_ok:
-      // The client answers the broker's connection.close: the broker ended it.
-      emit(Side::broker, frame.raw);
-      end_all_channels(ReturnCause::broker_lost);
-      close_both_after_flush();
-      return;
-    default:
-      if (!amqp::is_spec_method(key)) return reject_unknown_method(frame.channel, key);
-      break;
-  }
-  emit(Side::broker, frame.raw);
-}
-
 // ---- frames from the broker ----
 
 void Session::handle_broker_frame(const Frame& frame) {
@@ -555,58 +384,6 @@ void Session::handle_broker_frame(const Frame& frame) {
     return;
   }
   handle_broker_channel_method(ch, frame, *key);
-}
-
-void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t key) {
-  switch (key) {
-    case mid::connection_start: {
-      // Forwarded as it is; only the broker's version is kept (a quorum queue's default
-      // delivery limit depends on it).
-      amqp::ConnectionStart start;
-      if (amqp::decode_method(frame.payload, start) == amqp::MethodError::none) {
-        const amqp::FieldValue* version = start.server_properties.find("version");
-        const std::string* text = version ? version->as_string() : nullptr;
-        if (text) broker_version_ = text->substr(0, 64);
-      }
-      emit(Side::client, frame.raw);
-      return;
-    }
-    case mid::connection_tune: {
-      amqp::ConnectionTune tune;
-      if (amqp::decode_method(frame.payload, tune) != amqp::MethodError::none) {
-        protocol_error(Side::broker, reply::frame_error, "FRAME_ERROR - malformed tune");
-        return;
-      }
-      amqp::ConnectionTune offered = tune;
-      std::uint32_t broker_channel_max = tune.channel_max == 0 ? 65535 : tune.channel_max;
-      // With a single channel there is none to spare; the proxy then reserves nothing.
-      reserve_channel_ = broker_channel_max >= 2;
-      if (reserve_channel_)
-        offered.channel_max = static_cast<std::uint16_t>(broker_channel_max - 1);
-      offered_channel_max_ = offered.channel_max;
-      std::uint32_t broker_frame_max =
-          tune.frame_max == 0 ? std::numeric_limits<std::uint32_t>::max() : tune.frame_max;
-      offered.frame_max = std::min(broker_frame_max, options_.max_frame_bytes);
-      offered_frame_max_ = offered.frame_max;
-      amqp::Bytes out;
-      amqp::append_fixed_method_frame(out, 0, offered);
-      emit(Side::client, out);
-      return;
-    }
-    case mid::connection_open_ok:
-      phase_ = Phase::open;
-      emit(Side::client, frame.raw);
-      observer_->on_open(vhost_);
-      return;
-    case mid::connection_close_ok:
-      emit(Side::client, frame.raw);
-      end_all_channels(ReturnCause::connection_closed);
-      close_both_after_flush();
-      return;
-    default:
-      emit(Side::client, frame.raw);
-      return;
-  }
 }
 
 }  // namespace nackguard::session

@@ -1,0 +1,136 @@
+// How a connection ends: the proxy's own close at shutdown, a protocol error from either side,
+// a client's unknown method, a side's EOF. Each ends every channel, reporting what goes back to
+// the broker, and closes both sides once their output is written.
+
+#include "proxy/amqp/method_codec.hpp"
+#include "proxy/session/session.hpp"
+
+namespace nackguard::session {
+
+using amqp::Frame;
+using amqp::FrameType;
+namespace mid = amqp::mid;
+namespace reply = amqp::reply;
+
+void Session::close_both_after_flush() {
+  for (auto& side : io_) {
+    side.close_after_flush = true;
+    side.input_closed = true;
+    side.injections.clear();
+  }
+  phase_ = Phase::closed;
+}
+
+void Session::protocol_error(Side offender, std::uint16_t code, std::string text,
+                             std::uint32_t failing_method) {
+  if (phase_ == Phase::closed && finished()) return;
+  bool was_open = phase_ == Phase::open;
+  amqp::ConnectionClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  close.class_id = static_cast<std::uint16_t>(failing_method >> 16);
+  close.method_id = static_cast<std::uint16_t>(failing_method & 0xFFFF);
+  amqp::Bytes frame;
+  amqp::append_close_frame(frame, 0, close);
+  emit(offender, frame);
+  if (offender == Side::broker && was_open) {
+    amqp::ConnectionClose to_client;
+    to_client.reply_code = reply::connection_forced;
+    to_client.reply_text = "CONNECTION_FORCED - nackguard: the broker sent invalid data";
+    amqp::Bytes forced;
+    amqp::append_close_frame(forced, 0, to_client);
+    emit(Side::client, forced);
+  }
+  end_all_channels(offender == Side::broker ? ReturnCause::broker_lost
+                                            : ReturnCause::connection_closed);
+  close_both_after_flush();
+}
+
+void Session::reject_unknown_method(std::uint16_t channel, std::uint32_t key) {
+  std::string ids =
+      "class " + std::to_string(key >> 16) + ", method " + std::to_string(key & 0xFFFF);
+  if (phase_ == Phase::open) {
+    // Forwarded, such a method crashes RabbitMQ 3.10's connection process (the client then
+    // gets 320 with no cause). The broker gets the close a client sends, then the socket ends.
+    amqp::ConnectionClose close;
+    close.reply_code = reply::success;
+    close.reply_text = "nackguard: the client sent a method AMQP 0-9-1 does not have (" + ids + ")";
+    amqp::Bytes frame;
+    amqp::append_close_frame(frame, 0, close);
+    emit(Side::broker, frame);
+  }
+  protocol_error(Side::client, reply::not_implemented,
+                 "NOT_IMPLEMENTED - nackguard: unknown method (" + ids + ") on channel " +
+                     std::to_string(channel) + "; AMQP 0-9-1 has no such method",
+                 key);
+}
+
+void Session::on_eof(Side side) {
+  io(side).input_closed = true;
+  if (proxy_close_ != ProxyClose::none) {
+    channels_.clear();  // shutdown: not returns
+    channels_with_held_ = 0;
+  }
+  if (phase_ == Phase::closed) {
+    io(side).close_after_flush = true;
+    return;
+  }
+  if (side == Side::broker && phase_ == Phase::open) {
+    amqp::ConnectionClose close;
+    close.reply_code = reply::connection_forced;
+    close.reply_text = "CONNECTION_FORCED - nackguard: the broker connection was lost";
+    amqp::Bytes frame;
+    amqp::append_close_frame(frame, 0, close);
+    emit(Side::client, frame);
+  }
+  end_all_channels(side == Side::broker ? ReturnCause::broker_lost
+                                        : ReturnCause::connection_closed);
+  close_both_after_flush();
+}
+
+void Session::close_gracefully(std::uint16_t code, std::string text) {
+  if (proxy_close_ != ProxyClose::none || phase_ == Phase::closed) return;
+  if (phase_ != Phase::open) {
+    close_both_after_flush();
+    return;
+  }
+  amqp::ConnectionClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  amqp::Bytes frame;
+  amqp::append_close_frame(frame, 0, close);
+  emit(Side::client, frame);
+  proxy_close_ = ProxyClose::awaiting_client;
+}
+
+void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
+  // After sending connection.close only close and close-ok count (the spec's rule); frames
+  // for the client are no longer sent.
+  if (frame.channel == 0 && frame.frame_type() == FrameType::method) {
+    std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
+    bool closing = key && (*key == mid::connection_close_ok || *key == mid::connection_close);
+    if (from == Side::client && closing && proxy_close_ == ProxyClose::awaiting_client) {
+      io(Side::client).input_closed = true;
+      io(Side::client).close_after_flush = true;
+      amqp::ConnectionClose close;
+      close.reply_code = reply::success;
+      close.reply_text = "nackguard: the client connection was closed at shutdown";
+      amqp::Bytes out;
+      amqp::append_close_frame(out, 0, close);
+      emit(Side::broker, out);
+      proxy_close_ = ProxyClose::awaiting_broker;
+      return;
+    }
+    if (from == Side::broker && closing) {
+      channels_.clear();  // requeued by the broker; not returns
+      channels_with_held_ = 0;
+      close_both_after_flush();
+      return;
+    }
+  }
+  if (from == Side::broker && reserved_channel_ && frame.channel == *reserved_channel_) {
+    observer_->on_proxy_channel_frame(frame);
+  }
+}
+
+}  // namespace nackguard::session

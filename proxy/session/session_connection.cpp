@@ -1,0 +1,118 @@
+// Connection tuning, the handshake rewrites: the channel the proxy reserves for itself, frame_max
+// capped for both sides, heartbeats, the vhost and the broker's version (session.hpp).
+
+#include <algorithm>
+#include <limits>
+
+#include "proxy/amqp/method_codec.hpp"
+#include "proxy/session/session.hpp"
+
+namespace nackguard::session {
+
+using amqp::Frame;
+namespace mid = amqp::mid;
+namespace reply = amqp::reply;
+
+void Session::handle_client_connection_method(const Frame& frame, std::uint32_t key) {
+  switch (key) {
+    case mid::connection_tune_ok: {
+      amqp::ConnectionTuneOk tune;
+      if (amqp::decode_method(frame.payload, tune) != amqp::MethodError::none) {
+        protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed tune-ok");
+        return;
+      }
+      amqp::ConnectionTuneOk to_broker = tune;
+      if (reserve_channel_) {
+        std::uint16_t client_max = tune.channel_max == 0
+                                       ? offered_channel_max_
+                                       : std::min(tune.channel_max, offered_channel_max_);
+        reserved_channel_ = static_cast<std::uint16_t>(client_max + 1);
+        to_broker.channel_max = *reserved_channel_;
+      }
+      std::uint32_t frame_max =
+          tune.frame_max == 0 ? offered_frame_max_ : std::min(tune.frame_max, offered_frame_max_);
+      if (offered_frame_max_ != 0) to_broker.frame_max = frame_max;
+      std::uint32_t decode_max = std::max(to_broker.frame_max, amqp::kFrameMinSize);
+      if (to_broker.frame_max == 0) decode_max = options_.max_frame_bytes;
+      for (auto& side : io_) side.decoder.set_frame_max(decode_max);
+      heartbeat_ = tune.heartbeat;
+      amqp::Bytes out;
+      amqp::append_fixed_method_frame(out, 0, to_broker);
+      emit(Side::broker, out);
+      return;
+    }
+    case mid::connection_open: {
+      amqp::ConnectionOpen open;
+      if (amqp::decode_method(frame.payload, open) != amqp::MethodError::none) {
+        protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed connection.open");
+        return;
+      }
+      vhost_ = open.virtual_host;
+      break;
+    }
+    case mid::connection_close_ok:
+      // The client answers the broker's connection.close: the broker ended it.
+      emit(Side::broker, frame.raw);
+      end_all_channels(ReturnCause::broker_lost);
+      close_both_after_flush();
+      return;
+    default:
+      if (!amqp::is_spec_method(key)) return reject_unknown_method(frame.channel, key);
+      break;
+  }
+  emit(Side::broker, frame.raw);
+}
+
+void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t key) {
+  switch (key) {
+    case mid::connection_start: {
+      // Forwarded as it is; only the broker's version is kept (a quorum queue's default
+      // delivery limit depends on it).
+      amqp::ConnectionStart start;
+      if (amqp::decode_method(frame.payload, start) == amqp::MethodError::none) {
+        const amqp::FieldValue* version = start.server_properties.find("version");
+        const std::string* text = version ? version->as_string() : nullptr;
+        if (text) broker_version_ = text->substr(0, 64);
+      }
+      emit(Side::client, frame.raw);
+      return;
+    }
+    case mid::connection_tune: {
+      amqp::ConnectionTune tune;
+      if (amqp::decode_method(frame.payload, tune) != amqp::MethodError::none) {
+        protocol_error(Side::broker, reply::frame_error, "FRAME_ERROR - malformed tune");
+        return;
+      }
+      amqp::ConnectionTune offered = tune;
+      std::uint32_t broker_channel_max = tune.channel_max == 0 ? 65535 : tune.channel_max;
+      // With a single channel there is none to spare; the proxy then reserves nothing.
+      reserve_channel_ = broker_channel_max >= 2;
+      if (reserve_channel_)
+        offered.channel_max = static_cast<std::uint16_t>(broker_channel_max - 1);
+      offered_channel_max_ = offered.channel_max;
+      std::uint32_t broker_frame_max =
+          tune.frame_max == 0 ? std::numeric_limits<std::uint32_t>::max() : tune.frame_max;
+      offered.frame_max = std::min(broker_frame_max, options_.max_frame_bytes);
+      offered_frame_max_ = offered.frame_max;
+      amqp::Bytes out;
+      amqp::append_fixed_method_frame(out, 0, offered);
+      emit(Side::client, out);
+      return;
+    }
+    case mid::connection_open_ok:
+      phase_ = Phase::open;
+      emit(Side::client, frame.raw);
+      observer_->on_open(vhost_);
+      return;
+    case mid::connection_close_ok:
+      emit(Side::client, frame.raw);
+      end_all_channels(ReturnCause::connection_closed);
+      close_both_after_flush();
+      return;
+    default:
+      emit(Side::client, frame.raw);
+      return;
+  }
+}
+
+}  // namespace nackguard::session
