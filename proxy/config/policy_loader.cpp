@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "proxy/config/duration.hpp"
+#include "proxy/config/policy_identity.hpp"
 #include "proxy/config/suggest.hpp"
 #include "proxy/config/yaml_section.hpp"
 #include "proxy/config/yaml_values.hpp"
@@ -20,13 +21,16 @@ namespace nackguard::config {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::check_name_length;
 using detail::Field;
+using detail::parse_fixed_decimal;
 using detail::quote;
+using detail::read_fraction;
+using detail::read_identity;
 using detail::Section;
 using detail::Source;
 using retry::Backoff;
 using retry::DeadLetter;
-using retry::IdentitySource;
 using retry::Policy;
 using std::chrono::milliseconds;
 
@@ -43,14 +47,10 @@ constexpr std::array<std::string_view, 2> kRequeueModes{"immediate", "delayed"};
 constexpr std::array<std::string_view, 2> kVias{"publish", "reject"};
 constexpr std::array<std::string_view, 2> kJitterWords{"none", "full"};
 constexpr std::array<std::string_view, 3> kQueueTypes{"same", "classic", "quorum"};
-constexpr std::array<std::string_view, 3> kIdentityWords{"message_id", "correlation_id", "body"};
-constexpr std::string_view kHeaderPrefix = "header:";
 constexpr std::string_view kQueuePlaceholder = "{queue}";
 
 constexpr std::uint64_t kMaxRedeliveries = 1'000'000;
 constexpr std::uint64_t kMaxCount = 1'000'000;
-// Queue, exchange, routing key and header names are AMQP short strings.
-constexpr std::size_t kMaxNameBytes = 255;
 constexpr double kMaxMultiplier = 100;
 // A delay is a message waiting in a delay queue; past a day it is a lost message, not a retry.
 constexpr milliseconds kLongestDelay = std::chrono::hours(24);
@@ -66,37 +66,6 @@ struct ParsedPolicy {
   Policy policy;
   std::string queue_location;
 };
-
-// A plain decimal such as 2, 1.5 or 0.2: no exponent, no inf or nan.
-std::optional<double> parse_decimal(std::string_view text) {
-  double value = 0;
-  const char* const end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value, std::chars_format::fixed);
-  if (error != std::errc() || stop != end || !std::isfinite(value)) return std::nullopt;
-  return value;
-}
-
-// A fraction in (0, 1]; `example` ends the message, e.g. "such as 0.5".
-double read_fraction(const Field& field, std::string_view example) {
-  std::string expected = "a fraction above 0 and at most 1, ";
-  expected.append(example);
-  const std::string text = field.scalar(expected);
-  const std::optional<double> value = parse_decimal(text);
-  if (value && *value > 0 && *value <= 1) return *value;
-  std::string message = "expected " + expected + ", got " + quote(text);
-  if (!text.empty() && text.back() == '%') {
-    message += "; write a percentage as a fraction (50% is 0.5)";
-  }
-  field.fail(message);
-}
-
-void check_name_length(const Field& field, std::string_view name, std::string_view what) {
-  if (name.size() <= kMaxNameBytes) return;
-  std::string message = "is ";
-  message.append(std::to_string(name.size())).append(" bytes long; AMQP ").append(what);
-  message.append(" are at most 255 bytes");
-  field.fail(message);
-}
 
 std::string read_queue(const Source& source, const YAML::Node& document, const Section& top) {
   const Field* field = top.find("queue");
@@ -114,71 +83,6 @@ std::string read_queue(const Source& source, const YAML::Node& document, const S
   return queue;
 }
 
-// The source a person most likely meant by `text`: a near miss of a word, or of the "header:"
-// prefix ("headers:id" suggests "header:id").
-std::optional<std::string> suggest_identity(const std::string& text) {
-  if (auto word = closest_match(text, kIdentityWords)) return word;
-  const auto colon = text.find(':');
-  constexpr std::array<std::string_view, 1> kHeader{"header"};
-  if (colon != std::string::npos && closest_match(text.substr(0, colon), kHeader)) {
-    std::string suggestion(kHeaderPrefix);
-    return suggestion.append(text.substr(colon + 1));
-  }
-  return std::nullopt;
-}
-
-IdentitySource read_identity_item(const Field& item) {
-  constexpr std::string_view kExpected = "one of message_id, correlation_id, body, header:<name>";
-  const YAML::Node& value = item.value();
-  if (value.IsMap() && value.size() == 1 && value.begin()->first.Scalar() == "header") {
-    item.fail(std::string("expected ").append(kExpected) +
-              ", got a map; write header:<name> as one word, without a space after the colon "
-              "(YAML reads \"header: id\" as a map)");
-  }
-  const std::string text = item.scalar(kExpected);
-  if (text == "message_id") return {IdentitySource::Kind::message_id, ""};
-  if (text == "correlation_id") return {IdentitySource::Kind::correlation_id, ""};
-  if (text == "body") return {IdentitySource::Kind::body, ""};
-  if (text.starts_with(kHeaderPrefix)) {
-    const std::string name = text.substr(kHeaderPrefix.size());
-    if (name.empty()) item.fail("header: needs the header's name after the colon, e.g. header:id");
-    if (name.front() == ' ' || name.front() == '\t') {
-      item.fail(
-          "remove the space after header: (the name starts right after the colon, e.g. "
-          "header:id)");
-    }
-    check_name_length(item, name, "header names");
-    return {IdentitySource::Kind::header, name};
-  }
-  std::string message = std::string("expected ").append(kExpected) + ", got " + quote(text);
-  if (const auto suggestion = suggest_identity(text)) {
-    message += " (did you mean \"" + *suggestion + "\"?)";
-  }
-  item.fail(message);
-}
-
-std::vector<IdentitySource> read_identity(const Source& source, const Field& field) {
-  const YAML::Node& list = field.value();
-  if (!list.IsSequence()) {
-    field.fail("expected a list such as [message_id, header:id, correlation_id, body], got " +
-               detail::describe_node(list));
-  }
-  if (list.size() == 0) {
-    field.fail("the list is empty; name at least one source, such as [message_id, body]");
-  }
-  std::vector<IdentitySource> sources;
-  for (const YAML::Node& node : list) {
-    // The list stands in for the key: an empty item is then located at the list.
-    const Field item(source, field.dotted_key(), list, node);
-    IdentitySource identity = read_identity_item(item);
-    if (std::find(sources.begin(), sources.end(), identity) != sources.end()) {
-      item.fail(quote(node.Scalar()) + " is listed twice; list each source once");
-    }
-    sources.push_back(std::move(identity));
-  }
-  return sources;
-}
-
 void read_jitter(const Field& field, Backoff& backoff) {
   const std::string expected = "none, full, or a fraction above 0 and at most 1 such as 0.2";
   const std::string text = field.scalar(expected);
@@ -190,7 +94,7 @@ void read_jitter(const Field& field, Backoff& backoff) {
     backoff.jitter = Backoff::Jitter::full;
     return;
   }
-  const std::optional<double> fraction = parse_decimal(text);
+  const std::optional<double> fraction = parse_fixed_decimal(text);
   if (fraction && *fraction > 0 && *fraction <= 1) {
     backoff.jitter = Backoff::Jitter::fraction;
     backoff.jitter_fraction = *fraction;
@@ -215,7 +119,7 @@ void read_backoff(const Section& top, Backoff& backoff) {
   if (const Field* multiplier = section.find("multiplier")) {
     const std::string expected = "a number from 1 to 100, such as 2 or 1.5";
     const std::string text = multiplier->scalar(expected);
-    const std::optional<double> value = parse_decimal(text);
+    const std::optional<double> value = parse_fixed_decimal(text);
     if (!value || *value < 1 || *value > kMaxMultiplier) {
       multiplier->fail("expected " + expected + ", got " + quote(text));
     }

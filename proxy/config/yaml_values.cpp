@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <stdexcept>
+#include <system_error>
 
 #include "proxy/config/duration.hpp"
 #include "proxy/config/suggest.hpp"
@@ -66,6 +68,37 @@ std::string read_word(const Field& field, std::string_view what) {
     field.fail("expected " + std::string(what) + ", got " + quote(text));
   }
   return text;
+}
+
+// A plain decimal such as 2, 1.5 or 0.2: no exponent, no inf or nan.
+std::optional<double> parse_fixed_decimal(std::string_view text) {
+  double value = 0;
+  const char* const end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value, std::chars_format::fixed);
+  if (error != std::errc() || stop != end || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+// A fraction in (0, 1]; `example` ends the message, e.g. "such as 0.5".
+double read_fraction(const Field& field, std::string_view example) {
+  std::string expected = "a fraction above 0 and at most 1, ";
+  expected.append(example);
+  const std::string text = field.scalar(expected);
+  const std::optional<double> value = parse_fixed_decimal(text);
+  if (value && *value > 0 && *value <= 1) return *value;
+  std::string message = "expected " + expected + ", got " + quote(text);
+  if (!text.empty() && text.back() == '%') {
+    message += "; write a percentage as a fraction (50% is 0.5)";
+  }
+  field.fail(message);
+}
+
+void check_name_length(const Field& field, std::string_view name, std::string_view what) {
+  if (name.size() <= 255) return;
+  std::string message = "is ";
+  message.append(std::to_string(name.size())).append(" bytes long; AMQP ").append(what);
+  message.append(" are at most 255 bytes");
+  field.fail(message);
 }
 
 }  // namespace nackguard::config::detail

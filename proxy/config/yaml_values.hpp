@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,5 +30,15 @@ std::string read_choice(const Field& field, std::span<const std::string_view> ch
 
 // Non-empty text without spaces: a host name, an address, a path.
 std::string read_word(const Field& field, std::string_view what);
+
+// A plain decimal such as 2, 1.5 or 0.2: no exponent, no inf or nan.
+std::optional<double> parse_fixed_decimal(std::string_view text);
+
+// A fraction in (0, 1]; `example` ends the message, e.g. "such as 0.5".
+double read_fraction(const Field& field, std::string_view example);
+
+// Queue, exchange, routing key and header names are AMQP short strings: at most 255 bytes.
+// `what` names them in the message, e.g. "queue names".
+void check_name_length(const Field& field, std::string_view name, std::string_view what);
 
 }  // namespace nackguard::config::detail
