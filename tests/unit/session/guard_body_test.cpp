@@ -38,6 +38,18 @@ class GuardBody : public GuardTest {
     broker(declare_ok("nackguard.delay.q." + std::to_string(ttl_ms) + "ms"));
     return take_copy(to_broker());
   }
+  // Under `p`, a first delivery keeps its body, and its first return publishes the copy that
+  // `copy` takes, with that body.
+  template <typename TakeCopy>
+  void expect_first_body_kept_for_the_copy(const retry::Policy& p, TakeCopy copy) {
+    start(p);
+    const Message m = message("m1");
+    deliver_passes(delivery(1, m));
+    EXPECT_TRUE(kept(1));
+    client(nack(1));
+    EXPECT_EQ(copy().body, bytes_of(m.body));
+    EXPECT_TRUE(listener.fallbacks.empty());
+  }
   // The dead-letter the proxy publishes once its channel is open and q.dlq checked.
   Copy dead_letter_copy() {
     EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
@@ -94,23 +106,11 @@ TEST_F(GuardBody, ASkippedBodyLoopStillEndsInTheDlqAfterMaxPlusOneDeliveries) {
 TEST_F(GuardBody, RequeueDelayedKeepsTheFirstBody) {
   retry::Policy p = policy(3);
   p.requeue = retry::RequeueMode::delayed;
-  start(p);
-  const Message m = message("m1");
-  deliver_passes(delivery(1, m));
-  EXPECT_TRUE(kept(1));
-  client(nack(1));
-  EXPECT_EQ(delayed_copy(1000).body, bytes_of(m.body));
-  EXPECT_TRUE(listener.fallbacks.empty());
+  expect_first_body_kept_for_the_copy(p, [&] { return delayed_copy(1000); });
 }
 
 TEST_F(GuardBody, MaxRedeliveriesZeroKeepsTheFirstBody) {
-  start(policy(0));
-  const Message m = message("m1");
-  deliver_passes(delivery(1, m));
-  EXPECT_TRUE(kept(1));
-  client(nack(1));
-  EXPECT_EQ(dead_letter_copy().body, bytes_of(m.body));
-  EXPECT_TRUE(listener.fallbacks.empty());
+  expect_first_body_kept_for_the_copy(policy(0), [&] { return dead_letter_copy(); });
 }
 
 // Dead-lettering with basic.reject publishes nothing: no body is needed.
@@ -147,12 +147,7 @@ TEST_F(GuardBody, PerMessageOneForwardsTheFirstReturnAndDelaysTheSecondWithItsBo
 TEST_F(GuardBody, PerMessageZeroKeepsTheFirstBody) {
   retry::Policy p = policy(10);
   p.rate.per_message = 0;
-  start(p);
-  const Message m = message("m1");
-  deliver_passes(delivery(1, m));
-  EXPECT_TRUE(kept(1));
-  client(nack(1));
-  EXPECT_EQ(delayed_copy(1000).body, bytes_of(m.body));
+  expect_first_body_kept_for_the_copy(p, [&] { return delayed_copy(1000); });
 }
 
 // Deliveries made while the queue was healthy, returned once it is in outage: forwarded as
