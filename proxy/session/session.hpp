@@ -209,6 +209,8 @@ class Session {
   void returned(const Delivery& delivery, ReturnCause cause);
 
   void emit(Side to, amqp::ByteView bytes);
+  // connection.close (channel 0, no failing method) to `to`.
+  void emit_connection_close(Side to, std::uint16_t code, std::string text);
   void flush_injections(Side to);
   // Drops queued injections for a channel that is closing: the broker requeues what they
   // would have settled, and frames on a closed channel would be a connection error.

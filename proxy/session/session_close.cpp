@@ -12,6 +12,15 @@ using amqp::FrameType;
 namespace mid = amqp::mid;
 namespace reply = amqp::reply;
 
+void Session::emit_connection_close(Side to, std::uint16_t code, std::string text) {
+  amqp::ConnectionClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  amqp::Bytes frame;
+  amqp::append_close_frame(frame, 0, close);
+  emit(to, frame);
+}
+
 void Session::close_both_after_flush() {
   for (auto& side : io_) {
     side.close_after_flush = true;
@@ -34,12 +43,8 @@ void Session::protocol_error(Side offender, std::uint16_t code, std::string text
   amqp::append_close_frame(frame, 0, close);
   emit(offender, frame);
   if (offender == Side::broker && was_open) {
-    amqp::ConnectionClose to_client;
-    to_client.reply_code = reply::connection_forced;
-    to_client.reply_text = "CONNECTION_FORCED - nackguard: the broker sent invalid data";
-    amqp::Bytes forced;
-    amqp::append_close_frame(forced, 0, to_client);
-    emit(Side::client, forced);
+    emit_connection_close(Side::client, reply::connection_forced,
+                          "CONNECTION_FORCED - nackguard: the broker sent invalid data");
   }
   end_all_channels(offender == Side::broker ? ReturnCause::broker_lost
                                             : ReturnCause::connection_closed);
@@ -52,12 +57,9 @@ void Session::reject_unknown_method(std::uint16_t channel, std::uint32_t key) {
   if (phase_ == Phase::open) {
     // Forwarded, such a method crashes RabbitMQ 3.10's connection process (the client then
     // gets 320 with no cause). The broker gets the close a client sends, then the socket ends.
-    amqp::ConnectionClose close;
-    close.reply_code = reply::success;
-    close.reply_text = "nackguard: the client sent a method AMQP 0-9-1 does not have (" + ids + ")";
-    amqp::Bytes frame;
-    amqp::append_close_frame(frame, 0, close);
-    emit(Side::broker, frame);
+    emit_connection_close(
+        Side::broker, reply::success,
+        "nackguard: the client sent a method AMQP 0-9-1 does not have (" + ids + ")");
   }
   protocol_error(Side::client, reply::not_implemented,
                  "NOT_IMPLEMENTED - nackguard: unknown method (" + ids + ") on channel " +
@@ -76,12 +78,8 @@ void Session::on_eof(Side side) {
     return;
   }
   if (side == Side::broker && phase_ == Phase::open) {
-    amqp::ConnectionClose close;
-    close.reply_code = reply::connection_forced;
-    close.reply_text = "CONNECTION_FORCED - nackguard: the broker connection was lost";
-    amqp::Bytes frame;
-    amqp::append_close_frame(frame, 0, close);
-    emit(Side::client, frame);
+    emit_connection_close(Side::client, reply::connection_forced,
+                          "CONNECTION_FORCED - nackguard: the broker connection was lost");
   }
   end_all_channels(side == Side::broker ? ReturnCause::broker_lost
                                         : ReturnCause::connection_closed);
@@ -94,12 +92,7 @@ void Session::close_gracefully(std::uint16_t code, std::string text) {
     close_both_after_flush();
     return;
   }
-  amqp::ConnectionClose close;
-  close.reply_code = code;
-  close.reply_text = std::move(text);
-  amqp::Bytes frame;
-  amqp::append_close_frame(frame, 0, close);
-  emit(Side::client, frame);
+  emit_connection_close(Side::client, code, std::move(text));
   proxy_close_ = ProxyClose::awaiting_client;
 }
 
@@ -112,12 +105,8 @@ void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
     if (from == Side::client && closing && proxy_close_ == ProxyClose::awaiting_client) {
       io(Side::client).input_closed = true;
       io(Side::client).close_after_flush = true;
-      amqp::ConnectionClose close;
-      close.reply_code = reply::success;
-      close.reply_text = "nackguard: the client connection was closed at shutdown";
-      amqp::Bytes out;
-      amqp::append_close_frame(out, 0, close);
-      emit(Side::broker, out);
+      emit_connection_close(Side::broker, reply::success,
+                            "nackguard: the client connection was closed at shutdown");
       proxy_close_ = ProxyClose::awaiting_broker;
       return;
     }
