@@ -151,8 +151,18 @@ void Relay::wake_writers() {
 
 void Relay::flush(Side side) {
   Endpoint& e = end(side);
-  amqp::Bytes& pending = session_.output(side);
-  if (!pending.empty() && e.direct_writes && !e.closed && e.writing == 0 && e.sent_ahead == 0) {
+  bool direct = e.direct_writes && !e.closed && e.writing == 0 && e.sent_ahead == 0;
+  // Frames forwarded unchanged go out from the input buffer they were read into, uncopied.
+  amqp::ByteView run = session_.forwarded(side);
+  if (!run.empty() && direct) {
+    boost::system::error_code ec;
+    std::size_t n = e.stream.try_send(run.data(), run.size(), ec);
+    if (ec) n = 0;  // the writer meets the same error and handles it
+    session_.forwarded_written(side, n);
+    if (n == run.size()) e.wake_reader.cancel();
+  }
+  amqp::Bytes& pending = session_.output(side);  // what is left of the run, copied
+  if (!pending.empty() && direct && run.empty()) {
     boost::system::error_code ec;
     std::size_t n = e.stream.try_send(pending.data(), pending.size(), ec);
     // On an error the bytes stay queued: the writer meets the same error and handles it.
@@ -220,7 +230,8 @@ asio::awaitable<void> Relay::writer(Side side) {
       std::size_t sent = std::exchange(self.sent_ahead, 0);
       self.writing = writing.size() - sent;
       auto [ec, n] = co_await asio::async_write(
-          self.stream, asio::buffer(writing.data() + sent, writing.size() - sent), kUseTuple);
+          self.stream, asio::buffer(writing.data() + sent, writing.size() - sent),
+          transfer_everything_left, kUseTuple);
       self.writing = 0;
       writing.clear();
       self.wake_reader.cancel();

@@ -46,6 +46,7 @@ void Session::feed(Side from, ByteView data) {
 }
 
 std::span<std::uint8_t> Session::input_space(Side from, std::size_t buffer_bytes) {
+  copy_forwarded(other(from));  // the next read overwrites what it points to
   SideIo& side = io(from);
   InputBuffer& in = side.in;
   std::size_t kept = in.end - in.begin;
@@ -85,6 +86,7 @@ void Session::commit_input(Side from, std::size_t n) {
 std::size_t Session::process(Side from, ByteView data) {
   SideIo& in = io(from);
   std::size_t used = 0;
+  ++process_pass_;
   if (tx_replay_pending_) replay_behind_commits();
   if (from == Side::client && phase_ == Phase::protocol_header) {
     switch (amqp::check_protocol_header(data)) {
@@ -125,47 +127,6 @@ std::size_t Session::process(Side from, ByteView data) {
   }
   if (tx_replay_pending_) replay_behind_commits();
   return used;
-}
-
-void Session::emit(Side to, ByteView bytes) {
-  SideIo& out = io(to);
-  if (out.close_after_flush) return;
-  out.out.insert(out.out.end(), bytes.begin(), bytes.end());
-}
-
-void Session::inject(Side to, amqp::Bytes frames) {
-  io(to).injections.push_back(Injection{std::move(frames), 0, std::nullopt});
-  flush_injections(to);
-}
-
-void Session::flush_injections(Side to) {
-  SideIo& out = io(to);
-  if (out.injections.empty() || content_in_progress(to)) return;
-  std::vector<Injection> ready = std::move(out.injections);
-  out.injections.clear();
-  for (Injection& injection : ready) {
-    emit(to, injection.frames);
-    if (injection.tx_commit) tx_commit_written(injection.channel);
-    if (!injection.settles_broker_tag && !injection.tx_resend) continue;
-    auto it = channels_.find(injection.channel);
-    if (it == channels_.end()) continue;
-    if (injection.settles_broker_tag) it->second.take_withheld(*injection.settles_broker_tag);
-    // In the client's transaction: dropped by a rollback, written again after it.
-    if (it->second.tx.active) it->second.tx.proxy_settles.push_back(std::move(injection.frames));
-  }
-}
-
-void Session::drop_injections(std::uint16_t channel) {
-  auto& queued = io(Side::broker).injections;
-  std::erase_if(queued, [channel](const Injection& i) { return i.channel == channel; });
-}
-
-bool Session::content_in_progress(Side to) const {
-  for (const auto& [number, ch] : channels_) {
-    const ContentState& state = to == Side::broker ? ch.from_client : ch.to_client;
-    if (state.in_progress()) return true;
-  }
-  return false;
 }
 
 ChannelState& Session::channel_state(std::uint16_t number) {

@@ -70,7 +70,17 @@ class Session {
   void close_gracefully(std::uint16_t code, std::string text);
 
   // Bytes to write to `side`, in order. The caller moves them out and writes them.
-  amqp::Bytes& output(Side side) { return io(side).out; }
+  amqp::Bytes& output(Side side) {
+    copy_forwarded(side);
+    return io(side).out;
+  }
+  // Frames for `side` forwarded as they were read, still in the other side's input buffer:
+  // they come before everything in output(side), which is empty while this is not. Valid
+  // until the next input_space() of the other side, or output(side). A caller that writes
+  // them without a copy says how many it wrote with forwarded_written().
+  amqp::ByteView forwarded(Side side) const { return io(side).forwarded; }
+  // The first `n` bytes of forwarded(side) were written; the rest moves to output(side).
+  void forwarded_written(Side side, std::size_t n);
   // Once everything for `side` is written, its socket is to be closed.
   bool close_after_flush(Side side) const { return io(side).close_after_flush; }
   // Input from `side` is no longer read (the session is closing it).
@@ -125,6 +135,7 @@ class Session {
   struct SideIo {
     InputBuffer in;  // a partial frame carried over to the next read
     amqp::Bytes out;
+    amqp::ByteView forwarded;  // see forwarded(): ahead of `out`, which is empty meanwhile
     std::vector<Injection> injections;
     amqp::FrameDecoder decoder;
     bool input_closed = false;
@@ -135,6 +146,9 @@ class Session {
   const SideIo& io(Side side) const { return io_[static_cast<int>(side)]; }
 
   std::size_t process(Side from, amqp::ByteView data);
+  std::uint64_t process_pass_ = 0;  // counts the calls of process(): see original_method()
+  // Moves forwarded(to) into output(to): its bytes are about to be overwritten.
+  void copy_forwarded(Side to);
   void handle_client_frame(const amqp::Frame& frame);
   void handle_broker_frame(const amqp::Frame& frame);
   void handle_client_connection_method(const amqp::Frame& frame, std::uint32_t key);
@@ -147,8 +161,15 @@ class Session {
   void route_delivery_body(ChannelState& ch, const amqp::Frame& frame);
   void complete_delivery(ChannelState& ch);
   // Emits a delivery to the client under the next client tag: its method frame (the tag
-  // patched when the two sequences differ) and, when given, the rest of its frames.
-  void emit_delivery(ChannelState& ch, Delivery& delivery, amqp::Bytes& method_frame);
+  // patched when the two sequences differ) and, when given, the rest of its frames. An
+  // unpatched frame goes out as `original` when given: the bytes as they were read.
+  void emit_delivery(ChannelState& ch, Delivery& delivery, amqp::Bytes& method_frame,
+                     amqp::ByteView original = {});
+  // The incoming delivery's method frame where it was read, if the bytes handled now came in
+  // the same pass of process() (and are therefore still there); otherwise empty.
+  amqp::ByteView original_method(const ChannelState& ch) const {
+    return ch.incoming_method_pass == process_pass_ ? ch.incoming_method_raw : amqp::ByteView{};
+  }
   // A delivery whose frames were all buffered: carry out `plan` on it.
   void dispatch_buffered(ChannelState& ch, Delivery delivery, amqp::Bytes frames,
                          DeliveryPlan plan);

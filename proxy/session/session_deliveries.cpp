@@ -54,6 +54,8 @@ void Session::begin_delivery(ChannelState& ch, const Frame& frame, Delivery deli
   ch.note_broker_tag(delivery.broker_tag);
   ch.incoming = std::move(delivery);
   ch.incoming_method_frame.assign(frame.raw.begin(), frame.raw.end());
+  ch.incoming_method_raw = frame.raw;
+  ch.incoming_method_pass = process_pass_;
   ch.incoming_route = ChannelState::Route::forward;
   ch.incoming_untracked = false;
   ch.incoming_hashed = true;
@@ -111,7 +113,7 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
     // its returns are not counted (a fallback). No record is kept, only a run of tags
     // (ChannelState::note_untracked); past kMaxUntrackedRuns, a record of its tags alone.
     ch.incoming_route = ChannelState::Route::forward;
-    emit_delivery(ch, d, ch.incoming_method_frame);
+    emit_delivery(ch, d, ch.incoming_method_frame, original_method(ch));
     ch.incoming_method_frame.clear();
     emit(Side::client, frame.raw);
     ch.to_client = ch.from_broker;
@@ -162,7 +164,7 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
   }
   ch.incoming_route = ChannelState::Route::forward;
   d.exclusive = plan.exclusive && !d.no_ack;
-  emit_delivery(ch, d, ch.incoming_method_frame);
+  emit_delivery(ch, d, ch.incoming_method_frame, original_method(ch));
   ch.incoming_method_frame.clear();  // its capacity serves the next delivery
   emit(Side::client, frame.raw);
   ch.to_client = ch.from_broker;
@@ -227,7 +229,8 @@ void Session::complete_delivery(ChannelState& ch) {
   }
 }
 
-void Session::emit_delivery(ChannelState& ch, Delivery& d, amqp::Bytes& method_frame) {
+void Session::emit_delivery(ChannelState& ch, Delivery& d, amqp::Bytes& method_frame,
+                            ByteView original) {
   d.client_tag = ch.next_client_tag();
   d.handed_out_ms = clock_ms_;
   if (d.client_tag != d.broker_tag) {
@@ -240,7 +243,11 @@ void Session::emit_delivery(ChannelState& ch, Delivery& d, amqp::Bytes& method_f
   }
   if (d.exclusive) ch.exclusive_client_tag = d.client_tag;
   ch.note_handed_out(d.client_tag, d.broker_tag);
-  emit(Side::client, method_frame);
+  if (d.client_tag == d.broker_tag && !original.empty()) {
+    emit(Side::client, original);  // forwarded from where it was read, not copied again
+  } else {
+    emit(Side::client, method_frame);
+  }
 }
 
 namespace {

@@ -81,6 +81,55 @@ TEST(SessionInputSpace, NoRoomIsMadeForAFrameAboveFrameMax) {
   EXPECT_LT(space.size(), 1u << 20);
 }
 
+// Frames forwarded as they were read stay in the input buffer (forwarded()), uncopied, until
+// the relay writes them or the buffer is about to be reused.
+class ForwardedRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    handshake(link);
+    frames = cat({method(1, amqp::ChannelOpenOk{}), method(1, amqp::BasicConsumeOk{"c1"}),
+                  method(1, deliver_method("c1", 1)), content(1, "payload", {})});
+    space = link.session.input_space(Side::broker, 4096);
+    std::memcpy(space.data(), frames.data(), frames.size());
+    link.session.commit_input(Side::broker, frames.size());
+  }
+  // The next read: it overwrites the whole buffer.
+  void read_garbage() {
+    std::span<std::uint8_t> next = link.session.input_space(Side::broker, 4096);
+    std::memset(next.data(), 0xEE, next.size());
+  }
+  Link link;
+  Bytes frames;
+  std::span<std::uint8_t> space;
+};
+
+TEST_F(ForwardedRun, IsTheInputBufferItself) {
+  ByteView run = link.session.forwarded(Side::client);
+  EXPECT_EQ(run.data(), space.data());
+  EXPECT_EQ(Bytes(run.begin(), run.end()), frames);
+  EXPECT_TRUE(link.session.output(Side::client).size() == frames.size());
+  EXPECT_TRUE(link.session.forwarded(Side::client).empty());  // output() copied it
+}
+
+TEST_F(ForwardedRun, IsCopiedBeforeTheNextReadOverwritesIt) {
+  read_garbage();
+  EXPECT_TRUE(link.session.forwarded(Side::client).empty());
+  EXPECT_EQ(link.client_bytes(), frames);
+}
+
+TEST_F(ForwardedRun, WhatTheRelayDidNotWriteMovesToTheOutput) {
+  link.session.forwarded_written(Side::client, 10);
+  EXPECT_TRUE(link.session.forwarded(Side::client).empty());
+  read_garbage();
+  EXPECT_EQ(link.client_bytes(), Bytes(frames.begin() + 10, frames.end()));
+}
+
+TEST_F(ForwardedRun, ComesBeforeWhatIsQueuedAfterIt) {
+  link.session.inject(Side::client, heartbeat());
+  read_garbage();
+  EXPECT_EQ(link.client_bytes(), cat({frames, heartbeat()}));
+}
+
 TEST(BodyHash, DeferredToARetainedBodyEqualsTheStreamedHash) {
   auto body = RetainedBody::make(nullptr, 5);
   body->bytes = {'h', 'e', 'l', 'l', 'o'};

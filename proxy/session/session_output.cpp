@@ -1,0 +1,84 @@
+#include "proxy/session/session.hpp"
+
+#include <cstdint>
+
+// What the session queues towards each side: frames forwarded as they were read (without a
+// copy, while nothing else is queued), frames copied or built, and injections that wait for
+// a frame boundary.
+
+namespace nackguard::session {
+
+using amqp::ByteView;
+
+// Frames forwarded as they were read are not copied: while nothing else is queued for `to`,
+// they stay in the input buffer they were read into, as one run of consecutive bytes that the
+// relay can write from there (forwarded()).
+void Session::emit(Side to, ByteView bytes) {
+  SideIo& out = io(to);
+  if (out.close_after_flush) return;
+  ByteView& run = out.forwarded;
+  if (!run.empty() && bytes.data() == run.data() + run.size()) {
+    run = ByteView(run.data(), run.size() + bytes.size());
+    return;
+  }
+  const InputBuffer& source = io(other(to)).in;
+  auto at = reinterpret_cast<std::uintptr_t>(bytes.data());
+  auto first = reinterpret_cast<std::uintptr_t>(source.data.get());
+  if (run.empty() && out.out.empty() && !bytes.empty() && at >= first &&
+      at + bytes.size() <= first + source.capacity) {
+    run = bytes;
+    return;
+  }
+  copy_forwarded(to);
+  out.out.insert(out.out.end(), bytes.begin(), bytes.end());
+}
+
+void Session::copy_forwarded(Side to) {
+  SideIo& out = io(to);
+  if (out.forwarded.empty()) return;
+  out.out.insert(out.out.end(), out.forwarded.begin(), out.forwarded.end());
+  out.forwarded = {};
+}
+
+void Session::forwarded_written(Side to, std::size_t n) {
+  SideIo& out = io(to);
+  out.forwarded = out.forwarded.subspan(std::min(n, out.forwarded.size()));
+  copy_forwarded(to);
+}
+
+void Session::inject(Side to, amqp::Bytes frames) {
+  io(to).injections.push_back(Injection{std::move(frames), 0, std::nullopt});
+  flush_injections(to);
+}
+
+void Session::flush_injections(Side to) {
+  SideIo& out = io(to);
+  if (out.injections.empty() || content_in_progress(to)) return;
+  std::vector<Injection> ready = std::move(out.injections);
+  out.injections.clear();
+  for (Injection& injection : ready) {
+    emit(to, injection.frames);
+    if (injection.tx_commit) tx_commit_written(injection.channel);
+    if (!injection.settles_broker_tag && !injection.tx_resend) continue;
+    auto it = channels_.find(injection.channel);
+    if (it == channels_.end()) continue;
+    if (injection.settles_broker_tag) it->second.take_withheld(*injection.settles_broker_tag);
+    // In the client's transaction: dropped by a rollback, written again after it.
+    if (it->second.tx.active) it->second.tx.proxy_settles.push_back(std::move(injection.frames));
+  }
+}
+
+void Session::drop_injections(std::uint16_t channel) {
+  auto& queued = io(Side::broker).injections;
+  std::erase_if(queued, [channel](const Injection& i) { return i.channel == channel; });
+}
+
+bool Session::content_in_progress(Side to) const {
+  for (const auto& [number, ch] : channels_) {
+    const ContentState& state = to == Side::broker ? ch.from_client : ch.to_client;
+    if (state.in_progress()) return true;
+  }
+  return false;
+}
+
+}  // namespace nackguard::session
