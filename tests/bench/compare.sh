@@ -5,12 +5,15 @@
 #              dead-lettered or delayed)
 #   candidate  with --candidate BIN, another nackguard binary with the same configuration (a
 #              build to compare with, e.g. another backend or the code before a change)
-#   haproxy    Debian's haproxy in mode tcp in front of it (a plain TCP relay: the floor a
-#              proxy that forwards bytes can reach)
+#   haproxy    Debian's haproxy in mode tcp in front of it (a plain TCP relay)
+#   floor      with --floor, build/nackguard-floor-relay in front of it: one recv() and one
+#              send() per readiness event, nothing parsed, nothing allocated (the least a
+#              user-space relay costs on this kernel; tests/bench/floor_relay.cpp)
 #
 #   tests/bench/compare.sh [--build-dir DIR] [--broker-port PORT] [--rounds N] [--scale F]
 #                          [--only LIST] [--proxy-threads N] [--soak SECONDS] [--nice N]
-#                          [--candidate BIN] [--candidate-threads N] [--perf] [--smoke]
+#                          [--candidate BIN] [--candidate-threads N] [--floor] [--perf]
+#                          [--tls] [--smoke]
 #
 #   --build-dir DIR     holds nackguard and nackguard-bench (default: build)
 #   --broker-port PORT  use the broker already listening on 127.0.0.1:PORT; otherwise a private
@@ -31,6 +34,13 @@
 #                       (metrics 31684)
 #   --candidate-threads N  the candidate's `threads` (default: --proxy-threads); with
 #                       --candidate DIR/nackguard, compares thread counts of one binary
+#   --floor             a fifth target, in every round: nackguard-floor-relay on 31685
+#   --tls               TLS on both sides of every proxy, and to the broker directly: the
+#                       private node gets a TLS listener on 29671 with a test PKI
+#                       (tests/integration/tls_support.py, in DIR/bench-compare/pki); nackguard
+#                       terminates and re-originates TLS (listen.tls, upstream.tls), and so does
+#                       haproxy (bind ... ssl, server ... ssl verify required). Not with --floor
+#                       or --broker-port
 #   --perf              count each proxy's system calls, context switches, page faults and
 #                       malloc calls
 #                       during each run with perf stat (tracepoints raw_syscalls:sys_enter,
@@ -41,7 +51,7 @@
 #
 # Every run's JSON line goes to DIR/bench-compare/results.jsonl, its table to run.log there.
 # Ports on 127.0.0.1: nackguard 31680 (metrics 31681), haproxy 31682, the candidate 31683
-# (metrics 31684): below Linux's ephemeral
+# (metrics 31684), the floor relay 31685: below Linux's ephemeral
 # range (32768-60999), so that no outgoing connection of another program holds them.
 set -euo pipefail
 
@@ -65,6 +75,10 @@ candidate_threads=
 perf=0
 candidate_port=31683
 candidate_metrics_port=31684
+floor=0
+tls=0
+broker_tls_port=29671
+floor_port=31685
 
 die() { echo "compare.sh: $*" >&2; exit 2; }
 while (($#)); do
@@ -79,6 +93,8 @@ while (($#)); do
     --nice) niceness=${2:?}; shift 2 ;;
     --candidate) candidate_bin=${2:?}; shift 2 ;;
     --candidate-threads) candidate_threads=${2:?}; shift 2 ;;
+    --floor) floor=1; shift ;;
+    --tls) tls=1; shift ;;
     --perf) perf=1; shift ;;
     --smoke) smoke=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -93,13 +109,17 @@ done
 [[ -z $broker_port || $broker_port =~ ^[0-9]+$ ]] || die "--broker-port must be a port number"
 [[ -z $niceness || $niceness =~ ^-?[0-9]+$ ]] || die "--nice takes a whole number"
 ((smoke)) && rounds=1
+((tls && floor)) && die "--tls and --floor: the floor relay has no TLS"
+((tls)) && [[ -n $broker_port ]] && die "--tls needs the private node (no --broker-port)"
 
 mkdir -p "$build_dir"
 build_dir=$(cd "$build_dir" && pwd)
 nackguard_bin=$build_dir/nackguard
 bench_bin=$build_dir/nackguard-bench
 [[ -z $candidate_bin || -x $candidate_bin ]] || die "--candidate $candidate_bin: not an executable"
-for bin in "$nackguard_bin" "$bench_bin"; do
+floor_bin=$build_dir/nackguard-floor-relay
+((floor)) || floor_bin=
+for bin in "$nackguard_bin" "$bench_bin" $floor_bin; do
   [[ -x $bin ]] || die "$bin not found: cmake --build $build_dir --target nackguard nackguard-bench"
 done
 command -v haproxy >/dev/null || die "haproxy not found: deploy/install-deps.sh installs it"
@@ -138,9 +158,10 @@ node_started=0
 nackguard_pid=
 haproxy_pid=
 candidate_pid=
+floor_pid=
 cleanup() {
   local status=$? pid
-  for pid in "$nackguard_pid" "$haproxy_pid" "$candidate_pid"; do
+  for pid in "$nackguard_pid" "$haproxy_pid" "$candidate_pid" "$floor_pid"; do
     if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
@@ -155,6 +176,25 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# ---- TLS: a test PKI (CA, and a server certificate for localhost and 127.0.0.1) ----
+pki=$work/pki
+tls_args=()
+if ((tls)); then
+  if [[ ! -s $pki/server.key ]]; then
+    say "making a test PKI in $pki"
+    /usr/bin/python3 -c 'import sys; sys.path.insert(0, "tests/integration")
+import tls_support; tls_support.Pki(sys.argv[1]).make_all()' "$pki" ||
+      die "could not make the test PKI (tests/integration/tls_support.py; python3-pika installed?)"
+  fi
+  cat "$pki/server.pem" "$pki/server.key" >"$pki/server-and-key.pem" # haproxy's crt
+  node_env+=("NACKGUARD_TEST_RABBITMQ_CONF_EXTRA=listeners.ssl.default = 127.0.0.1:$broker_tls_port
+ssl_options.cacertfile = $pki/ca.pem
+ssl_options.certfile = $pki/server.pem
+ssl_options.keyfile = $pki/server.key
+ssl_options.verify = verify_none")
+  tls_args=(--tls-ca "$pki/ca.pem")
+fi
 
 # ---- the broker ----
 broker_pid=
@@ -174,9 +214,17 @@ if [[ -z $broker_port ]]; then
   if [[ -s $node_dir/beam.pid ]]; then broker_pid=$(tr -dc 0-9 <"$node_dir/beam.pid"); fi
 fi
 port_answers "$broker_port" || die "nothing listens on 127.0.0.1:$broker_port"
+if ((tls)); then
+  port_answers "$broker_tls_port" || die "the RabbitMQ node in $node_dir has no TLS listener on" \
+    "127.0.0.1:$broker_tls_port: stop it (tests/rabbitmq-node.sh stop $node_dir, with the" \
+    "node's variables) and run again"
+  upstream_port=$broker_tls_port
+else
+  upstream_port=$broker_port
+fi
 
 for port in "$nackguard_port" "$metrics_port" "$haproxy_port" "$candidate_port" \
-  "$candidate_metrics_port"; do
+  "$candidate_metrics_port" "$floor_port"; do
   if port_answers "$port"; then
     die "127.0.0.1:$port is in use (another compare.sh, or something else)"
   fi
@@ -191,8 +239,10 @@ rate: {per_message: 1000000, outage_ratio: 1, min_messages: 1000000}
 EOF
 cat >"$work/nackguard.yaml" <<EOF
 # Generated by tests/bench/compare.sh.
-listen: {address: 127.0.0.1, port: $nackguard_port}
-upstream: {host: 127.0.0.1, port: $broker_port}
+listen: {address: 127.0.0.1, port: $nackguard_port$( ((tls)) &&
+  echo ", tls: {cert_file: $pki/server.pem, key_file: $pki/server.key}")}
+upstream: {host: 127.0.0.1, port: $upstream_port$( ((tls)) &&
+  echo ", tls: {ca_file: $pki/ca.pem, server_name: localhost}")}
 threads: $proxy_threads
 policies_dir: policies
 metrics: {address: 127.0.0.1, port: $metrics_port}
@@ -237,15 +287,23 @@ global
   maxconn 4096
 defaults
   mode tcp
+  # A listen section's own limit is 2,000 connections unless set: conn-1000 opens 2,000 at once
+  # (the connection that came on top waited unanswered until the client's login timed out).
+  maxconn 4096
   timeout connect 5s
   timeout client 1h
   timeout server 1h
 listen amqp
-  bind 127.0.0.1:$haproxy_port
-  server broker 127.0.0.1:$broker_port
+  bind 127.0.0.1:$haproxy_port$( ((tls)) && echo " ssl crt $pki/server-and-key.pem")
+  server broker 127.0.0.1:$upstream_port$( ((tls)) &&
+  echo " ssl verify required ca-file $pki/ca.pem sni str(localhost) verifyhost localhost")
 EOF
 start_listener haproxy "$haproxy_port" "$work/haproxy.log" haproxy -f "$work/haproxy.cfg" -db
 haproxy_pid=$started_pid
+if ((floor)); then
+  start_listener floor "$floor_port" "$work/floor.log" "$floor_bin" "$floor_port" "$upstream_port"
+  floor_pid=$started_pid
+fi
 
 # Niceness is per thread: renice every thread of each process.
 renice_all() { # pid...
@@ -259,6 +317,7 @@ renice_all() { # pid...
 nice_cmd=()
 if [[ -n $niceness ]]; then
   renice_all "$nackguard_pid" "$haproxy_pid" ${candidate_pid:+"$candidate_pid"} \
+    ${floor_pid:+"$floor_pid"} \
     ${broker_pid:+"$broker_pid"}
   nice_cmd=(nice -n "$niceness")
   say "niceness $niceness for the broker${broker_pid:+ (pid $broker_pid)}, both proxies and" \
@@ -288,12 +347,14 @@ scenarios=(
 )
 targets=(direct nackguard haproxy)
 [[ -n $candidate_bin ]] && targets+=(candidate)
+((floor)) && targets+=(floor)
 target_port() {
   case "$1" in
-    direct) echo "$broker_port" ;;
+    direct) echo "$upstream_port" ;;
     nackguard) echo "$nackguard_port" ;;
     candidate) echo "$candidate_port" ;;
     haproxy) echo "$haproxy_port" ;;
+    floor) echo "$floor_port" ;;
   esac
 }
 target_pid() {
@@ -301,6 +362,7 @@ target_pid() {
     nackguard) echo "$nackguard_pid" ;;
     candidate) echo "$candidate_pid" ;;
     haproxy) echo "$haproxy_pid" ;;
+    floor) echo "$floor_pid" ;;
   esac
 }
 
@@ -337,7 +399,7 @@ run_one() { # scenario target messages args...
   fi
   status=0
   out=$("${nice_cmd[@]}" "$bench_bin" --port "$(target_port "$target")" --messages "$messages" \
-    --label "$scenario:$target" "${pids[@]}" "$@" 9>&- 2>&1) || status=$?
+    --label "$scenario:$target" "${tls_args[@]}" "${pids[@]}" "$@" 9>&- 2>&1) || status=$?
   if [[ -n $perf_pid ]]; then
     kill -INT "$perf_pid" 2>/dev/null || true
     wait "$perf_pid" 2>/dev/null || true

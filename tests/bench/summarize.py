@@ -16,7 +16,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-TARGETS = ["direct", "nackguard", "haproxy", "candidate"]
+TARGETS = ["direct", "nackguard", "haproxy", "candidate", "floor"]
 
 
 def json_lines(path):
@@ -83,13 +83,15 @@ def ratio_text(runs, direct, key):
 
 def throughput_table(order, runs):
     print("| scenario | target | publish msg/s | × direct | consume msg/s | × direct |"
-          " proxy CPU-s /100k msgs | proxy CPU-s /GiB | proxy peak RSS MiB |"
+          " proxy CPU-s /100k msgs | CPU × haproxy | proxy CPU-s /GiB | proxy peak RSS MiB |"
           " broker CPU-s /100k | load avg | runs ok |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for scenario in order:
         if scenario in ("latency", "soak"):
             continue
         direct = runs[scenario].get("direct", [])
+        haproxy_cpu = median([proxy_stat(r, "cpu_s_per_100k")
+                              for r in runs[scenario].get("haproxy", []) if r["ok"]])
         for target in TARGETS:
             rs = runs[scenario].get(target, [])
             if not rs:
@@ -97,12 +99,14 @@ def throughput_table(order, runs):
             ok = [r for r in rs if r["ok"]]
             peak = median([proxy_stat(r, "peak_rss_kb") for r in ok])
             load = median([(r["load_start"] + r["load_end"]) / 2 for r in rs])
+            cpu = median([proxy_stat(r, "cpu_s_per_100k") for r in ok])
+            share = cpu / haproxy_cpu if cpu and haproxy_cpu else None
             print(f"| {scenario} | {target} "
                   f"| {fmt(median([r['publish']['msg_per_s'] for r in ok]))} "
                   f"| {ratio_text(rs, direct, 'publish') if target != 'direct' else ''} "
                   f"| {fmt(median([r['consume']['msg_per_s'] for r in ok]))} "
                   f"| {ratio_text(rs, direct, 'consume') if target != 'direct' else ''} "
-                  f"| {fmt(median([proxy_stat(r, 'cpu_s_per_100k') for r in ok]), 2)} "
+                  f"| {fmt(cpu, 2)} | {fmt(share, 2)}{'×' if share else ''} "
                   f"| {fmt(median([proxy_stat(r, 'cpu_s_per_gib') for r in ok]), 2)} "
                   f"| {fmt(peak / 1024 if peak else None, 1)} "
                   f"| {fmt(median([broker_stat(r, 'cpu_s_per_100k') for r in ok]), 2)} "

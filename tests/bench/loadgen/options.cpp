@@ -32,6 +32,8 @@ po::options_description describe_options() {
       ("password", po::value<std::string>()->default_value("guest"), "its password")             //
       ("vhost", po::value<std::string>()->default_value("/"), "virtual host")                    //
       ("label", po::value<std::string>()->default_value(""), "names the run in the report")      //
+      ("tls-ca", po::value<std::string>()->default_value(""),
+       "connect with TLS, verifying the peer's certificate chain against this CA file (PEM)")  //
       ("mode", po::value<std::string>()->default_value("sequential"),
        "sequential: publish all, then consume all (a rate per direction); concurrent: "
        "consumers run while publishers publish (latency without queueing)")                 //
@@ -129,6 +131,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   o.password = text("password");
   o.vhost = text("vhost");
   o.label = text("label");
+  o.tls_ca_file = text("tls-ca");
   const std::string mode = text("mode");
   if (mode == "sequential") {
     o.mode = Mode::sequential;

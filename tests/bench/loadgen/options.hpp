@@ -27,6 +27,9 @@ struct Options {
   std::string password = "guest";
   std::string vhost = "/";
   std::string label;  // names the run in the report, e.g. "direct" or "nackguard"
+  // Not empty: TLS, verifying the peer's certificate chain against this CA file (PEM); the
+  // peer's name is not checked (every target is 127.0.0.1).
+  std::string tls_ca_file;
 
   Mode mode = Mode::sequential;
   std::uint64_t messages = 100000;
