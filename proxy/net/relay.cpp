@@ -9,6 +9,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -29,6 +30,8 @@ constexpr auto kLinger = std::chrono::seconds(1);
 constexpr auto kWatchdogTick = std::chrono::milliseconds(500);
 // How long a client may take to answer the proxy's own connection.close at shutdown.
 constexpr auto kCloseOkWait = std::chrono::seconds(5);
+// How many times a writer lets the other side's reader go first (see Relay::writer).
+constexpr int kRecordWaits = 16;
 }  // namespace
 
 Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
@@ -223,8 +226,18 @@ asio::awaitable<void> Relay::reader(Side side) {
 asio::awaitable<void> Relay::writer(Side side) {
   Endpoint& self = end(side);
   amqp::Bytes writing;
+  int waits = 0;
   while (!self.closed) {
     amqp::Bytes& pending = session_.output(side);
+    // Over TLS a read yields one record: a client's publish (method, header, body) comes as
+    // three. While the other side's reader already holds the next records, let it take them,
+    // so that they leave in one write (one record, one send) rather than one each.
+    if (!pending.empty() && waits < kRecordWaits && end(other(side)).stream.holds_input()) {
+      ++waits;
+      co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+      continue;
+    }
+    waits = 0;
     if (!pending.empty()) {
       writing.swap(pending);
       std::size_t sent = std::exchange(self.sent_ahead, 0);

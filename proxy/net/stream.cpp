@@ -2,11 +2,14 @@
 
 #include <sys/socket.h>
 
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
 #include <cerrno>
 
 namespace nackguard::net {
@@ -70,6 +73,14 @@ std::size_t Stream::try_send(const void* data, std::size_t size, boost::system::
     ec.assign(errno, boost::asio::error::get_system_category());
   }
   return 0;
+}
+
+bool Stream::holds_input() {
+  Tls* t = tls();
+  if (t == nullptr) return false;
+  SSL* ssl = t->native_handle();
+  // Decrypted bytes not yet read, or records still in Asio's BIO pair, read from the socket.
+  return SSL_has_pending(ssl) == 1 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0;
 }
 
 void Stream::close() {

@@ -48,6 +48,9 @@ class Stream {
   Tcp& tcp();
   // nullptr while the stream is plain TCP.
   Tls* tls() { return std::get_if<Tls>(&stream_); }
+  // TLS only: bytes read from the socket and not yet decrypted and handed out (the next
+  // records of a burst). Plain TCP: false.
+  bool holds_input();
 
   // Closes the stream and puts a fresh, unconnected TCP socket in its place (TLS dropped):
   // for the next upstream address after a failed attempt.
