@@ -22,7 +22,7 @@ packages=(
   debootstrap
   # Benchmarks (tests/bench/): nackguard-bench is a rabbitmq-c client, and
   # compare.sh measures haproxy (mode tcp, its own config, never the system
-  # service) beside nackguard as the floor of a byte-forwarding proxy; compare.sh --perf
+  # service) beside nackguard, the relay its goal is set against; compare.sh --perf
   # counts system calls with perf, and -DNACKGUARD_IO_URING=ON builds on liburing.
   librabbitmq-dev haproxy linux-perf liburing-dev
   # Used by the scripts: runuser/setsid (util-linux), ps/pgrep (procps),
