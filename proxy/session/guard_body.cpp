@@ -11,7 +11,7 @@ namespace nackguard::session {
 namespace {
 // Below this, hashing the body as it passes costs less than decoding its properties to learn
 // that no identity needs the hash; above it, the hash costs more than the copy it replaces
-// (XXH3 against memcpy: at 64 KiB, 9.60 against 9.15 CPU-s per 100k, docs/performance.md).
+// (XXH3 against memcpy: at 64 KiB, 9.60 against 9.15 CPU-s per 100k, docs/performance-history.md).
 constexpr std::uint64_t kDecideHashFrom = 4096;
 }  // namespace
 
