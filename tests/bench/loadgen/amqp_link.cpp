@@ -42,13 +42,18 @@ std::string describe_reply(const amqp_rpc_reply_t& reply) {
   return "unknown reply";
 }
 
-// A TLS socket that verifies the peer's chain against `ca_file`; nullptr if it cannot be made.
-amqp_socket_t* tls_socket(amqp_connection_state_t conn, const std::string& ca_file) {
+// A TLS socket that verifies the peer's chain against `ca_file`. Empty `why`: made.
+amqp_socket_t* tls_socket(amqp_connection_state_t conn, const std::string& ca_file,
+                          std::string& why) {
   amqp_socket_t* socket = amqp_ssl_socket_new(conn);
-  if (socket == nullptr) return nullptr;
+  if (socket == nullptr) {
+    why = "cannot create a TLS socket";
+    return nullptr;
+  }
   int status = amqp_ssl_socket_set_cacert(socket, ca_file.c_str());
   if (status != AMQP_STATUS_OK) {
-    throw LinkError("--tls-ca " + ca_file + ": " + describe_status(status));
+    why = "--tls-ca " + ca_file + ": " + describe_status(status);
+    return nullptr;
   }
   amqp_ssl_socket_set_verify_peer(socket, 1);
   amqp_ssl_socket_set_verify_hostname(socket, 0);
@@ -64,9 +69,14 @@ std::string describe_status(int status) {
 AmqpLink::AmqpLink(const Options& options)
     : conn_(amqp_new_connection()), where_(options.host + ":" + std::to_string(options.port)) {
   if (conn_ == nullptr) throw LinkError("out of memory creating a connection");
+  std::string why = "cannot create a TCP socket";
   amqp_socket_t* socket = options.tls_ca_file.empty() ? amqp_tcp_socket_new(conn_)
-                                                      : tls_socket(conn_, options.tls_ca_file);
-  if (socket == nullptr) throw LinkError("cannot create a TCP socket");
+                                                      : tls_socket(conn_, options.tls_ca_file, why);
+  if (socket == nullptr) {
+    amqp_destroy_connection(conn_);  // the socket, if any, is the connection's
+    conn_ = nullptr;
+    throw LinkError(why);
+  }
   timeval connect_timeout = to_timeval(std::chrono::seconds(10));
   int status =
       amqp_socket_open_noblock(socket, options.host.c_str(), options.port, &connect_timeout);
