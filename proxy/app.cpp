@@ -70,6 +70,7 @@ net::RelayOptions relay_options(const config::Config& cfg, session::GuardContext
         cfg.upstream_tls->cert_file.empty() ? "" : "; presenting a client certificate");
   }
   options.buffer_bytes = cfg.buffer_bytes;
+  options.one_thread = cfg.threads == 1;
   options.session.max_frame_bytes = cfg.max_frame_bytes;
   options.session.body_budget = &guard.budget();
   options.guard_context = &guard;

@@ -33,6 +33,9 @@ struct RelayOptions {
   // Shared by every connection's guard; nullptr: forward everything, bound nothing.
   session::GuardContext* guard_context = nullptr;
   metrics::Registry* metrics = nullptr;  // nullptr: nothing counted
+  // The io_context runs on one thread only (`threads: 1`): a connection's handlers cannot run
+  // at once, so they need no strand, and skip its lock and queue on every completion.
+  bool one_thread = false;
 };
 
 class Relay : public std::enable_shared_from_this<Relay> {

@@ -160,10 +160,15 @@ asio::awaitable<void> Server::pause_after_failed_accept(const boost::system::err
   co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
+asio::any_io_executor Server::connection_executor() {
+  if (options_.one_thread) return io_.get_executor();
+  return asio::make_strand(io_);
+}
+
 asio::awaitable<void> Server::accept_loop() {
   while (acceptor_.is_open()) {
-    auto [ec, socket] = co_await acceptor_.async_accept(asio::make_strand(io_),
-                                                        asio::as_tuple(asio::use_awaitable));
+    auto [ec, socket] =
+        co_await acceptor_.async_accept(connection_executor(), asio::as_tuple(asio::use_awaitable));
     if (ec == asio::error::operation_aborted) co_return;
     if (ec) {
       // Out of file descriptors (EMFILE, ENFILE), for example: the pending connection stays

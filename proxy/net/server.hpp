@@ -2,6 +2,7 @@
 // Accepts client connections and starts one Relay per connection, each on its own strand.
 
 #include <atomic>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
@@ -45,6 +46,9 @@ class Server {
  private:
   void spawn_accept_loop();
   boost::asio::awaitable<void> accept_loop();
+  // Where a connection's handlers run: a strand of its own, or the io_context itself when it
+  // runs on one thread (RelayOptions::one_thread).
+  boost::asio::any_io_executor connection_executor();
   boost::asio::awaitable<void> pause_after_failed_accept(const boost::system::error_code& ec);
   // Takes an accepted connection unless shutdown began: checked and registered under the same
   // lock as shutdown()'s walk, so that every relay either gets begin_shutdown or never runs.

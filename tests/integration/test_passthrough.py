@@ -193,6 +193,9 @@ def passthrough(target):
 
 
 class PassthroughTest(harness.IntegrationTest):
+    # The shipped default: connections run on the io_context without strands. The other
+    # suites run `threads: 2`, with a strand per connection.
+    shared_proxy_threads = 1
 
     def check_result(self, result, target):
         self.assertEqual(result["queued"], {kind: count for kind, count, _ in PARTS},
