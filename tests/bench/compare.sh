@@ -271,7 +271,7 @@ start_listener nackguard "$nackguard_port" "$work/nackguard.log" \
   "$nackguard_bin" --config "$work/nackguard.yaml"
 nackguard_pid=$started_pid
 if [[ -n $candidate_bin ]]; then
-  sed "s/port: $nackguard_port}/port: $candidate_port}/; s/port: $metrics_port}/port: $candidate_metrics_port}/
+  sed "s/port: $nackguard_port\([,}]\)/port: $candidate_port\1/; s/port: $metrics_port\([,}]\)/port: $candidate_metrics_port\1/
     s/^threads: .*/threads: ${candidate_threads:-$proxy_threads}/" \
     "$work/nackguard.yaml" >"$work/candidate.yaml"
   start_listener candidate "$candidate_port" "$work/candidate.log" \
