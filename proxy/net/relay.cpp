@@ -205,8 +205,7 @@ asio::awaitable<void> Relay::reader(Side side) {
       co_await peer.wake_reader.async_wait(kUseTuple);
     }
     std::span<std::uint8_t> space = session_.input_space(side, kReadChunk);
-    auto [ec, n] =
-        co_await self.stream.async_read_some(asio::buffer(space.data(), space.size()), kUseTuple);
+    auto [ec, n] = co_await self.stream.read_some(space.data(), space.size());
     if (ec) {
       if (!session_.input_closed(side)) {
         spdlog::debug("conn {}: {} side closed: {}", id_, session::to_string(side), ec.message());
@@ -242,9 +241,7 @@ asio::awaitable<void> Relay::writer(Side side) {
       writing.swap(pending);
       std::size_t sent = std::exchange(self.sent_ahead, 0);
       self.writing = writing.size() - sent;
-      auto [ec, n] = co_await asio::async_write(
-          self.stream, asio::buffer(writing.data() + sent, writing.size() - sent),
-          transfer_everything_left, kUseTuple);
+      auto [ec, n] = co_await self.stream.write(writing.data() + sent, writing.size() - sent);
       self.writing = 0;
       writing.clear();
       self.wake_reader.cancel();

@@ -2,13 +2,13 @@
 
 #include <sys/socket.h>
 
-#include <openssl/bio.h>
-#include <openssl/ssl.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 
 #include <cerrno>
 
@@ -34,6 +34,9 @@ void Stream::reset() {
 
 Stream::Tls& Stream::start_tls(asio::ssl::context& context) {
   Tcp socket = std::move(std::get<Tcp>(stream_));
+  // OpenSSL reads and writes the socket itself, without waiting (TlsStream's BIO).
+  boost::system::error_code ignored;
+  socket.non_blocking(true, ignored);
   return stream_.emplace<Tls>(std::move(socket), context);
 }
 
@@ -43,13 +46,13 @@ asio::awaitable<std::optional<HandshakeFailure>> Stream::handshake(
   Tls* secure = tls();
   if (secure == nullptr) co_return std::nullopt;
   asio::steady_timer timer(get_executor(), deadline);
-  auto result = co_await (secure->async_handshake(type, kUseTuple) || timer.async_wait(kUseTuple));
+  auto result = co_await (secure->handshake(type) || timer.async_wait(kUseTuple));
   HandshakeFailure failure;
   if (result.index() == 1) {
     failure.timed_out = true;
     co_return failure;
   }
-  auto [error] = std::get<0>(result);
+  boost::system::error_code error = std::get<0>(result);
   if (!error) co_return std::nullopt;
   failure.peer_closed = error == asio::ssl::error::stream_truncated || error == asio::error::eof;
   failure.reason = describe_handshake_error(error, secure->native_handle(), peer);
@@ -59,10 +62,21 @@ asio::awaitable<std::optional<HandshakeFailure>> Stream::handshake(
 asio::awaitable<void> Stream::shutdown_send(std::chrono::milliseconds limit) {
   if (Tls* secure = tls()) {
     asio::steady_timer timer(get_executor(), limit);
-    co_await (secure->async_shutdown(kUseTuple) || timer.async_wait(kUseTuple));
+    co_await (secure->shutdown() || timer.async_wait(kUseTuple));
   }
   boost::system::error_code ignored;
   tcp().shutdown(Tcp::shutdown_send, ignored);
+}
+
+asio::awaitable<Stream::Result> Stream::read_some(void* data, std::size_t size) {
+  if (Tls* secure = tls()) co_return co_await secure->read_some(data, size);
+  co_return co_await tcp().async_read_some(asio::buffer(data, size), kUseTuple);
+}
+
+asio::awaitable<Stream::Result> Stream::write(const void* data, std::size_t size) {
+  if (Tls* secure = tls()) co_return co_await secure->write(data, size);
+  co_return co_await asio::async_write(tcp(), asio::buffer(data, size), transfer_everything_left,
+                                       kUseTuple);
 }
 
 std::size_t Stream::try_send(const void* data, std::size_t size, boost::system::error_code& ec) {
@@ -76,11 +90,8 @@ std::size_t Stream::try_send(const void* data, std::size_t size, boost::system::
 }
 
 bool Stream::holds_input() {
-  Tls* t = tls();
-  if (t == nullptr) return false;
-  SSL* ssl = t->native_handle();
-  // Decrypted bytes not yet read, or records still in Asio's BIO pair, read from the socket.
-  return SSL_has_pending(ssl) == 1 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0;
+  Tls* secure = tls();
+  return secure != nullptr && secure->holds_input();
 }
 
 void Stream::close() {

@@ -3,19 +3,20 @@
 // Stream on both sides and never needs to know which it is.
 
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
-#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/ssl/stream_base.hpp>
 #include <chrono>
 #include <cstddef>
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <variant>
 
 #include "proxy/net/tls.hpp"
+#include "proxy/net/tls_stream.hpp"
 
 namespace nackguard::net {
 
@@ -39,7 +40,8 @@ class Stream {
  public:
   using executor_type = boost::asio::any_io_executor;
   using Tcp = boost::asio::ip::tcp::socket;
-  using Tls = boost::asio::ssl::stream<Tcp>;
+  using Tls = TlsStream;
+  using Result = std::tuple<boost::system::error_code, std::size_t>;
 
   explicit Stream(Tcp socket) : stream_(std::in_place_type<Tcp>, std::move(socket)) {}
 
@@ -62,23 +64,11 @@ class Stream {
       boost::asio::ssl::stream_base::handshake_type type,
       std::chrono::steady_clock::time_point deadline, TlsPeer peer);
 
-  template <typename Buffers, typename Token>
-  auto async_read_some(const Buffers& buffers, Token&& token) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](auto handler, const Buffers& b) {
-          std::visit([&](auto& s) { s.async_read_some(b, std::move(handler)); }, stream_);
-        },
-        token, buffers);
-  }
-
-  template <typename Buffers, typename Token>
-  auto async_write_some(const Buffers& buffers, Token&& token) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](auto handler, const Buffers& b) {
-          std::visit([&](auto& s) { s.async_write_some(b, std::move(handler)); }, stream_);
-        },
-        token, buffers);
-  }
+  // At least one byte, up to `size`; over TLS, as many as the records already received hold.
+  boost::asio::awaitable<Result> read_some(void* data, std::size_t size);
+  // Every byte, unless an error comes first (then the bytes written before it). Over plain
+  // TCP each send is offered everything left (transfer_everything_left).
+  boost::asio::awaitable<Result> write(const void* data, std::size_t size);
 
   // Plain TCP only: sends what the socket takes at once, without waiting and without changing
   // the socket's mode (MSG_DONTWAIT), so that every Asio backend sees the socket as Asio left
@@ -87,7 +77,8 @@ class Stream {
   std::size_t try_send(const void* data, std::size_t size, boost::system::error_code& ec);
 
   // Nothing more will be sent: with TLS a close_notify first (waiting at most `limit` for the
-  // peer's), then the TCP FIN. Reading goes on.
+  // socket to take it), then the TCP FIN. Reading goes on: the peer's close_notify comes as
+  // the end of the input.
   boost::asio::awaitable<void> shutdown_send(std::chrono::milliseconds limit);
   // Both ways at once, without a close_notify; errors are ignored, so it is safe twice.
   void close();

@@ -1,5 +1,5 @@
 // The relay writers' completion condition (transfer_everything_left): each write_some is
-// offered everything left, not Asio's 64 KiB, and async_write with it still delivers every
+// offered everything left, not Asio's 64 KiB, and Stream::write with it still delivers every
 // byte in order to a peer that reads slowly.
 
 #include <gtest/gtest.h>
@@ -47,9 +47,7 @@ TEST(TransferEverythingLeft, AsyncWriteDeliversEveryByteToASlowReader) {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        auto [ec, n] =
-            co_await asio::async_write(stream, asio::buffer(sent), transfer_everything_left,
-                                       asio::as_tuple(asio::use_awaitable));
+        auto [ec, n] = co_await stream.write(sent.data(), sent.size());
         write_ec = ec;
         written = n;
       },
