@@ -1,6 +1,7 @@
 #pragma once
-// One client connection and its upstream broker connection, on one strand. The relay only
-// moves bytes: it reads from a socket into the session, and writes what the session asks for.
+// One client connection and its upstream broker connection, on one strand (with `threads: 1`,
+// on the io_context itself). The relay only moves bytes: it reads from a socket into the
+// session, and writes what the session asks for.
 
 #include <array>
 #include <atomic>
