@@ -43,7 +43,7 @@ class TlsStream {
   boost::asio::awaitable<Result> read_some(void* data, std::size_t size);
   // All of it, unless an error comes first (then what was written).
   boost::asio::awaitable<Result> write(const void* data, std::size_t size);
-  // Sends close_notify and waits for the peer's.
+  // Sends close_notify, without waiting for the peer's: that one reaches the reader as eof.
   boost::asio::awaitable<boost::system::error_code> shutdown();
   // Received and not yet handed out: decrypted bytes, or records in OpenSSL's buffer.
   bool holds_input() const;
