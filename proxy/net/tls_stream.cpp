@@ -115,8 +115,7 @@ TlsStream::TlsStream(Tcp socket, asio::ssl::context& context)
   SSL_set_default_read_buffer_len(ssl_.get(), kReadAhead);
 }
 
-asio::awaitable<boost::system::error_code> TlsStream::wait_or_fail(int result) {
-  const int sys_errno = errno;
+asio::awaitable<boost::system::error_code> TlsStream::wait_or_fail(int result, int sys_errno) {
   const int ssl_error = SSL_get_error(ssl_.get(), result);
   if (ssl_error != SSL_ERROR_WANT_READ && ssl_error != SSL_ERROR_WANT_WRITE) {
     co_return failure(ssl_error, sys_errno);
@@ -137,7 +136,7 @@ asio::awaitable<boost::system::error_code> TlsStream::handshake(
     ERR_clear_error();
     const int result = SSL_do_handshake(ssl_.get());
     if (result == 1) co_return boost::system::error_code{};
-    if (auto ec = co_await wait_or_fail(result)) co_return ec;
+    if (auto ec = co_await wait_or_fail(result, errno)) co_return ec;
   }
 }
 
@@ -154,7 +153,7 @@ asio::awaitable<TlsStream::Result> TlsStream::read_some(void* data, std::size_t 
     }
     // What came so far goes out now; an error comes back on the next call.
     if (total > 0) break;
-    if (auto ec = co_await wait_or_fail(result)) co_return Result{ec, 0};
+    if (auto ec = co_await wait_or_fail(result, errno)) co_return Result{ec, 0};
   }
   co_return Result{boost::system::error_code{}, total};
 }
@@ -170,7 +169,7 @@ asio::awaitable<TlsStream::Result> TlsStream::write(const void* data, std::size_
       total += n;
       continue;
     }
-    if (auto ec = co_await wait_or_fail(result)) co_return Result{ec, total};
+    if (auto ec = co_await wait_or_fail(result, errno)) co_return Result{ec, total};
   }
   co_return Result{boost::system::error_code{}, total};
 }
@@ -182,7 +181,7 @@ asio::awaitable<boost::system::error_code> TlsStream::shutdown() {
     ERR_clear_error();
     const int result = SSL_shutdown(ssl_.get());
     if (result >= 0) co_return boost::system::error_code{};
-    if (auto ec = co_await wait_or_fail(result)) co_return ec;
+    if (auto ec = co_await wait_or_fail(result, errno)) co_return ec;
   }
 }
 

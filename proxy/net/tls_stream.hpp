@@ -53,8 +53,9 @@ class TlsStream {
     void operator()(SSL* ssl) const { SSL_free(ssl); }
   };
   // What the socket must become before the OpenSSL call that returned `result` can go on, or
-  // the error it ended with.
-  boost::asio::awaitable<boost::system::error_code> wait_or_fail(int result);
+  // the error it ended with. `sys_errno` is errno right after that call, read by the caller
+  // before this coroutine's frame is allocated.
+  boost::asio::awaitable<boost::system::error_code> wait_or_fail(int result, int sys_errno);
 
   Tcp socket_;
   std::unique_ptr<SSL, FreeSsl> ssl_;
