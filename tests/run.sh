@@ -179,8 +179,8 @@ wants() { [[ ,$extra_checks, == *,$1,* ]]; }
 # main suite runs (it mostly waits on the broker): their tests run after it. Each build writes
 # its output to <dir>/build.log and its exit status to <dir>/build.status. The AddressSanitizer
 # build is the run's longest path: its code is built at -O1 with line tables only (-g1, all a
-# sanitizer's stack trace needs), and its unit tests' own files at -O0 (tests/CMakeLists.txt),
-# (-O1 -g everywhere before: 35 minutes on an idle machine, 64 CPU-minutes). The ThreadSanitizer
+# sanitizer's stack trace needs), and its unit tests' own files at -O0 (tests/CMakeLists.txt)
+# (it was -O1 -g everywhere: 35 minutes on an idle machine, 64 CPU-minutes). The ThreadSanitizer
 # build stays at -O2 (line tables only): at -O1, GCC 12 with -fsanitize=thread reports a false
 # -Wmaybe-uninitialized on a std::optional in session_channels.cpp.
 asan_dir="$build_dir-asan"
