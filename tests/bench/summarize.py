@@ -52,6 +52,12 @@ def proxy_stat(run, key):
     return pids[0].get(key)
 
 
+def user_per_100k(run):
+    """The proxy's user-space CPU seconds per 100k messages (None from older runs)."""
+    user = proxy_stat(run, "user_cpu_s")
+    return None if user is None else user / run["messages"] * 1e5
+
+
 def broker_stat(run, key):
     for p in run.get("pids") or []:
         if p["name"] == "beam.smp" and p["ok"]:
@@ -122,8 +128,8 @@ def latency_table(order, runs):
           f" (concurrent mode, {sample['messages']} messages per run), medians of the runs:")
     print()
     print("| target | p50 µs | p99 µs | p99.9 µs | max µs | added p50 µs | added p99 µs |"
-          " proxy CPU-s /100k |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          " proxy CPU-s /100k | of it, user space |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     base = runs["latency"].get("direct", [])
     base_p50 = median([r["latency_us"]["p50"] for r in base if r["ok"]])
     base_p99 = median([r["latency_us"]["p99"] for r in base if r["ok"]])
@@ -139,7 +145,8 @@ def latency_table(order, runs):
               f"| {fmt(median([r['latency_us']['p999'] for r in ok]))} "
               f"| {fmt(median([r['latency_us']['max'] for r in ok]))} "
               f"| {fmt(added50)} | {fmt(added99)} "
-              f"| {fmt(median([proxy_stat(r, 'cpu_s_per_100k') for r in ok]), 2)} |")
+              f"| {fmt(median([proxy_stat(r, 'cpu_s_per_100k') for r in ok]), 2)} "
+              f"| {fmt(median([user_per_100k(r) for r in ok]), 2)} |")
 
 
 def curve_table(order, runs):

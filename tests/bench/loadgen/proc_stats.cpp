@@ -41,7 +41,9 @@ ProcSample sample_process(pid_t pid) {
     if (n == 14) utime = std::stoull(field);
     if (n == 15) stime = std::stoull(field);
   }
-  s.cpu_s = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const auto ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  s.cpu_s = static_cast<double>(utime + stime) / ticks;
+  s.user_cpu_s = static_cast<double>(utime) / ticks;
 
   std::ifstream status_file(proc_path(pid, "status"));
   std::string status = "\n" + std::string((std::istreambuf_iterator<char>(status_file)),

@@ -11,6 +11,7 @@ namespace nackguard::bench {
 struct ProcSample {
   bool ok = false;           // the process existed and its files could be read
   double cpu_s = 0;          // utime + stime of all its threads
+  double user_cpu_s = 0;     // utime alone: the time in user space
   std::uint64_t rss_kb = 0;  // VmRSS
   std::uint64_t hwm_kb = 0;  // VmHWM: the peak RSS since start, or since reset_peak_rss
 };

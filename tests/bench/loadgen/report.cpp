@@ -96,7 +96,7 @@ void print_table(std::ostream& out, const Options& o, const RunResult& r) {
       out << "not readable\n";
       continue;
     }
-    out << "cpu " << fixed(p.cpu_s, 2) << " s";
+    out << "cpu " << fixed(p.cpu_s, 2) << " s (user " << fixed(p.user_cpu_s, 2) << ")";
     if (o.mode == Mode::sequential) {
       out << " (publish " << fixed(p.cpu_publish_s, 2) << ", consume " << fixed(p.cpu_consume_s, 2)
           << ")";
@@ -140,6 +140,7 @@ void print_json(std::ostream& out, const Options& o, const RunResult& r) {
         << ",\"ok\":" << (p.ok ? "true" : "false") << ",\"cpu_s\":" << fixed(p.cpu_s, 3)
         << ",\"cpu_publish_s\":" << fixed(p.cpu_publish_s, 3)
         << ",\"cpu_consume_s\":" << fixed(p.cpu_consume_s, 3)
+        << ",\"user_cpu_s\":" << fixed(p.user_cpu_s, 3)
         << ",\"cpu_s_per_100k\":" << fixed(p.cpu_s / static_cast<double>(o.messages) * 1e5, 4)
         << ",\"cpu_s_per_gib\":" << fixed(p.cpu_s / gib(o), 4)
         << ",\"rss_before_connect_kb\":" << p.rss_before_connect_kb

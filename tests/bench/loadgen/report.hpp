@@ -20,6 +20,7 @@ struct PidReport {
   double cpu_s = 0;
   double cpu_publish_s = 0;  // sequential mode: the publishing phase alone
   double cpu_consume_s = 0;  // sequential mode: the consuming phase alone
+  double user_cpu_s = 0;     // of cpu_s, the time in user space (utime)
   // RSS before the run's connections were opened: (peak - this) / connections is what one
   // connection costs the process.
   std::uint64_t rss_before_connect_kb = 0;

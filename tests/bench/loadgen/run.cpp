@@ -171,6 +171,7 @@ void Run::finish_pid_reports(RunResult& r, const std::vector<ProcSample>& start,
     PidReport& p = r.pids[i];
     p.ok = start[i].ok && end[i].ok;
     p.cpu_s = end[i].cpu_s - start[i].cpu_s;
+    p.user_cpu_s = end[i].user_cpu_s - start[i].user_cpu_s;
     p.cpu_publish_s = middle[i].cpu_s - start[i].cpu_s;
     p.cpu_consume_s = end[i].cpu_s - middle[i].cpu_s;
     p.rss_start_kb = start[i].rss_kb;
