@@ -2,6 +2,7 @@
 
 #include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
+#include <poll.h>
 #include <sys/time.h>
 
 namespace nackguard::bench {
@@ -174,6 +175,14 @@ void AmqpLink::nack(std::uint64_t tag, bool requeue) {
 
 bool AmqpLink::has_buffered() const {
   return amqp_frames_enqueued(conn_) || amqp_data_in_buffer(conn_);
+}
+
+bool AmqpLink::wait_readable(std::chrono::microseconds timeout) const {
+  pollfd fd{amqp_get_sockfd(conn_), POLLIN, 0};
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  const timespec ts{static_cast<time_t>(seconds.count()),
+                    static_cast<long>((timeout - seconds).count() * 1000)};
+  return ppoll(&fd, 1, &ts, nullptr) > 0;
 }
 
 ChannelEvent AmqpLink::to_event(const amqp_frame_t& frame) {

@@ -52,6 +52,10 @@ class AmqpLink {
   ChannelEvent wait_event(std::chrono::microseconds timeout);
   // Frames already read and not yet handled: wait_event(0) returns one without a syscall.
   bool has_buffered() const;
+  // Waits up to `timeout` for the socket to become readable, to the microsecond. (A timeout
+  // handed to rabbitmq-c is cut to whole milliseconds: below 1 ms its poll() returns at once,
+  // and a caller that waits in a loop spins a CPU.)
+  bool wait_readable(std::chrono::microseconds timeout) const;
 
   // A delivery, or false after `timeout`. The envelope must be destroyed by the caller.
   // Non-delivery frames in between are handed to wait_event's logic (acks are ignored).

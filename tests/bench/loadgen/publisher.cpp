@@ -68,7 +68,10 @@ void Publisher::run(Clock::time_point start) {
       for (auto now = Clock::now(); now < due && !progress_.aborted(); now = Clock::now()) {
         auto wait = std::chrono::duration_cast<std::chrono::microseconds>(due - now);
         if (published_ > confirmed_count_) {
-          take_confirms(wait);
+          // Waits on the socket itself: rabbitmq-c's own wait spins below 1 ms.
+          if (link_->has_buffered() || link_->wait_readable(wait)) {
+            take_confirms(std::chrono::microseconds(0));
+          }
         } else {
           std::this_thread::sleep_for(wait);
         }
