@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <thread>
@@ -15,11 +17,19 @@ namespace nackguard {
 
 namespace {
 
+// This machine's name: in Kubernetes, the pod's name. Empty if it cannot be read.
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return {};
+  return name;
+}
+
 session::GuardSettings guard_settings(const config::Config& cfg) {
   session::GuardSettings settings;
   settings.tracker_max_entries = cfg.tracker_max_entries;
   settings.tracker_idle_ttl = cfg.tracker_idle_ttl;
   settings.retained_body_bytes = cfg.retained_body_bytes;
+  settings.host_name = host_name();
   return settings;
 }
 

@@ -62,6 +62,14 @@ Decision decide_in_outage(const Policy& policy, TrackerEntry& entry, const Retur
 
 }  // namespace
 
+std::uint32_t deliveries_before(const TrackerEntry* entry, CarriedCount carried) {
+  if (entry != nullptr && entry->deliveries != 0)
+    return std::max(entry->deliveries, carried.deliveries);
+  const std::uint64_t total = std::uint64_t{carried.deliveries} + carried.broker;
+  return static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(total, std::numeric_limits<std::uint32_t>::max()));
+}
+
 std::uint32_t count_base(const TrackerEntry* entry, CarriedCount carried) {
   if (entry != nullptr) return std::max(entry->returns, carried.nackguard);
   return std::max(carried.nackguard, carried.broker);
@@ -125,8 +133,12 @@ std::string_view to_string(DeadLetterReason reason) {
 
 Decision decide_return(const Policy& policy, TrackerEntry& entry, const ReturnEvent& event,
                        std::mt19937_64& rng) {
-  const Decision decision = event.outage ? decide_in_outage(policy, entry, event, rng)
-                                         : decide_counted(policy, entry, event, rng);
+  // Every return ends one delivery, whether it counts towards the limit or not.
+  const std::uint32_t before = deliveries_before(&entry, event.carried);
+  Decision decision = event.outage ? decide_in_outage(policy, entry, event, rng)
+                                   : decide_counted(policy, entry, event, rng);
+  entry.deliveries = before < std::numeric_limits<std::uint32_t>::max() ? before + 1 : before;
+  decision.deliveries = entry.deliveries;
   entry.last_return_ms = event.wall_ms;
   entry.crash_suspect = event.crash;
   if (event.crash) {
@@ -147,6 +159,7 @@ Decision decide_return(const Policy& policy, TrackerEntry& entry, const ReturnEv
 Decision decide_delivery(const Policy& policy, const TrackerEntry& entry, CarriedCount carried) {
   Decision decision;
   decision.returns = count_base(&entry, carried);
+  decision.deliveries = deliveries_before(&entry, carried);
   switch (static_cast<Action>(entry.pending_action)) {
     case Action::delay:
       decision.action = Action::delay;

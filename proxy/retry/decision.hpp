@@ -34,6 +34,9 @@ struct Decision {
   Millis delay{0};  // for Action::delay: already rounded to a delay-queue tier
   DeadLetterReason reason = DeadLetterReason::none;
   std::uint32_t returns = 0;  // the count after this return, as carried in x-nackguard-returns
+  // Deliveries to consumers so far, counted or not towards the limit (an outage's and a
+  // crash's included), as carried in x-nackguard-deliveries (deliveries_before).
+  std::uint32_t deliveries = 0;
 };
 
 // The counts a message carries in its headers.
@@ -43,7 +46,17 @@ struct CarriedCount {
   // x-delivery-count is there, 0 included (RabbitMQ 3.x sets it, 0, on a quorum queue's
   // basic.get-ok; every version from a message's first redelivery on): only quorum queues do.
   bool from_quorum_queue = false;
+  // x-nackguard-deliveries: the deliveries before this message was copied, on nackguard's
+  // copies.
+  std::uint32_t deliveries = 0;
 };
+
+// The deliveries a message had before the one now held. nackguard's own record wins when it
+// has one (as in count_base: the broker's x-delivery-count also counts deliveries held in the
+// proxy that no consumer saw, and every prefetched message at a crash); only a copy's
+// x-nackguard-deliveries can add to it. Without a record: the copy's x-nackguard-deliveries
+// plus the broker's count of the returns since the copy was published.
+std::uint32_t deliveries_before(const TrackerEntry* entry, CarriedCount carried);
 
 // The count a return or a delivery starts from. nackguard's own record wins when it has one:
 // the broker's x-delivery-count also counts returns that were no fault of the message (every

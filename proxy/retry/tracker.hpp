@@ -38,6 +38,8 @@ struct TrackerEntry {
   std::uint8_t pending_action = 0;
   std::uint8_t pending_reason = 0;  // values of retry::DeadLetterReason
   std::uint32_t pending_delay_ms = 0;
+  // Deliveries that ended in a return, counted towards the limit or not (x-nackguard-deliveries).
+  std::uint32_t deliveries = 0;
 };
 
 struct TrackerStats {

@@ -178,6 +178,7 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
     decision = retry::decide_delivery(policy, *entry, carried);
   } else {
     decision.returns = retry::count_base(nullptr, carried);
+    decision.deliveries = retry::deliveries_before(nullptr, carried);
     if (decision.returns > policy.max_redeliveries) {
       decision.action = retry::Action::dead_letter;
       decision.reason = retry::DeadLetterReason::max_redeliveries;

@@ -65,6 +65,9 @@ struct GuardSettings {
   std::chrono::milliseconds confirm_timeout{30000};
   // Queues whose type and declared delivery limit the proxy remembers (QueueFactsRegistry).
   std::size_t max_queue_facts = 10000;
+  // The proxy's host name (the pod name in Kubernetes), for the dead-letters'
+  // x-nackguard-consumer; empty leaves it out of the header.
+  std::string host_name;
 };
 
 // The two clocks the guard reads, in milliseconds. Every duration (confirm deadlines, declare

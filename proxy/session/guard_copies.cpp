@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "proxy/retry/names.hpp"
+#include "proxy/session/consumer_label.hpp"
 #include "proxy/session/guard.hpp"
 #include "proxy/session/identity.hpp"
 #include "proxy/session/raw_properties.hpp"
@@ -93,6 +94,7 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
   std::vector<HeaderEdit> edits;
   edits.push_back({kDeliveryCountHeader, amqp::FieldValue::none(), false, true});
   edits.push_back({kReturnsHeader, amqp::FieldValue::i64(intent.decision.returns)});
+  edits.push_back({kDeliveriesHeader, amqp::FieldValue::i64(intent.decision.deliveries)});
   // A return during an outage is not counted and may have no first return time yet.
   std::int64_t first_return = intent.first_return_ms != 0 ? intent.first_return_ms : now;
   std::int64_t last_return = intent.last_return_ms != 0 ? intent.last_return_ms : now;
@@ -107,6 +109,9 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
                                           std::string(retry::to_string(intent.decision.reason)))});
       edits.push_back({kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return))});
       edits.push_back({kQueueHeader, amqp::FieldValue::string(intent.queue)});
+      edits.push_back(
+          {kConsumerHeader, amqp::FieldValue::string(consumer_label(
+                                session_->client_name(), context_.settings().host_name))});
       request.exchange = policy.dead_letter.exchange;
       request.routing_key = retry::dead_letter_routing_key(policy.dead_letter, intent.queue);
       if (request.exchange.empty())

@@ -93,7 +93,8 @@ std::uint32_t count_header(const amqp::BasicProperties& properties, const char* 
 
 retry::CarriedCount carried_count(const amqp::BasicProperties& properties) {
   return {count_header(properties, kReturnsHeader), count_header(properties, kDeliveryCountHeader),
-          header(properties, kDeliveryCountHeader) != nullptr};
+          header(properties, kDeliveryCountHeader) != nullptr,
+          count_header(properties, kDeliveriesHeader)};
 }
 
 }  // namespace nackguard::session

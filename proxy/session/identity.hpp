@@ -17,6 +17,8 @@ inline constexpr const char* kFirstReturnHeader = "x-nackguard-first-return";
 inline constexpr const char* kLastReturnHeader = "x-nackguard-last-return";
 inline constexpr const char* kReasonHeader = "x-nackguard-reason";
 inline constexpr const char* kQueueHeader = "x-nackguard-queue";
+inline constexpr const char* kConsumerHeader = "x-nackguard-consumer";
+inline constexpr const char* kDeliveriesHeader = "x-nackguard-deliveries";
 inline constexpr const char* kOriginalExchangeHeader = "x-original-exchange";
 inline constexpr const char* kOriginalRoutingKeyHeader = "x-original-routingKey";
 inline constexpr const char* kDeliveryCountHeader = "x-delivery-count";  // quorum queues
@@ -32,8 +34,8 @@ std::optional<std::string> message_identity(const std::vector<retry::IdentitySou
 bool identity_needs_body(const std::vector<retry::IdentitySource>& sources,
                          const amqp::BasicProperties& properties);
 
-// x-nackguard-returns and x-delivery-count, each 0 when absent (or not an integer), and
-// whether x-delivery-count is there at all.
+// x-nackguard-returns, x-delivery-count and x-nackguard-deliveries, each 0 when absent (or not
+// an integer), and whether x-delivery-count is there at all.
 retry::CarriedCount carried_count(const amqp::BasicProperties& properties);
 
 }  // namespace nackguard::session

@@ -107,6 +107,9 @@ class Session {
   const std::string& vhost() const { return vhost_; }
   // The broker's "version" server property from connection.start ("4.0.5"); empty if none.
   const std::string& broker_version() const { return broker_version_; }
+  // What the client calls itself (connection.start-ok: connection_name, else product and
+  // version; consumer_label.hpp); empty before start-ok or when it sent none.
+  const std::string& client_name() const { return client_name_; }
   const ChannelState* channel(std::uint16_t number) const;
   const SessionStats& stats() const { return stats_; }
 
@@ -260,6 +263,7 @@ class Session {
   std::uint16_t heartbeat_ = 0;
   std::string vhost_;
   std::string broker_version_;
+  std::string client_name_;
   std::size_t channels_with_held_ = 0;  // channels whose held queue may be released
   enum class ProxyClose { none, awaiting_client, awaiting_broker };
   ProxyClose proxy_close_ = ProxyClose::none;

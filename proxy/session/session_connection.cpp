@@ -1,10 +1,12 @@
 // Connection tuning, the handshake rewrites: the channel the proxy reserves for itself, frame_max
-// capped for both sides, heartbeats, the vhost and the broker's version (session.hpp).
+// capped for both sides, heartbeats, the vhost, the broker's version and the client's name
+// (session.hpp).
 
 #include <algorithm>
 #include <limits>
 
 #include "proxy/amqp/method_codec.hpp"
+#include "proxy/session/consumer_label.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
@@ -40,6 +42,16 @@ void Session::handle_client_connection_method(const Frame& frame, std::uint32_t 
       amqp::append_fixed_method_frame(out, 0, to_broker);
       emit(Side::broker, out);
       return;
+    }
+    case mid::connection_start_ok: {
+      // Forwarded as it is (credentials included); only the client's name is kept, for the
+      // dead-letters' x-nackguard-consumer. A start-ok that does not decode is the broker's
+      // to refuse.
+      amqp::ConnectionStartOk start_ok;
+      if (amqp::decode_method(frame.payload, start_ok) == amqp::MethodError::none) {
+        client_name_ = nackguard::session::client_name(start_ok.client_properties);
+      }
+      break;
     }
     case mid::connection_open: {
       amqp::ConnectionOpen open;

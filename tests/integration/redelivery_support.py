@@ -32,9 +32,9 @@ from pika.exceptions import ChannelClosedByBroker
 import harness
 
 # Headers the proxy adds to a copy it republishes (to a delay queue or a dead-letter queue).
-PROXY_HEADERS = ("x-nackguard-returns", "x-nackguard-first-return", "x-nackguard-last-return",
-                 "x-nackguard-reason", "x-nackguard-queue", "x-original-exchange",
-                 "x-original-routingKey")
+PROXY_HEADERS = ("x-nackguard-returns", "x-nackguard-deliveries", "x-nackguard-first-return",
+                 "x-nackguard-last-return", "x-nackguard-reason", "x-nackguard-queue",
+                 "x-nackguard-consumer", "x-original-exchange", "x-original-routingKey")
 # Headers RabbitMQ adds when it dead-letters a message (the delay queue's TTL expiry).
 BROKER_DLX_HEADERS = ("x-death", "x-first-death-queue", "x-first-death-reason",
                       "x-first-death-exchange", "x-last-death-queue", "x-last-death-reason",
@@ -284,12 +284,15 @@ class Recorder:
     its body decoded as text (the tests give every message a distinct body).
     """
 
-    def __init__(self, port, queue, decide, prefetch=10, name="consumer", credentials=None):
+    def __init__(self, port, queue, decide, prefetch=10, name="consumer", credentials=None,
+                 client_properties=None):
         self.name = name
         self.decide = decide
         overrides = {}
         if credentials is not None:
             overrides["credentials"] = credentials
+        if client_properties is not None:
+            overrides["client_properties"] = client_properties
         self.conn = harness.connect(port, **overrides)
         self.ch = self.conn.channel()
         self.ch.basic_qos(prefetch_count=prefetch)

@@ -47,6 +47,7 @@ part of "the original headers" below. What is proven, with exact counts:
 
 import datetime
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -125,6 +126,11 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
         self.assertEqual(headers.get("x-nackguard-returns"), returns)
         self.assertIsInstance(headers.get("x-nackguard-returns"), int)
         self.assertEqual(headers.get("x-nackguard-queue"), queue)
+        # Every return of these scenarios ended one delivery through the proxy.
+        self.assertEqual(headers.get("x-nackguard-deliveries"), returns)
+        # The consumers are pika clients without a connection_name, behind a proxy on this host.
+        self.assertEqual(headers.get("x-nackguard-consumer"),
+                         f"Pika Python Client Library {pika.__version__} on {socket.gethostname()}")
         self.assertEqual(headers.get("x-original-exchange"), "")
         self.assertEqual(headers.get("x-original-routingKey"), queue)
         first = headers.get("x-nackguard-first-return")

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "proxy/retry/backoff.hpp"
 
 namespace nackguard::retry {
@@ -324,6 +326,34 @@ TEST(DecideDelivery, BrokerCountIgnoredWithARecord) {
   entry.returns = 2;
   EXPECT_EQ(decide_delivery(policy, entry, {0, 40}).action, Action::forward);
   EXPECT_EQ(decide_delivery(policy, entry, {0, 40}).returns, 2u);
+}
+
+// x-nackguard-deliveries: every return ends a delivery, counted towards the limit or not.
+TEST(DecideReturn, DeliveriesCountEveryReturnOutagesAndCrashesIncluded) {
+  const Policy policy = five_redeliveries();
+  std::mt19937_64 rng(1);
+  TrackerEntry entry;
+  EXPECT_EQ(decide_return(policy, entry, nack_at(kT0), rng).deliveries, 1u);
+  const Decision in_outage = decide_return(policy, entry, outage_at(kT0 + kApart), rng);
+  EXPECT_EQ(in_outage.returns, 1u);     // not counted towards the limit ...
+  EXPECT_EQ(in_outage.deliveries, 2u);  // ... but delivered all the same
+  EXPECT_EQ(decide_return(policy, entry, crash_at(kT0 + 2 * kApart), rng).deliveries, 3u);
+  EXPECT_EQ(entry.deliveries, 3u);
+  // At its next delivery, the count is that of the deliveries before it.
+  EXPECT_EQ(decide_delivery(policy, entry, {}).deliveries, 3u);
+}
+
+TEST(DecideReturn, DeliveriesWithoutARecordComeFromTheHeaders) {
+  std::mt19937_64 rng(1);
+  // A copy delivered 4 times before it was copied, and returned twice since by a quorum queue.
+  CarriedCount carried{.nackguard = 4, .broker = 2, .from_quorum_queue = true, .deliveries = 4};
+  TrackerEntry entry, known{.returns = 9, .last_return_ms = kT0, .deliveries = 12};
+  ReturnEvent event{.wall_ms = kT0, .steady_ms = kT0, .carried = carried};
+  EXPECT_EQ(decide_return(five_redeliveries(), entry, event, rng).deliveries, 4u + 2u + 1u);
+  // A record of more wins over the headers.
+  EXPECT_EQ(decide_return(five_redeliveries(), known, event, rng).deliveries, 13u);
+  carried.deliveries = std::numeric_limits<std::uint32_t>::max();  // saturates, never wraps
+  EXPECT_EQ(deliveries_before(nullptr, carried), std::numeric_limits<std::uint32_t>::max());
 }
 
 TEST(BrokerLimit, NextReturnPasses) {

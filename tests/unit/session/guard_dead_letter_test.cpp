@@ -56,7 +56,7 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   EXPECT_EQ(without_headers(copy.header.properties), without_headers(m.properties));
   ASSERT_TRUE(copy.header.properties.headers);
   const auto& entries = copy.header.properties.headers->entries;
-  ASSERT_EQ(entries.size(), 2u + 7u);
+  ASSERT_EQ(entries.size(), 2u + 9u);
   EXPECT_EQ(entries[0], m.properties.headers->entries[0]);
   EXPECT_EQ(entries[1], m.properties.headers->entries[1]);
   EXPECT_EQ(entries[1].second.type, 's');
@@ -66,7 +66,9 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   };
   expect_header("x-nackguard-reason", FieldValue::string("max_redeliveries"));
   expect_header("x-nackguard-returns", FieldValue::i64(3));
+  expect_header("x-nackguard-deliveries", FieldValue::i64(3));
   expect_header("x-nackguard-queue", FieldValue::string("q"));
+  expect_header("x-nackguard-consumer", FieldValue::string("test-client 1.0"));
   expect_header("x-nackguard-first-return", FieldValue::timestamp(seconds(first_return)));
   expect_header("x-nackguard-last-return", FieldValue::timestamp(seconds(last_return)));
   expect_header("x-original-exchange", FieldValue::string("ex"));
@@ -127,8 +129,10 @@ TEST_F(GuardDeadLetter, HeaderCountFromAnEarlierTripCountsAgainstTheLimit) {
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(6)));
   EXPECT_EQ(copy.header_text("x-nackguard-reason"),
             text(amqp::FieldValue::string("max_redeliveries")));
+  // A copy of an earlier trip without x-nackguard-deliveries: this is the one delivery known.
+  EXPECT_EQ(copy.header_text("x-nackguard-deliveries"), text(amqp::FieldValue::i64(1)));
   // The header is replaced where it was, not appended twice.
-  EXPECT_EQ(copy.header.properties.headers->entries.size(), 3u + 6u);
+  EXPECT_EQ(copy.header.properties.headers->entries.size(), 3u + 8u);
   EXPECT_EQ(copy.header.properties.headers->entries[2].first, "x-nackguard-returns");
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(1)}));
@@ -273,6 +277,40 @@ TEST_F(GuardDeadLetter, AckOfTheOriginalWaitsForTheClientsPublishToEnd) {
   // Its last body frame, then the proxy's ack: never inside the content sequence.
   client(body_frame(kCh, "def"));
   EXPECT_EQ(to_broker(), frames({body_frame(kCh, "def"), ack(1)}));
+}
+
+class GuardDeadLetterConsumer : public GuardTest {
+ protected:
+  // The x-nackguard-consumer of the dead-letter of a first nack under max_redeliveries 0,
+  // from a client with `connection_name` on a proxy on host `host`.
+  std::string dead_letter_consumer(const std::string& connection_name, const std::string& host) {
+    retry::Policy p = policy(0);
+    p.dead_letter.exchange = "dlx";  // nothing to declare
+    client_properties.set("connection_name", amqp::FieldValue::string(connection_name));
+    GuardSettings settings;
+    settings.host_name = host;
+    start(p, settings);
+    deliver_passes(delivery(1, message("m1")));
+    client(nack(1));
+    std::vector<Wire> sent = open_proxy_channel();
+    Copy copy = take_copy(sent);
+    const amqp::FieldValue* value =
+        copy.header.properties.headers
+            ? copy.header.properties.headers->find("x-nackguard-consumer")
+            : nullptr;
+    const std::string* text = value ? value->as_string() : nullptr;
+    return text ? *text : "(absent)";
+  }
+};
+
+TEST_F(GuardDeadLetterConsumer, ConnectionNameAndHost) {
+  EXPECT_EQ(dead_letter_consumer("orders-worker", "orders-7d9f-abcde"),
+            "orders-worker on orders-7d9f-abcde");
+}
+
+TEST_F(GuardDeadLetterConsumer, TenKibConnectionNameIsCutTo255Bytes) {
+  std::string label = dead_letter_consumer(std::string(10 * 1024, 'n'), "pod-1");
+  EXPECT_EQ(label, std::string(255 - 9, 'n') + " on pod-1");
 }
 
 }  // namespace

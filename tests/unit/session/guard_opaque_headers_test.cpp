@@ -160,7 +160,7 @@ TEST_F(GuardOpaqueHeaders, DeepHeadersAreCountedAndDeadLetteredAfterMaxRedeliver
   EXPECT_EQ(p.delivery_mode, 2);
   EXPECT_EQ(p.app_id, "orders");
   EXPECT_TRUE(contains(copy.header, o.deep_entry));
-  ASSERT_EQ(copy.props.entries.size(), 3u + 7u);
+  ASSERT_EQ(copy.props.entries.size(), 3u + 9u);
   EXPECT_EQ(copy.props.entries[0].name, "trace");
   EXPECT_EQ(copy.props.entries[1].name, "deep");
   EXPECT_EQ(copy.props.entries[2].name, "x-small");
@@ -169,6 +169,9 @@ TEST_F(GuardOpaqueHeaders, DeepHeadersAreCountedAndDeadLetteredAfterMaxRedeliver
   EXPECT_EQ(copy.header_text("x-nackguard-reason"),
             text(amqp::FieldValue::string("max_redeliveries")));
   EXPECT_EQ(copy.header_text("x-nackguard-queue"), text(amqp::FieldValue::string("q")));
+  EXPECT_EQ(copy.header_text("x-nackguard-deliveries"), text(amqp::FieldValue::i64(4)));
+  EXPECT_EQ(copy.header_text("x-nackguard-consumer"),
+            text(amqp::FieldValue::string("test-client 1.0")));
   EXPECT_EQ(copy.header_text("x-original-exchange"), text(amqp::FieldValue::string("ex")));
   EXPECT_EQ(copy.header_text("x-original-routingKey"), text(amqp::FieldValue::string("rk")));
 

@@ -457,6 +457,7 @@ class GuardTest : public ::testing::Test {
     start.locales = "en_US";
     broker(method(0, start));
     amqp::ConnectionStartOk start_ok;
+    start_ok.client_properties = client_properties;
     start_ok.mechanism = "PLAIN";
     start_ok.response = std::string("\0guest\0guest", 12);
     start_ok.locale = "en_US";
@@ -583,6 +584,13 @@ class GuardTest : public ::testing::Test {
   std::int64_t now = kT0;
   std::int64_t wall_step = 0;
   std::string broker_version;  // the "version" server property connect() sends, if any
+  // The client properties of the start-ok connect() sends (x-nackguard-consumer's source).
+  amqp::FieldTable client_properties = [] {
+    amqp::FieldTable table;
+    table.set("product", amqp::FieldValue::string("test-client"));
+    table.set("version", amqp::FieldValue::string("1.0"));
+    return table;
+  }();
   RecordingListener listener;
   SessionOptions options;
   std::unique_ptr<GuardContext> context;
