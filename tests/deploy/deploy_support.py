@@ -31,8 +31,13 @@ METRICS = {
     "nackguard_retained_body_bytes", "nackguard_policy_reloads_total",
 }
 HISTOGRAMS = {"nackguard_returns_before_dead_letter"}
-KNOWN_SERIES = METRICS | {h + suffix for h in HISTOGRAMS
-                          for suffix in ("_bucket", "_sum", "_count")}
+# RabbitMQ's own per-queue series (rabbitmq_prometheus, deps/rabbitmq_prometheus in its
+# source): the dead-letter queues' rules and panels read them, from /metrics/per-object
+# (rabbitmq_queue_*) or /metrics/detailed (rabbitmq_detailed_queue_*), whichever is scraped.
+RABBITMQ_QUEUE_SERIES = {prefix + name for prefix in ("rabbitmq_queue_", "rabbitmq_detailed_queue_")
+                         for name in ("messages", "consumers")}
+KNOWN_SERIES = METRICS | RABBITMQ_QUEUE_SERIES | {h + suffix for h in HISTOGRAMS
+                                                  for suffix in ("_bucket", "_sum", "_count")}
 
 
 def path(*parts):
@@ -57,8 +62,8 @@ def load_one(*parts):
 
 
 def metric_names(expr):
-    """The nackguard_* series names a PromQL expression uses."""
-    return set(re.findall(r"\bnackguard_[a-z_]+\b", expr))
+    """The nackguard_* and rabbitmq_* series names a PromQL expression uses."""
+    return set(re.findall(r"\b(?:nackguard|rabbitmq)_[a-z_]+\b", expr))
 
 
 def nackguard_bin():

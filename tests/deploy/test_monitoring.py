@@ -12,8 +12,8 @@ import unittest
 
 import yaml
 
-from deploy_support import (HISTOGRAMS, KNOWN_SERIES, load_one, markdown_anchors,
-                            metric_names, path, promtool, read)
+from deploy_support import (HISTOGRAMS, KNOWN_SERIES, RABBITMQ_QUEUE_SERIES, load_one,
+                            markdown_anchors, metric_names, path, promtool, read)
 
 # The situations the alert rules must cover, and the metric each one watches.
 REQUIRED_ALERTS = {
@@ -22,6 +22,9 @@ REQUIRED_ALERTS = {
     "NackguardFallbacks": "nackguard_fallbacks_total",
     "NackguardTrackerEvicting": "nackguard_tracker_evictions_total",
     "NackguardUpstreamConnectFailures": "nackguard_upstream_connect_failures_total",
+    "NackguardDeadLetterQueueGrowing": "rabbitmq_queue_messages",
+    "NackguardDeadLetterQueueDeep": "rabbitmq_queue_messages",
+    "NackguardDeadLettersOnManyQueues": "nackguard_dead_letters_total",
 }
 
 
@@ -58,6 +61,18 @@ class AlertRules(unittest.TestCase):
             with self.subTest(alert=rule["alert"]):
                 self.assertTrue(metric_names(rule["expr"]))
                 self.assertLessEqual(metric_names(rule["expr"]), KNOWN_SERIES)
+
+    def test_rabbitmq_rules_read_both_endpoints(self):
+        # A rule on rabbitmq_queue_X (/metrics/per-object) must also read
+        # rabbitmq_detailed_queue_X (/metrics/detailed), or it is silent on the other.
+        for rule in alert_rules():
+            names = metric_names(rule["expr"])
+            for name in names & RABBITMQ_QUEUE_SERIES:
+                twin = (name.replace("rabbitmq_queue_", "rabbitmq_detailed_queue_")
+                        if name.startswith("rabbitmq_queue_")
+                        else name.replace("rabbitmq_detailed_queue_", "rabbitmq_queue_"))
+                with self.subTest(alert=rule["alert"], series=name):
+                    self.assertIn(twin, names)
 
     def test_annotations_and_runbooks(self):
         anchors = markdown_anchors(read("docs", "operations.md"))
