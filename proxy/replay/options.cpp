@@ -16,6 +16,8 @@ namespace {
 constexpr const char* kUsage =
     "Usage: nackguard replay --upstream amqp://USER:PASS@HOST:PORT/VHOST --from Q.dlq --to Q\n"
     "                        [--limit N] [--rate MSG_PER_S] [--max-replays N] [--dry-run]\n"
+    "                        [--group-by KEY[,KEY...]] [--where KEY=VALUE]... [--since D]\n"
+    "                        [--until D] [--format text|json]\n"
     "Moves dead-lettered messages from --from back to --to, acking each original only after\n"
     "the broker has confirmed its copy. Credentials may come from NACKGUARD_REPLAY_UPSTREAM\n"
     "(a whole URL, or USER:PASS) so that they do not show in ps; see docs/replay.md.\n"
@@ -33,8 +35,19 @@ po::options_description describe_options() {
       ("rate", po::value<std::string>()->value_name("MSG_PER_S"),
        "move at most this many messages per second")  //
       ("max-replays", po::value<std::string>()->value_name("N")->default_value("3"),
-       "leave a message in --from once its x-nackguard-replays reaches N")       //
-      ("dry-run", "count what would move, by x-nackguard-reason; move nothing")  //
+       "leave a message in --from once its x-nackguard-replays reaches N")  //
+      ("dry-run", "count what would move, by group; move nothing")          //
+      ("group-by", po::value<std::string>()->value_name("KEY[,KEY...]"),
+       "group the summary by these keys: reason, queue, consumer, day, header:NAME "
+       "(default: reason)")  //
+      ("where", po::value<std::vector<std::string>>()->value_name("KEY=VALUE"),
+       "only messages whose KEY is VALUE (repeatable: all must hold); the others stay")  //
+      ("since", po::value<std::string>()->value_name("DURATION"),
+       "only messages whose last return is at most DURATION ago (30m, 2h, 7d)")  //
+      ("until", po::value<std::string>()->value_name("DURATION"),
+       "only messages whose last return is at least DURATION ago")  //
+      ("format", po::value<std::string>()->value_name("FORMAT")->default_value("text"),
+       "the summary as text, or as one JSON document (json)")  //
       ("help,h", "print this help and exit");
   return options;
 }
@@ -57,6 +70,52 @@ std::string required_queue(const po::variables_map& args, const char* name) {
     throw UsageError("--" + std::string(name) + " is longer than 255 bytes, AMQP's limit");
   }
   return *value;
+}
+
+std::chrono::seconds duration_of(const po::variables_map& args, const char* name) {
+  std::optional<std::chrono::seconds> duration = parse_duration(*value_of(args, name));
+  if (!duration) {
+    throw UsageError("--" + std::string(name) +
+                     " must be a whole number and a unit: s, m, h or d (e.g. 30m, 2h, 7d)");
+  }
+  return *duration;
+}
+
+constexpr const char* kKeys = "reason, queue, consumer, day or header:NAME";
+
+void parse_triage(const po::variables_map& args, Options& out) {
+  if (const std::string* keys = value_of(args, "group-by")) {
+    out.group_by.clear();
+    std::string_view rest = *keys;
+    for (;;) {
+      std::size_t comma = rest.find(',');
+      std::string_view text = rest.substr(0, comma);
+      std::optional<TriageKey> key = parse_key(text);
+      if (!key) {
+        throw UsageError("--group-by: '" + std::string(text) + "' is not a key; use " + kKeys);
+      }
+      out.group_by.push_back(*key);
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+  }
+  if (args.count("where")) {
+    for (const std::string& text : args["where"].as<std::vector<std::string>>()) {
+      std::optional<Condition> condition = parse_condition(text);
+      if (!condition) {
+        throw UsageError("--where '" + text + "' is not KEY=VALUE with KEY one of " + kKeys);
+      }
+      out.where.push_back(*condition);
+    }
+  }
+  if (value_of(args, "since")) out.since = duration_of(args, "since");
+  if (value_of(args, "until")) out.until = duration_of(args, "until");
+  if (out.since && out.until && *out.until >= *out.since) {
+    throw UsageError("--until must be shorter than --since, or the window is empty");
+  }
+  const std::string& format = *value_of(args, "format");
+  if (format != "text" && format != "json") throw UsageError("--format must be text or json");
+  out.json = format == "json";
 }
 
 }  // namespace
@@ -121,6 +180,7 @@ ParsedArgs parse_args(int argc, const char* const* argv,
   }
   out.max_replays = static_cast<std::int64_t>(*max_replays);
   out.dry_run = args.count("dry-run") > 0;
+  parse_triage(args, out);
 
   std::optional<std::string> cli_upstream;
   if (const std::string* upstream = value_of(args, "upstream")) cli_upstream = *upstream;

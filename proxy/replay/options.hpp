@@ -1,10 +1,13 @@
 #pragma once
 // The command line of `nackguard replay`, parsed and validated without touching the network.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "proxy/replay/triage.hpp"
 #include "proxy/replay/url.hpp"
 
 namespace nackguard::replay {
@@ -19,6 +22,11 @@ struct Options {
   std::optional<double> rate;  // messages per second
   std::int64_t max_replays = kDefaultMaxReplays;
   bool dry_run = false;
+  std::vector<TriageKey> group_by{TriageKey{TriageKey::Kind::reason, {}}};  // --group-by
+  std::vector<Condition> where;                                             // --where, all hold
+  std::optional<std::chrono::seconds> since;  // last return at most this long ago
+  std::optional<std::chrono::seconds> until;  // last return at least this long ago
+  bool json = false;                          // --format json
 };
 
 struct ParsedArgs {

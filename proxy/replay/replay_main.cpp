@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -137,6 +138,16 @@ int run(const Options& options) {
   plan.rate = options.rate;
   plan.max_replays = options.max_replays;
   plan.dry_run = options.dry_run;
+  plan.group_by = options.group_by;
+  plan.selection.where = options.where;
+  const std::int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  if (options.since) plan.selection.since_s = now_s - options.since->count();
+  if (options.until) plan.selection.until_s = now_s - options.until->count();
+  auto render = [&options](const Summary& summary, const RunInfo& info) {
+    return options.json ? render_json(summary, info) : render_summary(summary, info);
+  };
   ClientBroker broker(client, options.from, options.to);
   Replayer replayer(broker, plan);
   ProgressBar bar(std::cerr, isatty(STDERR_FILENO) == 1);
@@ -148,7 +159,7 @@ int run(const Options& options) {
                  [&bar](const Summary& summary) { bar.update(summary); });
   } catch (const Failure& e) {
     bar.finish();
-    std::cout << render_summary(replayer.summary(), info) << std::flush;
+    std::cout << render(replayer.summary(), info) << std::flush;
     std::cerr << kPrefix << e.what() << "; the messages not moved stay in " << options.from
               << " (the broker requeues them as the connection closes)\n";
     return 1;
@@ -157,7 +168,7 @@ int run(const Options& options) {
   client.close();
 
   const Summary& summary = replayer.summary();
-  std::cout << render_summary(summary, info) << std::flush;
+  std::cout << render(summary, info) << std::flush;
   if (summary.stop == StopReason::interrupted) return 130;
   return summary.failed > 0 ? 1 : 0;
 }

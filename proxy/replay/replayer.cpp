@@ -1,5 +1,7 @@
 #include "proxy/replay/replayer.hpp"
 
+#include <algorithm>
+
 #include "proxy/replay/fingerprint.hpp"
 #include "proxy/replay/rewrite.hpp"
 
@@ -25,6 +27,7 @@ Replayer::Replayer(Broker& broker, Plan plan, std::function<Clock::time_point()>
     : broker_(broker), plan_(plan), now_(std::move(now)) {
   if (plan_.window == 0) plan_.window = 1;
   summary_.dry_run = plan_.dry_run;
+  for (const TriageKey& key : plan_.group_by) summary_.group_by.push_back(key.name());
   summary_.remaining = plan_.queued_at_start;
   if (plan_.rate && !plan_.dry_run) pacer_.emplace(*plan_.rate);
 }
@@ -74,24 +77,36 @@ void Replayer::handle(Message& message) {
     keep(message.delivery_tag);
     return;
   }
-  std::string reason = reason_of(properties);
+  if (!plan_.selection.selects_all() && !selected(plan_.selection, properties)) {
+    ++summary_.not_selected;
+    keep(message.delivery_tag);
+    return;
+  }
+  std::vector<std::string> group = group_of(plan_.group_by, properties);
+  GroupCounts& counts = summary_.groups[group];
+  if (std::optional<std::int64_t> first = first_return_s(properties)) {
+    counts.first_return_s = std::min(counts.first_return_s.value_or(*first), *first);
+  }
+  if (std::optional<std::int64_t> last = last_return_s(properties)) {
+    counts.last_return_s = std::max(counts.last_return_s.value_or(*last), *last);
+  }
   if (replays_of(properties) >= plan_.max_replays) {
     ++summary_.at_ceiling;
-    ++summary_.by_reason[reason].at_ceiling;
+    ++counts.at_ceiling;
     summary_.ceiling_labels.push_back(label_of(properties));
     keep(message.delivery_tag);
     return;
   }
   if (plan_.dry_run) {
     ++summary_.moved;
-    ++summary_.by_reason[reason].moved;
+    ++counts.moved;
     keep(message.delivery_tag);
     return;
   }
-  move(message, std::move(reason));
+  move(message, std::move(group));
 }
 
-void Replayer::move(Message& message, std::string reason) {
+void Replayer::move(Message& message, std::vector<std::string> group) {
   amqp::ContentHeader copy = replay_copy_header(message.header);
   if (pacer_) {
     auto slot = pacer_->take(now_());
@@ -101,7 +116,7 @@ void Replayer::move(Message& message, std::string reason) {
   std::uint64_t seq = broker_.publish_copy(copy, message.body);
   // Recorded before the confirm: a copy may be consumed, fail and come back before that.
   copies_.insert(fingerprint(copy, message.body));
-  pending_[seq] = {message.delivery_tag, std::move(reason), label_of(message.header.properties)};
+  pending_[seq] = {message.delivery_tag, std::move(group), label_of(message.header.properties)};
 }
 
 void Replayer::settle(const std::vector<Confirm>& confirms) {
@@ -114,14 +129,14 @@ void Replayer::settle(const std::vector<Confirm>& confirms) {
       broker_.ack(pending.delivery_tag);
       consecutive_failures_ = 0;
       ++summary_.moved;
-      ++summary_.by_reason[pending.reason].moved;
+      ++summary_.groups[pending.group].moved;
       continue;
     }
     // Not accepted (a nack, or a return: routed nowhere): the original stays in --from.
     keep(pending.delivery_tag);
     ++consecutive_failures_;
     ++summary_.failed;
-    ++summary_.by_reason[pending.reason].failed;
+    ++summary_.groups[pending.group].failed;
     summary_.failures.push_back({std::move(pending.label), confirm.outcome.detail});
   }
 }

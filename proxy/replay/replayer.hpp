@@ -24,6 +24,7 @@
 
 #include "proxy/amqp/properties.hpp"
 #include "proxy/replay/pacer.hpp"
+#include "proxy/replay/triage.hpp"
 
 namespace nackguard::replay {
 
@@ -73,6 +74,10 @@ struct Plan {
   std::int64_t max_replays = 3;
   bool dry_run = false;
   std::size_t window = kConfirmWindow;  // unconfirmed copies at most
+  // Messages outside it stay in --from, untouched and in their order (a dry run counts
+  // exactly what a real run with the same selection moves).
+  Selection selection;
+  std::vector<TriageKey> group_by{TriageKey{TriageKey::Kind::reason, {}}};
 };
 
 enum class StopReason {
@@ -86,10 +91,14 @@ std::string_view to_string(StopReason reason);
 
 inline constexpr std::uint64_t kMaxConsecutiveFailures = 5;
 
-struct ReasonCounts {
+struct GroupCounts {
   std::uint64_t moved = 0;  // or would move, in a dry run
   std::uint64_t at_ceiling = 0;
   std::uint64_t failed = 0;
+  // The earliest x-nackguard-first-return and the latest x-nackguard-last-return of the
+  // group's messages (epoch seconds), when they carry them.
+  std::optional<std::int64_t> first_return_s;
+  std::optional<std::int64_t> last_return_s;
 };
 
 struct Failed {
@@ -104,9 +113,12 @@ struct Summary {
   std::uint64_t moved = 0;      // or would move, in a dry run
   std::uint64_t at_ceiling = 0;
   std::uint64_t failed = 0;
-  std::uint64_t requeued = 0;                     // originals given back to --from at the end
-  std::map<std::string, ReasonCounts> by_reason;  // by x-nackguard-reason
-  std::vector<std::string> ceiling_labels;        // message ids of those left at the ceiling
+  std::uint64_t requeued = 0;         // originals given back to --from at the end
+  std::uint64_t not_selected = 0;     // outside the selection: left in --from, untouched
+  std::vector<std::string> group_by;  // the names of Plan::group_by's keys
+  // By the values of Plan::group_by's keys, in their order (x-nackguard-reason by default).
+  std::map<std::vector<std::string>, GroupCounts> groups;
+  std::vector<std::string> ceiling_labels;  // message ids of those left at the ceiling
   std::vector<Failed> failures;
   std::optional<StopReason> stop;  // unset while running, or when the run broke off
 };
@@ -128,13 +140,13 @@ class Replayer {
  private:
   struct Pending {
     std::uint64_t delivery_tag = 0;  // of the original
-    std::string reason;
+    std::vector<std::string> group;
     std::string label;
   };
 
   std::optional<StopReason> should_stop();
   void handle(Message& message);
-  void move(Message& message, std::string reason);
+  void move(Message& message, std::vector<std::string> group);
   void settle(const std::vector<Confirm>& confirms);
   void drain();
   void keep(std::uint64_t delivery_tag) { kept_.push_back(delivery_tag); }

@@ -16,9 +16,18 @@ void list_labels(std::ostream& out, const std::vector<std::string>& labels) {
   out << "\n";
 }
 
-void reason_line(std::ostream& out, const std::string& reason, const ReasonCounts& counts,
-                 bool dry_run) {
-  out << "  " << reason << ":";
+std::string joined(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string text;
+  for (const std::string& part : parts) {
+    if (!text.empty()) text.append(separator);
+    text += part;
+  }
+  return text;
+}
+
+void group_line(std::ostream& out, const std::vector<std::string>& group, const GroupCounts& counts,
+                bool dry_run) {
+  out << "  " << joined(group, " / ") << ":";
   const char* separator = " ";
   auto part = [&](const char* what, std::uint64_t n, bool always) {
     if (n == 0 && !always) return;
@@ -28,6 +37,9 @@ void reason_line(std::ostream& out, const std::string& reason, const ReasonCount
   part(dry_run ? "would move" : "moved", counts.moved, true);
   part("at ceiling", counts.at_ceiling, false);
   part("failed", counts.failed, false);
+  if (counts.first_return_s)
+    out << separator << "first return " << iso_time(*counts.first_return_s);
+  if (counts.last_return_s) out << ", last return " << iso_time(*counts.last_return_s);
   out << "\n";
 }
 
@@ -53,10 +65,14 @@ std::string render_summary(const Summary& summary, const RunInfo& info) {
       out << "  and " << summary.failures.size() - shown << " more\n";
     }
   }
-  if (!summary.by_reason.empty()) {
-    out << "by x-nackguard-reason:\n";
-    for (const auto& [reason, counts] : summary.by_reason) {
-      reason_line(out, reason, counts, summary.dry_run);
+  if (summary.not_selected > 0) {
+    out << "not selected (outside --where, --since or --until; left in " << info.from
+        << "): " << summary.not_selected << "\n";
+  }
+  if (!summary.groups.empty()) {
+    out << "by " << joined(summary.group_by, ", ") << ":\n";
+    for (const auto& [group, counts] : summary.groups) {
+      group_line(out, group, counts, summary.dry_run);
     }
   }
   if (summary.requeued > 0) {

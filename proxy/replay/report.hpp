@@ -26,6 +26,10 @@ inline constexpr std::size_t kMaxListed = 100;
 
 std::string render_summary(const Summary& summary, const RunInfo& info);
 
+// The same content as one JSON document (--format json), for scripts: docs/replay.md lists
+// its fields. Every message id is listed (no kMaxListed cut), as are all failures.
+std::string render_json(const Summary& summary, const RunInfo& info);
+
 // One line, e.g. "[#######-------] 50/100  moved 48  at ceiling 2  failed 0", where 100 is
 // what was looked at plus what the last basic.get-ok said was left.
 std::string render_progress(const Summary& summary, std::size_t bar_width = 30);

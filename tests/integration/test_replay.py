@@ -7,7 +7,9 @@ NACKGUARD_TEST_BROKER_PORT (a private RabbitMQ on 127.0.0.1 with guest/guest).
   Q, each with x-nackguard-replays 1 and no x-nackguard-returns / x-delivery-count, every other
   property, header (type-exact, in order) and body unchanged; Q.dlq empty. A 300 KB body
   (several frames) and an empty body come through byte for byte.
-- --dry-run moves nothing, changes nothing, and prints the counts by x-nackguard-reason.
+- --dry-run moves nothing, changes nothing, and prints the counts by x-nackguard-reason, with
+  each group's first and last return. (--group-by, --where, --since and --format json:
+  test_replay_triage.)
 - --limit 3 moves the first 3 only.
 - the --max-replays ceiling leaves messages in Q.dlq, untouched, and lists their ids.
 - a second run moves 0; a message dead-lettered again since is moved with replays 2.
@@ -118,7 +120,8 @@ def expected_copy_headers(original):
     return headers
 
 
-class ReplayTest(unittest.TestCase):
+class ReplayCase(unittest.TestCase):
+    """Queues, dead letters and checks for the replay's tests (here and test_replay_triage)."""
 
     @classmethod
     def setUpClass(cls):
@@ -181,6 +184,9 @@ class ReplayTest(unittest.TestCase):
         for part in parts:
             self.assertIn(part, lines[0])
 
+
+class ReplayTest(ReplayCase):
+
     # ------------------------------------------------------------------ moving
 
     def test_replays_ten_messages_intact(self):
@@ -190,8 +196,10 @@ class ReplayTest(unittest.TestCase):
             self.assertExit(result, 0)
             self.assertIn("moved: 10\n", result[1])
             self.assertIn("failed: 0\n", result[1])
-            self.assertRegex(result[1], r"\n  max_redeliveries: moved 5\n")
-            self.assertRegex(result[1], r"\n  crash_loop: moved 5\n")
+            self.assertIn("\n  max_redeliveries: moved 5, first return 2024-05-01T12:00:00Z, "
+                          "last return 2024-05-01T12:05:08Z\n", result[1])
+            self.assertIn("\n  crash_loop: moved 5, first return 2024-05-01T12:00:01Z, "
+                          "last return 2024-05-01T12:05:09Z\n", result[1])
             self.assertEqual(self.count(dlq), 0)
             copies = self.take_all(q)
             self.assertEqual(len(copies), 10)
@@ -225,8 +233,11 @@ class ReplayTest(unittest.TestCase):
             out = result[1]
             self.assertIn("dry run: nothing was moved", out)
             self.assertIn("would move: 6\n", out)
-            self.assertRegex(out, r"\n  max_redeliveries: would move 4\n")
-            self.assertRegex(out, r"\n  crash_loop: would move 2\n")
+            self.assertIn("\nby reason:\n", out)
+            self.assertIn("\n  max_redeliveries: would move 4, first return 2024-05-01T12:00:00Z, "
+                          "last return 2024-05-01T12:05:04Z\n", out)
+            self.assertIn("\n  crash_loop: would move 2, first return 2024-05-01T12:00:02Z, "
+                          "last return 2024-05-01T12:05:05Z\n", out)
             self.assertEqual(self.count(q), 0)
             left = self.take_all(dlq)
             self.assertEqual([p.message_id for p, _ in left], [f"m-{i}" for i in range(6)])

@@ -32,6 +32,24 @@ TEST(ParseArgs, MinimalCommandLineTakesTheDefaults) {
   EXPECT_EQ(o.rate, std::nullopt);
   EXPECT_EQ(o.max_replays, 3);
   EXPECT_FALSE(o.dry_run);
+  EXPECT_EQ(o.group_by, (std::vector<TriageKey>{*parse_key("reason")}));
+  EXPECT_TRUE(o.where.empty());
+  EXPECT_FALSE(o.since || o.until || o.json);
+}
+
+TEST(ParseArgs, TriageOptions) {
+  Options o = parse({"--upstream", kUrl, "--from", "q.dlq", "--to", "q", "--group-by",
+                     "header:source_id,reason,day", "--where", "header:source_id=A", "--where",
+                     "reason=crash_loop", "--since", "7d", "--until", "30m", "--format", "json"})
+                  .options;
+  EXPECT_EQ(o.group_by, (std::vector<TriageKey>{*parse_key("header:source_id"),
+                                                *parse_key("reason"), *parse_key("day")}));
+  ASSERT_EQ(o.where.size(), 2u);
+  EXPECT_EQ(o.where[1].key.name(), "reason");
+  EXPECT_EQ(o.where[1].value, "crash_loop");
+  EXPECT_EQ(o.since, std::chrono::seconds(7 * 86400));
+  EXPECT_EQ(o.until, std::chrono::seconds(1800));
+  EXPECT_TRUE(o.json);
 }
 
 TEST(ParseArgs, EveryOption) {
@@ -128,7 +146,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{"missing_value", with({"--limit"}), "limit"},
         BadArgs{"unknown_option", with({"--requeue"}), "unrecognised option"},
         BadArgs{"positional", with({"extra"}), "positional"},
-        BadArgs{"given_twice", with({"--to", "r"}), "more than once"}),
+        BadArgs{"given_twice", with({"--to", "r"}), "more than once"},
+        BadArgs{"group_by_unknown", with({"--group-by", "reason,colour"}), "'colour' is not a key"},
+        BadArgs{"group_by_empty_part", with({"--group-by", "reason,"}), "'' is not a key"},
+        BadArgs{"where_no_equals", with({"--where", "reason"}), "KEY=VALUE"},
+        BadArgs{"where_unknown_key", with({"--where", "colour=red"}), "KEY=VALUE"},
+        BadArgs{"since_no_unit", with({"--since", "10"}), "--since"},
+        BadArgs{"until_not_shorter", with({"--since", "1h", "--until", "2h"}), "--until"},
+        BadArgs{"format_unknown", with({"--format", "yaml"}), "--format"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ParseCount, IsStrict) {

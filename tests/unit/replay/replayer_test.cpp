@@ -4,133 +4,15 @@
 
 #include <gtest/gtest.h>
 
-#include <deque>
-#include <map>
-#include <stdexcept>
-#include <utility>
-
 #include "proxy/replay/rewrite.hpp"
+#include "replay/fake_broker.hpp"
 
 namespace nackguard::replay {
 namespace {
 
 using amqp::FieldValue;
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-Message dead_letter(std::string id, std::string reason = "max_redeliveries",
-                    std::optional<std::int64_t> replays = std::nullopt) {
-  Message m;
-  m.header.properties.message_id = id;
-  m.header.properties.headers.emplace();
-  m.header.properties.headers->set("x-nackguard-reason", FieldValue::string(reason));
-  m.header.properties.headers->set("x-nackguard-returns", FieldValue::i64(6));
-  if (replays) m.header.properties.headers->set("x-nackguard-replays", FieldValue::i64(*replays));
-  m.body.assign(id.begin(), id.end());
-  return m;
-}
-
-std::string id_of(const amqp::ContentHeader& header) {
-  return header.properties.message_id.value_or("?");
-}
-
-// A queue pair in memory. Every call is logged, so tests can check the order of events.
-class FakeBroker : public Broker {
- public:
-  explicit FakeBroker(std::vector<Message> messages) : ready(messages.begin(), messages.end()) {}
-
-  std::optional<Message> get() override {
-    if (fail_on_get) throw std::runtime_error("connection lost");
-    if (ready.empty()) {
-      log.push_back("empty");
-      return std::nullopt;
-    }
-    Message m = std::move(ready.front());
-    ready.pop_front();
-    m.delivery_tag = ++last_tag;
-    m.remaining = static_cast<std::uint32_t>(ready.size());
-    unacked[m.delivery_tag] = m;
-    log.push_back("get " + id_of(m.header));
-    return m;
-  }
-  std::uint64_t publish_copy(const amqp::ContentHeader& header, amqp::ByteView body) override {
-    log.push_back("publish " + id_of(header));
-    unconfirmed.push_back(
-        {++last_seq, Message{0, 0, header, amqp::Bytes(body.begin(), body.end())}});
-    max_unconfirmed = std::max(max_unconfirmed, unconfirmed.size());
-    return last_seq;
-  }
-  // Settles every unconfirmed copy, with the scripted outcomes, when asked to wait, or at
-  // once when `eager`.
-  std::vector<Confirm> confirms(bool wait) override {
-    std::vector<Confirm> out;
-    if (!wait && !eager) return out;
-    for (auto& [seq, copy] : unconfirmed) {
-      CopyOutcome outcome;
-      if (!outcomes.empty()) {
-        outcome = outcomes.front();
-        outcomes.pop_front();
-      }
-      log.push_back("confirm " + std::to_string(seq));
-      if (outcome.kind == CopyOutcome::Kind::confirmed) {
-        published.push_back(copy);
-        if (dead_letter_copies_again) ready.push_back(copy);
-      }
-      out.push_back({seq, outcome});
-    }
-    unconfirmed.clear();
-    return out;
-  }
-  void ack(std::uint64_t tag) override {
-    log.push_back("ack " + std::to_string(tag));
-    EXPECT_EQ(unacked.erase(tag), 1u) << "ack of a tag that is not unacked: " << tag;
-  }
-  void requeue(std::span<const std::uint64_t> tags) override {
-    std::string line = "requeue";
-    std::deque<Message> back;
-    for (std::uint64_t tag : tags) {
-      line += " " + std::to_string(tag);
-      auto it = unacked.find(tag);
-      EXPECT_NE(it, unacked.end()) << "requeue of a tag that is not unacked: " << tag;
-      if (it == unacked.end()) continue;
-      back.push_back(it->second);
-      unacked.erase(it);
-    }
-    ready.insert(ready.begin(), back.begin(), back.end());
-    log.push_back(line);
-  }
-  void wait_until(Clock::time_point until, const std::function<bool()>&) override {
-    waits.push_back(until - start);
-    now = until;
-  }
-
-  std::deque<Message> ready;
-  std::map<std::uint64_t, Message> unacked;
-  std::vector<Message> published;
-  std::deque<CopyOutcome> outcomes;  // scripted; confirmed once empty
-  std::vector<std::pair<std::uint64_t, Message>> unconfirmed;
-  std::size_t max_unconfirmed = 0;
-  bool eager = true;
-  std::uint64_t last_seq = 0;
-  std::vector<std::string> log;
-  std::vector<Clock::duration> waits;
-  bool dead_letter_copies_again = false;
-  bool fail_on_get = false;
-  std::uint64_t last_tag = 0;
-  const Clock::time_point start = Clock::time_point{} + 1h;
-  Clock::time_point now = start;
-};
-
-Plan plan_for(const FakeBroker& broker) {
-  Plan plan;
-  plan.queued_at_start = broker.ready.size();
-  return plan;
-}
-
-Summary run(FakeBroker& broker, const Plan& plan, std::function<bool()> interrupted = {}) {
-  Replayer replayer(broker, plan, [&broker] { return broker.now; });
-  return replayer.run(interrupted);
-}
+using namespace replay_test;
 
 using Log = std::vector<std::string>;
 
@@ -142,8 +24,8 @@ TEST(Replayer, MovesEveryMessageAndAcksEachOnlyAfterItsConfirm) {
   EXPECT_EQ(s.moved, 2u);
   EXPECT_EQ(s.looked_at, 2u);
   EXPECT_EQ(s.stop, StopReason::queue_empty);
-  EXPECT_EQ(s.by_reason["max_redeliveries"].moved, 1u);
-  EXPECT_EQ(s.by_reason["crash_loop"].moved, 1u);
+  EXPECT_EQ(s.groups[{"max_redeliveries"}].moved, 1u);
+  EXPECT_EQ(s.groups[{"crash_loop"}].moved, 1u);
   EXPECT_TRUE(broker.ready.empty());
   EXPECT_TRUE(broker.unacked.empty());
   ASSERT_EQ(broker.published.size(), 2u);
@@ -204,8 +86,8 @@ TEST(Replayer, MessagesAtTheCeilingStayUnackedUntilTheEndAndAreLookedAtOnce) {
   EXPECT_EQ(s.moved, 1u);
   EXPECT_EQ(s.requeued, 2u);
   EXPECT_EQ(s.ceiling_labels, (std::vector<std::string>{"a", "c"}));
-  EXPECT_EQ(s.by_reason["crash_loop"].at_ceiling, 1u);
-  EXPECT_EQ(s.by_reason["max_redeliveries"].at_ceiling, 1u);
+  EXPECT_EQ(s.groups[{"crash_loop"}].at_ceiling, 1u);
+  EXPECT_EQ(s.groups[{"max_redeliveries"}].at_ceiling, 1u);
   ASSERT_EQ(broker.ready.size(), 2u);  // back in the DLQ, unchanged
   EXPECT_EQ(replays_of(broker.ready[0].header.properties), 3);
   EXPECT_NE(broker.ready[0].header.properties.headers->find("x-nackguard-returns"), nullptr);
@@ -233,9 +115,9 @@ TEST(Replayer, DryRunMovesNothingAndCountsByReason) {
   EXPECT_TRUE(s.dry_run);
   EXPECT_EQ(s.moved, 3u);
   EXPECT_EQ(s.at_ceiling, 1u);
-  EXPECT_EQ(s.by_reason["max_redeliveries"].moved, 2u);
-  EXPECT_EQ(s.by_reason["crash_loop"].moved, 1u);
-  EXPECT_EQ(s.by_reason["crash_loop"].at_ceiling, 1u);
+  EXPECT_EQ(s.groups[{"max_redeliveries"}].moved, 2u);
+  EXPECT_EQ(s.groups[{"crash_loop"}].moved, 1u);
+  EXPECT_EQ(s.groups[{"crash_loop"}].at_ceiling, 1u);
   EXPECT_EQ(broker.ready.size(), 4u);
 }
 
@@ -300,7 +182,7 @@ TEST(Replayer, ACopyThatIsNotAcceptedLeavesTheOriginalAndIsReported) {
   ASSERT_EQ(s.failures.size(), 2u);
   EXPECT_EQ(s.failures[0].label, "b");
   EXPECT_EQ(s.failures[0].why, "the broker returned the copy: 312 NO_ROUTE");
-  EXPECT_EQ(s.by_reason["max_redeliveries"].failed, 2u);
+  EXPECT_EQ(s.groups[{"max_redeliveries"}].failed, 2u);
   EXPECT_EQ(broker.ready.size(), 2u);
 }
 

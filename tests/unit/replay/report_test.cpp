@@ -19,8 +19,9 @@ TEST(RenderSummary, ARunWithEveryOutcome) {
   s.at_ceiling = 2;
   s.failed = 1;
   s.requeued = 3;
-  s.by_reason["max_redeliveries"] = {5, 2, 1};
-  s.by_reason["crash_loop"] = {2, 0, 0};
+  s.group_by = {"reason"};
+  s.groups[{"max_redeliveries"}] = {5, 2, 1, 1714564800, 1714651200};
+  s.groups[{"crash_loop"}] = {2, 0, 0, std::nullopt, std::nullopt};
   s.ceiling_labels = {"m-1", "m-2"};
   s.failures = {{"m-9", "the broker returned the copy: 312 NO_ROUTE"}};
   s.stop = StopReason::queue_empty;
@@ -32,9 +33,10 @@ TEST(RenderSummary, ARunWithEveryOutcome) {
             "  ids: m-1, m-2\n"
             "failed: 1\n"
             "  m-9: the broker returned the copy: 312 NO_ROUTE\n"
-            "by x-nackguard-reason:\n"
+            "by reason:\n"
             "  crash_loop: moved 2\n"
-            "  max_redeliveries: moved 5, at ceiling 2, failed 1\n"
+            "  max_redeliveries: moved 5, at ceiling 2, failed 1, first return "
+            "2024-05-01T12:00:00Z, last return 2024-05-02T12:00:00Z\n"
             "left in orders.dlq (requeued): 3\n"
             "stopped: the queue is empty\n");
 }
@@ -45,7 +47,8 @@ TEST(RenderSummary, ADryRunSaysNothingMoved) {
   s.looked_at = 4;
   s.moved = 4;
   s.requeued = 4;
-  s.by_reason["max_redeliveries"] = {4, 0, 0};
+  s.group_by = {"reason"};
+  s.groups[{"max_redeliveries"}] = {4, 0, 0, std::nullopt, std::nullopt};
   s.stop = StopReason::queue_empty;
   EXPECT_EQ(render_summary(s, kInfo),
             "nackguard replay --dry-run: orders.dlq -> orders on rabbit:5672, vhost '/' (dry run: "
@@ -53,7 +56,7 @@ TEST(RenderSummary, ADryRunSaysNothingMoved) {
             "looked at: 4\n"
             "would move: 4\n"
             "left at ceiling (x-nackguard-replays >= 3): 0\n"
-            "by x-nackguard-reason:\n"
+            "by reason:\n"
             "  max_redeliveries: would move 4\n"
             "left in orders.dlq (requeued): 4\n"
             "stopped: the queue is empty\n");

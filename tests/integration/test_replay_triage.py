@@ -1,0 +1,120 @@
+"""`nackguard replay` as triage, against a real RabbitMQ (issue 14): grouping, selecting, and
+the JSON summary.
+
+A DLQ holds dead letters from two sources (header source_id A and B) and two reasons:
+
+- `--dry-run --group-by header:source_id,reason` prints exact counts per group, with each
+  group's first and last return; `--format json` says the same as one JSON document;
+- `--where header:source_id=A` moves exactly A's messages, in their order; B's stay in the
+  DLQ, untouched and in their order; a dry run with the same --where counts what it moves;
+- `--since 1d` moves the messages last returned within a day and leaves the older ones;
+- a second run with the same --where moves nothing.
+"""
+
+import datetime
+import json
+import unittest
+
+import pika
+
+from test_replay import URL, ReplayCase, replay
+
+# (message id, source_id, reason), in the order they sit in the DLQ.
+MIX = [("a0", "A", "max_redeliveries"), ("b0", "B", "crash_loop"),
+       ("a1", "A", "max_redeliveries"), ("b1", "B", "max_redeliveries"),
+       ("a2", "A", "crash_loop"), ("b2", "B", "crash_loop"),
+       ("a3", "A", "max_redeliveries"), ("b3", "B", "max_redeliveries")]
+T0 = datetime.datetime(2024, 5, 1, 12, 0, 0)
+
+
+class ReplayTriageTest(ReplayCase):
+
+    def publish(self, dlq, mix, last_returns=None):
+        """Dead letters with x-nackguard-* headers; the i-th last returned at last_returns[i]
+        (default T0 + i minutes)."""
+        for i, (message_id, source, reason) in enumerate(mix):
+            last = last_returns[i] if last_returns else T0 + datetime.timedelta(minutes=i)
+            headers = {"source_id": source, "x-nackguard-reason": reason,
+                       "x-nackguard-returns": 6, "x-nackguard-queue": "orders",
+                       "x-nackguard-first-return": last - datetime.timedelta(minutes=1),
+                       "x-nackguard-last-return": last}
+            self.channel.basic_publish("", dlq, message_id.encode(), pika.BasicProperties(
+                message_id=message_id, headers=headers, delivery_mode=2))
+
+    def ids(self, queue):
+        return [props.message_id for props, _ in self.take_all(queue)]
+
+    def test_grouped_dry_run_counts_per_source_and_reason(self):
+        with self.queues() as (q, dlq):
+            self.publish(dlq, MIX)
+            result = replay("--upstream", URL, "--from", dlq, "--to", q, "--dry-run",
+                            "--group-by", "header:source_id,reason")
+            self.assertExit(result, 0)
+            out = result[1]
+            self.assertIn("would move: 8\n", out)
+            self.assertIn("\nby header:source_id, reason:\n"
+                          "  A / crash_loop: would move 1, first return 2024-05-01T12:03:00Z, "
+                          "last return 2024-05-01T12:04:00Z\n"
+                          "  A / max_redeliveries: would move 3, first return 2024-05-01T11:59:00Z, "
+                          "last return 2024-05-01T12:06:00Z\n"
+                          "  B / crash_loop: would move 2, first return 2024-05-01T12:00:00Z, "
+                          "last return 2024-05-01T12:05:00Z\n"
+                          "  B / max_redeliveries: would move 2, first return 2024-05-01T12:02:00Z, "
+                          "last return 2024-05-01T12:07:00Z\n", out)
+            self.assertEqual(self.count(q), 0)
+            self.assertEqual(self.ids(dlq), [m for m, _, _ in MIX])
+
+    def test_json_summary_has_the_same_counts(self):
+        with self.queues() as (q, dlq):
+            self.publish(dlq, MIX)
+            result = replay("--upstream", URL, "--from", dlq, "--to", q, "--dry-run",
+                            "--group-by", "header:source_id,reason", "--format", "json")
+            self.assertExit(result, 0)
+            doc = json.loads(result[1])
+            self.assertEqual((doc["from"], doc["to"], doc["dry_run"]), (dlq, q, True))
+            self.assertEqual((doc["looked_at"], doc["moved"], doc["not_selected"]), (8, 8, 0))
+            self.assertEqual(doc["group_by"], ["header:source_id", "reason"])
+            counts = {(g["key"]["header:source_id"], g["key"]["reason"]): g["moved"]
+                      for g in doc["groups"]}
+            self.assertEqual(counts, {("A", "crash_loop"): 1, ("A", "max_redeliveries"): 3,
+                                      ("B", "crash_loop"): 2, ("B", "max_redeliveries"): 2})
+            self.assertEqual(doc["groups"][0]["first_return"], "2024-05-01T12:03:00Z")
+            self.assertEqual(doc["stopped"], "the queue is empty")
+
+    def test_where_moves_exactly_one_source_and_leaves_the_rest_in_order(self):
+        with self.queues() as (q, dlq):
+            self.publish(dlq, MIX)
+            where = ("--where", "header:source_id=A")
+            dry = replay("--upstream", URL, "--from", dlq, "--to", q, "--dry-run", *where)
+            self.assertExit(dry, 0)
+            self.assertIn("would move: 4\n", dry[1])
+            self.assertIn(f"not selected (outside --where, --since or --until; left in {dlq}): 4\n",
+                          dry[1])
+            result = replay("--upstream", URL, "--from", dlq, "--to", q, *where)
+            self.assertExit(result, 0)
+            self.assertIn("moved: 4\n", result[1])
+            again = replay("--upstream", URL, "--from", dlq, "--to", q, *where)
+            self.assertExit(again, 0)
+            self.assertIn("moved: 0\n", again[1])
+            self.assertEqual(self.ids(q), ["a0", "a1", "a2", "a3"])
+            left = self.take_all(dlq)
+            self.assertEqual([p.message_id for p, _ in left], ["b0", "b1", "b2", "b3"])
+            for props, _ in left:
+                self.assertNotIn("x-nackguard-replays", props.headers)
+                self.assertEqual(props.headers["x-nackguard-returns"], 6)
+
+    def test_since_leaves_the_older_ones(self):
+        with self.queues() as (q, dlq):
+            now = datetime.datetime.utcnow().replace(microsecond=0)
+            lasts = [now - datetime.timedelta(days=3), now - datetime.timedelta(minutes=10),
+                     now - datetime.timedelta(days=2), now - datetime.timedelta(hours=1)]
+            self.publish(dlq, MIX[:4], last_returns=lasts)
+            result = replay("--upstream", URL, "--from", dlq, "--to", q, "--since", "1d")
+            self.assertExit(result, 0)
+            self.assertIn("moved: 2\n", result[1])
+            self.assertEqual(self.ids(q), ["b0", "b1"])
+            self.assertEqual(self.ids(dlq), ["a0", "a1"])
+
+
+if __name__ == "__main__":
+    unittest.main()
