@@ -19,6 +19,10 @@
 #                               use the 10 ports above it: 21674-21683)
 #   NACKGUARD_TEST_EPMD_PORT    the node's own epmd   (21369; 4.0: 22369)
 #   NACKGUARD_TEST_RABBITMQ_CONF_EXTRA  optional lines appended to rabbitmq.conf
+#   NACKGUARD_TEST_RABBITMQ_PLUGINS     plugins to enable, comma-separated (e.g.
+#                               rabbitmq_prometheus; give its listener a loopback address and
+#                               a port of its own in NACKGUARD_TEST_RABBITMQ_CONF_EXTRA);
+#                               unset: none
 #   NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG  optional Erlang term list written to
 #                               DIR/advanced.config, for settings rabbitmq.conf has no key
 #                               for, e.g. '[{rabbit, [{channel_tick_interval, 500}]}].';
@@ -396,8 +400,8 @@ write_config() {
     fi
   } >"$dir/rabbitmq.conf.tmp"
   mv -f "$dir/rabbitmq.conf.tmp" "$dir/rabbitmq.conf"
-  # No plugins: in particular no management listener on 15672.
-  echo '[].' >"$dir/enabled_plugins"
+  # No plugins unless asked for: in particular no management listener on 15672.
+  echo "[${NACKGUARD_TEST_RABBITMQ_PLUGINS:-}]." >"$dir/enabled_plugins"
   chmod 0644 "$dir/rabbitmq.conf" "$dir/enabled_plugins"
   if [[ -n ${NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG:-} ]]; then
     printf '%s\n' "$NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG" >"$dir/advanced.config.tmp"
