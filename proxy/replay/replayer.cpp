@@ -77,7 +77,7 @@ void Replayer::handle(Message& message) {
     keep(message.delivery_tag);
     return;
   }
-  if (!plan_.selection.selects_all() && !selected(plan_.selection, properties)) {
+  if (!selected(plan_.selection, properties)) {
     ++summary_.not_selected;
     keep(message.delivery_tag);
     return;

@@ -5,23 +5,19 @@
 
 namespace nackguard::replay {
 
-namespace {
-
-const amqp::FieldValue* header(const amqp::BasicProperties& properties, std::string_view name) {
+const amqp::FieldValue* header_of(const amqp::BasicProperties& properties, std::string_view name) {
   return properties.headers ? properties.headers->find(name) : nullptr;
 }
 
-}  // namespace
-
 std::int64_t replays_of(const amqp::BasicProperties& properties) {
-  const amqp::FieldValue* value = header(properties, kReplaysHeader);
+  const amqp::FieldValue* value = header_of(properties, kReplaysHeader);
   if (value == nullptr) return 0;
   std::optional<std::int64_t> count = value->as_int();
   return count && *count > 0 ? *count : 0;
 }
 
 std::string reason_of(const amqp::BasicProperties& properties) {
-  const amqp::FieldValue* value = header(properties, kReasonHeader);
+  const amqp::FieldValue* value = header_of(properties, kReasonHeader);
   const std::string* text = value ? value->as_string() : nullptr;
   if (text == nullptr || text->empty()) return std::string(kNoReason);
   return printable(*text, 80);

@@ -16,6 +16,9 @@ inline constexpr std::string_view kDeliveryCountHeader = "x-delivery-count";
 inline constexpr std::string_view kReasonHeader = "x-nackguard-reason";
 inline constexpr std::string_view kNoReason = "(no reason)";
 
+// The header `name`, or nullptr when the message has no such header (or no headers).
+const amqp::FieldValue* header_of(const amqp::BasicProperties& properties, std::string_view name);
+
 // How often the message was replayed already: x-nackguard-replays as an integer of any width;
 // 0 when it is absent, negative or not an integer.
 std::int64_t replays_of(const amqp::BasicProperties& properties);

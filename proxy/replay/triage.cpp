@@ -11,10 +11,6 @@ namespace {
 
 constexpr std::string_view kHeaderPrefix = "header:";
 
-const amqp::FieldValue* header(const amqp::BasicProperties& properties, std::string_view name) {
-  return properties.headers ? properties.headers->find(name) : nullptr;
-}
-
 // A header's value as text, or nullopt when it has none (absent, a table, an array, void).
 std::optional<std::string> text_of(const amqp::FieldValue* value) {
   if (value == nullptr) return std::nullopt;
@@ -27,7 +23,7 @@ std::optional<std::string> text_of(const amqp::FieldValue* value) {
 
 std::optional<std::int64_t> seconds_of(const amqp::BasicProperties& properties,
                                        std::string_view name) {
-  const amqp::FieldValue* value = header(properties, name);
+  const amqp::FieldValue* value = header_of(properties, name);
   if (value == nullptr) return std::nullopt;
   if (value->type == 'T') {
     auto seconds = std::get<std::uint64_t>(value->value);
@@ -73,13 +69,13 @@ std::string key_value(const TriageKey& key, const amqp::BasicProperties& propert
     case TriageKey::Kind::reason:
       return reason_of(properties);  // "(no reason)" when absent
     case TriageKey::Kind::queue:
-      value = text_of(header(properties, kQueueHeader));
+      value = text_of(header_of(properties, kQueueHeader));
       break;
     case TriageKey::Kind::consumer:
-      value = text_of(header(properties, kConsumerHeader));
+      value = text_of(header_of(properties, kConsumerHeader));
       break;
     case TriageKey::Kind::header:
-      value = text_of(header(properties, key.header));
+      value = text_of(header_of(properties, key.header));
       break;
     case TriageKey::Kind::day:
       if (std::optional<std::int64_t> last = last_return_s(properties)) {

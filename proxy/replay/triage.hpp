@@ -57,7 +57,6 @@ struct Selection {
   std::vector<Condition> where;
   std::optional<std::int64_t> since_s;  // last return at or after this (epoch seconds)
   std::optional<std::int64_t> until_s;  // last return at or before this
-  bool selects_all() const { return where.empty() && !since_s && !until_s; }
 };
 bool selected(const Selection& selection, const amqp::BasicProperties& properties);
 

@@ -83,7 +83,8 @@ TEST(TriageDuration, WholeNumberAndUnit) {
 TEST(TriageSelection, EveryConditionAndTheWindow) {
   const amqp::BasicProperties p = from_source("m1", "A", kMay1).header.properties;
   Selection s;
-  EXPECT_TRUE(s.selects_all());
+  EXPECT_TRUE(selected(s, p));  // an empty selection takes everything
+  EXPECT_TRUE(selected(s, amqp::BasicProperties{}));
   s.where = {*parse_condition("header:source_id=A"), *parse_condition("reason=max_redeliveries")};
   EXPECT_TRUE(selected(s, p));
   s.where.push_back(*parse_condition("queue=invoices"));
