@@ -8,23 +8,26 @@
 namespace nackguard::metrics {
 
 std::size_t QueueLabels::index(std::string_view queue) {
+  // Read before the lookup: the map never changes once full, so a miss while it already was
+  // is final. A miss seen before it filled is checked again under the exclusive lock, since
+  // another caller may have given this very queue the last slot in between.
+  const bool was_full = full_.load(std::memory_order_acquire);
   {
     std::shared_lock lock(mutex_);
     auto it = indices_.find(queue);
     if (it != indices_.end()) return it->second;
   }
-  // Once full, an unknown queue never takes the exclusive lock.
-  if (queue != kOtherQueue && !full_.load(std::memory_order_relaxed)) {
+  if (queue != kOtherQueue && !was_full) {
     std::unique_lock lock(mutex_);
     auto it = indices_.find(queue);
     if (it != indices_.end()) return it->second;
     if (indices_.size() < max_) {
       const std::size_t index = indices_.size();
       indices_.emplace(std::string(queue), index);
-      if (indices_.size() == max_) full_.store(true, std::memory_order_relaxed);
+      if (indices_.size() == max_) full_.store(true, std::memory_order_release);
       return index;
     }
-    full_.store(true, std::memory_order_relaxed);
+    full_.store(true, std::memory_order_release);
   }
   other_used_.store(true, std::memory_order_relaxed);
   return max_;

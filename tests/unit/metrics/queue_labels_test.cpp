@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <barrier>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -64,6 +67,33 @@ TEST(QueueLabels, ConcurrentCallersAgreeAndStayWithinTheCap) {
   for (auto& thread : threads) thread.join();
   for (std::size_t t = 1; t < 4; ++t) EXPECT_EQ(seen[t], seen[0]) << "thread " << t;
   EXPECT_EQ(labels.snapshot().size(), 51u);  // 50 queues and _other
+}
+
+// The last free slot taken by one caller while another has just missed the name: the other
+// must still get the name's own index, not "_other" (CI once saw thread 1 get 50 for "q30").
+// Each round races 4 threads on the one name of a one-slot instance.
+TEST(QueueLabels, ACallerRacingTheOneFillingTheLastSlotGetsTheSameIndex) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 100000;
+  std::vector<std::unique_ptr<QueueLabels>> rounds;
+  for (int r = 0; r < kRounds; ++r) rounds.push_back(std::make_unique<QueueLabels>(1));
+  std::vector<std::vector<std::size_t>> seen(kThreads, std::vector<std::size_t>(kRounds));
+  std::barrier start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        start.arrive_and_wait();
+        seen[t][r] = rounds[r]->index("q");
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  int wrong = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int r = 0; r < kRounds; ++r) wrong += seen[t][r] != 0u;
+  }
+  EXPECT_EQ(wrong, 0) << "calls that got _other for the one queue with its own slot";
 }
 
 }  // namespace
