@@ -118,7 +118,17 @@ class ProcessFaultTest(fs.FaultTest):
             if child.poll() is not None:
                 with open(child_log, errors="replace") as f:
                     self.fail(f"consumer {round_} exited by itself: {f.read()[-2000:]}")
-            unacked = NODE.queues(queue).get(queue, (None, None))[1]
+            # The consumer acks in batches, so it holds unacked deliveries most of the time,
+            # but the broker's count can read 0 between two batches (CI once read it twice):
+            # kill at a moment it reads more, as the test means to.
+            unacked = [0]
+
+            def holds_unacked():
+                unacked[0] = NODE.queues(queue).get(queue, (None, 0))[1]
+                return unacked[0] > 0
+
+            fs.wait_until(holds_unacked, 15, 0.1)
+            unacked = unacked[0]
             waiting_delayed = fs.message_count(delay_queue)
             child.send_signal(signal.SIGKILL)
             child.wait()
