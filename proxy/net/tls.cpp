@@ -123,19 +123,7 @@ std::shared_ptr<ssl::context> listen_context(const config::ListenTls& tls) {
 
 std::shared_ptr<ssl::context> upstream_context(const config::UpstreamTls& tls) {
   auto context = new_context(ssl::context::tls_client);
-  SSL_CTX* native = context->native_handle();
-  if (tls.verify) {
-    if (tls.ca_file.empty()) {
-      // /etc/ssl/certs on Debian (or $SSL_CERT_FILE, $SSL_CERT_DIR).
-      SSL_CTX_set_default_verify_paths(native);
-    } else {
-      load_trusted(native, tls.ca_file);
-    }
-    SSL_CTX_set_verify(native, SSL_VERIFY_PEER, nullptr);
-  } else {
-    SSL_CTX_set_verify(native, SSL_VERIFY_NONE, nullptr);
-  }
-  if (!tls.cert_file.empty()) load_identity(native, tls.cert_file, tls.key_file);
+  configure_upstream_context(context->native_handle(), tls);
   return context;
 }
 
@@ -145,9 +133,26 @@ bool is_ip_address(const std::string& name) {
   return !error;
 }
 
+// The setting a person changes, in the proxy's config or on replay's command line.
+struct Names {
+  const char* ca_file;
+  const char* server_name;
+  const char* cert_file;
+  const char* port;
+};
+
+Names names_for(TlsPeer peer) {
+  if (peer == TlsPeer::replay_broker) {
+    return {"--ca-file", "--server-name", "--cert-file and --key-file", "the URL's port"};
+  }
+  return {"upstream.tls.ca_file", "upstream.tls.server_name", "upstream.tls.cert_file and key_file",
+          "upstream.port"};
+}
+
 // What to check, given OpenSSL's reason and the certificate check's result.
 std::string hint(int reason, long verify_result, TlsPeer peer) {
   const bool client = peer == TlsPeer::client;
+  const Names names = names_for(peer);
   switch (verify_result) {
     case X509_V_OK:
       break;
@@ -157,11 +162,12 @@ std::string hint(int reason, long verify_result, TlsPeer peer) {
                     : "renew the broker's certificate (or check this machine's clock)";
     case X509_V_ERR_HOSTNAME_MISMATCH:
     case X509_V_ERR_IP_ADDRESS_MISMATCH:
-      return "set upstream.tls.server_name to a name the broker's certificate carries";
+      return std::string("set ") + names.server_name +
+             " to a name the broker's certificate carries";
     default:
       return client ? "the client's certificate must be signed by a CA in listen.tls.ca_file"
-                    : "upstream.tls.ca_file must hold the CA that signed the broker's "
-                      "certificate";
+                    : std::string(names.ca_file) +
+                          " must hold the CA that signed the broker's certificate";
   }
   switch (reason) {
     case SSL_R_WRONG_VERSION_NUMBER:
@@ -171,8 +177,8 @@ std::string hint(int reason, long verify_result, TlsPeer peer) {
     case SSL_R_PACKET_LENGTH_TOO_LONG:
     case SSL_R_RECORD_LENGTH_MISMATCH:
       return client ? "the client does not seem to speak TLS; this port requires it (listen.tls)"
-                    : "the broker does not seem to speak TLS on this port; is upstream.port "
-                      "its TLS port (usually 5671)?";
+                    : std::string("the broker does not seem to speak TLS on this port; is ") +
+                          names.port + " its TLS port (usually 5671)?";
     case SSL_R_UNSUPPORTED_PROTOCOL:
     case SSL_R_NO_PROTOCOLS_AVAILABLE:
     case SSL_R_TLSV1_ALERT_PROTOCOL_VERSION:
@@ -185,14 +191,24 @@ std::string hint(int reason, long verify_result, TlsPeer peer) {
     case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
       return client ? "the client refused the proxy's certificate (listen.tls.cert_file): give "
                       "the client the CA that signed it, and check its dates and names"
-                    : "the broker refused the proxy's certificate (upstream.tls.cert_file)";
+                    : std::string("the broker refused the certificate presented (") +
+                          names.cert_file + ")";
     case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
     case SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
       return client ? ""
-                    : "the broker may require a client certificate (upstream.tls.cert_file "
-                      "and key_file)";
+                    : std::string("the broker may require a client certificate (") +
+                          names.cert_file + ")";
     default:
       return "";
+  }
+}
+
+void set_expected_name(X509_VERIFY_PARAM* param, const std::string& name) {
+  X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+  if (is_ip_address(name)) {
+    X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str());
+  } else {
+    X509_VERIFY_PARAM_set1_host(param, name.c_str(), name.size());
   }
 }
 
@@ -209,20 +225,52 @@ TlsContexts load_tls(const config::Config& config) {
   return contexts;
 }
 
+void configure_upstream_context(SSL_CTX* native, const config::UpstreamTls& tls) {
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  if (tls.verify) {
+    if (tls.ca_file.empty()) {
+      // /etc/ssl/certs on Debian (or $SSL_CERT_FILE, $SSL_CERT_DIR).
+      SSL_CTX_set_default_verify_paths(native);
+    } else {
+      load_trusted(native, tls.ca_file);
+    }
+    SSL_CTX_set_verify(native, SSL_VERIFY_PEER, nullptr);
+  } else {
+    SSL_CTX_set_verify(native, SSL_VERIFY_NONE, nullptr);
+  }
+  if (!tls.cert_file.empty()) load_identity(native, tls.cert_file, tls.key_file);
+}
+
 void expect_broker_identity(SSL* ssl, const TlsContexts& tls, const std::string& address_host) {
   const std::string& name =
       tls.upstream_server_name.empty() ? address_host : tls.upstream_server_name;
-  const bool ip = is_ip_address(name);
   // SNI carries host names only (RFC 6066).
-  if (!ip) SSL_set_tlsext_host_name(ssl, name.c_str());
-  if (!tls.upstream_verify) return;
-  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-  X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-  if (ip) {
-    X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str());
+  if (!is_ip_address(name)) SSL_set_tlsext_host_name(ssl, name.c_str());
+  if (tls.upstream_verify) set_expected_name(SSL_get0_param(ssl), name);
+}
+
+void expect_broker_name(SSL_CTX* context, const std::string& name) {
+  set_expected_name(SSL_CTX_get0_param(context), name);
+}
+
+std::string describe_handshake_failure(unsigned long openssl_error, long verify_result,
+                                       TlsPeer peer) {
+  // Its reason strings, in case no context was made in this process yet.
+  OPENSSL_init_ssl(OPENSSL_INIT_LOAD_SSL_STRINGS | OPENSSL_INIT_LOAD_CRYPTO_STRINGS, nullptr);
+  std::string text;
+  if (openssl_error != 0) {
+    const char* reason = ERR_reason_error_string(openssl_error);
+    text = reason ? reason : "OpenSSL error " + std::to_string(openssl_error);
   } else {
-    X509_VERIFY_PARAM_set1_host(param, name.c_str(), name.size());
+    text = "the connection was closed during the handshake";
   }
+  if (verify_result != X509_V_OK) {
+    text.append(": ").append(X509_verify_cert_error_string(verify_result));
+  }
+  const std::string what_to_check = hint(ERR_GET_REASON(openssl_error), verify_result, peer);
+  if (!what_to_check.empty()) text.append("; ").append(what_to_check);
+  return text;
 }
 
 std::string describe_handshake_error(const boost::system::error_code& error, const SSL* ssl,

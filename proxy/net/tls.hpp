@@ -30,18 +30,32 @@ struct TlsContexts {
 // match its certificate. Contexts are shared by every connection (OpenSSL allows that).
 TlsContexts load_tls(const config::Config& config);
 
+// upstream.tls's settings on an OpenSSL client context (also `nackguard replay`'s, whose
+// context rabbitmq-c creates): TLS 1.2 and later, the trusted CAs and verification, the
+// client certificate. Throws config::ConfigError as load_tls does.
+void configure_upstream_context(SSL_CTX* context, const config::UpstreamTls& tls);
+
+// The name (or IP address) the broker's certificate must carry, for every connection made
+// from `context`.
+void expect_broker_name(SSL_CTX* context, const std::string& name);
+
 // Before the handshake with the broker at `address_host`: SNI, and the host name (or IP
 // address) its certificate is checked against when verifying: upstream.tls.server_name when
 // set, else `address_host`.
 void expect_broker_identity(SSL* ssl, const TlsContexts& tls, const std::string& address_host);
 
-// Which end of the proxy a handshake was with; it decides what a person should check.
-enum class TlsPeer { client, broker };
+// Which end a handshake was with; it decides what a person should check. replay_broker: the
+// broker, seen by `nackguard replay`, whose settings are command-line options.
+enum class TlsPeer { client, broker, replay_broker };
 
 // Why a handshake failed in OpenSSL's words, with the certificate check's result when that
 // failed and what to check, e.g. "certificate verify failed: certificate has expired; renew
 // the broker's certificate".
 std::string describe_handshake_error(const boost::system::error_code& error, const SSL* ssl,
                                      TlsPeer peer);
+// The same from OpenSSL's first error code (0: none, the peer closed) and the certificate
+// check's result.
+std::string describe_handshake_failure(unsigned long openssl_error, long verify_result,
+                                       TlsPeer peer);
 
 }  // namespace nackguard::net
