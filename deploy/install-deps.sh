@@ -8,8 +8,9 @@ packages=(
   cmake g++ make pkg-config git ca-certificates
   # Libraries the proxy links against: Boost.Asio/program_options, OpenSSL
   # (TLS listener and upstream), yaml-cpp (config), spdlog (logging), xxHash
-  # (message fingerprints).
-  libboost1.81-all-dev libssl-dev libyaml-cpp-dev libspdlog-dev libxxhash-dev
+  # (message fingerprints), rabbitmq-c (the AMQP client of `nackguard replay`; also the
+  # load generator's).
+  libboost1.81-all-dev libssl-dev libyaml-cpp-dev libspdlog-dev libxxhash-dev librabbitmq-dev
   # Unit tests and micro-benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev
   # libFuzzer builds (-DNACKGUARD_FUZZ=ON): clang plus its fuzzer runtime.
@@ -20,11 +21,11 @@ packages=(
   # RabbitMQ 4.0.5 for the broker matrix: tests/rabbitmq-rootfs.sh builds a Debian 13 root
   # file system with Debian 13's rabbitmq-server (Debian 12 has no 4.x) and runs the node in it.
   debootstrap
-  # Benchmarks (tests/bench/): nackguard-bench is a rabbitmq-c client, and
-  # compare.sh measures haproxy (mode tcp, its own config, never the system
-  # service) beside nackguard, the relay its goal is set against; compare.sh --perf
-  # counts system calls with perf, and -DNACKGUARD_IO_URING=ON builds on liburing.
-  librabbitmq-dev haproxy linux-perf liburing-dev
+  # Benchmarks (tests/bench/): compare.sh measures haproxy (mode tcp, its own config,
+  # never the system service) beside nackguard, the relay its goal is set against;
+  # compare.sh --perf counts system calls with perf, and -DNACKGUARD_IO_URING=ON builds on
+  # liburing.
+  haproxy linux-perf liburing-dev
   # Used by the scripts: runuser/setsid (util-linux), ps/pgrep (procps),
   # openssl to make test certificates.
   util-linux procps openssl

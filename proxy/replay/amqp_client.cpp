@@ -1,19 +1,47 @@
 #include "proxy/replay/amqp_client.hpp"
 
+#include <amqp.h>
+#include <amqp_ssl_socket.h>
+#include <amqp_tcp_socket.h>
+
 #include <algorithm>
 #include <utility>
 
-#include "proxy/amqp/method_codec.hpp"
+#include "proxy/replay/client_tls.hpp"
 #include "proxy/replay/errors.hpp"
+#include "proxy/replay/rabbitmq_properties.hpp"
 
 namespace nackguard::replay {
 
 namespace {
 
+constexpr amqp_channel_t kChannel = 1;  // the client uses channel 1 only
 constexpr auto kCloseWait = std::chrono::seconds(2);
 constexpr auto kIdleSlice = std::chrono::milliseconds(200);
+// SASL EXTERNAL's response, an authorization identity: RabbitMQ ignores it and takes the user
+// from the certificate, but rabbitmq-c cannot send an empty one (it fails "could not allocate
+// memory").
+constexpr const char* kExternalIdentity = "nackguard-replay";
+
+timeval to_timeval(std::chrono::steady_clock::duration d) {
+  const auto us =
+      std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+  return {static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
+}
+
+std::string text_of(amqp_bytes_t bytes) {
+  return {static_cast<const char*>(bytes.bytes), bytes.len};
+}
+
+std::string seconds(std::chrono::milliseconds d) {
+  return std::to_string(d.count() / 1000) + " s";
+}
 
 }  // namespace
+
+std::string describe_reply(std::uint16_t code, const std::string& text) {
+  return std::to_string(code) + " " + text;
+}
 
 Client::Client(ClientSettings settings) : settings_(std::move(settings)) {}
 
@@ -21,131 +49,158 @@ Client::~Client() {
   close();
 }
 
-void Client::send(const amqp::Bytes& bytes) {
-  queued_.insert(queued_.end(), bytes.begin(), bytes.end());
-  flush();
-}
-
-void Client::flush() {
-  if (queued_.empty()) return;
-  amqp::Bytes out = std::exchange(queued_, {});
-  transport_.write(out, reply_deadline());
-  last_sent_ = Clock::now();
+[[noreturn]] void Client::fail(int status, const std::string& doing) {
+  if (status == AMQP_STATUS_HEARTBEAT_TIMEOUT) {
+    throw Failure(endpoint() + " sent nothing for two heartbeat intervals while " + doing +
+                  "; the connection is dead");
+  }
+  if (status == AMQP_STATUS_CONNECTION_CLOSED || status == AMQP_STATUS_SOCKET_CLOSED) {
+    throw Failure(endpoint() + " closed the connection while " + doing);
+  }
+  throw Failure(endpoint() + ": " + amqp_error_string2(status) + " while " + doing);
 }
 
 void Client::open() {
-  const Upstream& upstream = settings_.upstream;
-  transport_.connect(upstream.host, upstream.port, settings_.connect_timeout);
-  last_sent_ = last_received_ = Clock::now();
-
-  HandshakeParams params;
-  params.user = upstream.user;
-  params.password = upstream.password;
-  params.vhost = upstream.vhost;
-  params.endpoint = endpoint();
-  params.max_heartbeat = settings_.max_heartbeat;
-  params.version = settings_.version;
-  Handshake handshake(std::move(params));
-  amqp::Bytes out;
-  handshake.begin(out);
-  send(out);
-
-  const auto deadline = reply_deadline();
-  while (handshake.state() != Handshake::State::done &&
-         handshake.state() != Handshake::State::failed) {
-    amqp::FrameResult decoded = decoder_.decode(input_);
-    if (decoded.status == amqp::FrameResult::Status::need_more) {
-      bool got = false;
-      try {
-        got = transport_.read_some(input_, deadline);
-      } catch (const Failure& e) {
-        throw Failure(std::string(e.what()) +
-                      " during the AMQP handshake; is it a RabbitMQ AMQP 0-9-1 port?");
-      }
-      if (!got) throw Failure(endpoint() + " did not complete the AMQP handshake in time");
-      continue;
-    }
-    if (decoded.status == amqp::FrameResult::Status::error) {
-      bool protocol_header = input_.size() >= 4 && amqp::as_chars(input_).starts_with("AMQP");
-      throw Failure(endpoint() + (protocol_header
-                                      ? " refused AMQP 0-9-1 (it answered with another version)"
-                                      : " is not an AMQP 0-9-1 broker (" +
-                                            std::string(amqp::to_string(decoded.error)) + ")"));
-    }
-    out.clear();
-    handshake.on_frame(decoded.frame, out);
-    input_.erase(input_.begin(),
-                 input_.begin() + static_cast<std::ptrdiff_t>(decoded.frame.raw.size()));
-    if (!out.empty()) send(out);
-  }
-  if (handshake.state() == Handshake::State::failed) {
-    transport_.close();
-    throw Failure(handshake.error());
-  }
-  tuning_ = handshake.tuning();
-  decoder_.set_frame_max(tuning_.frame_max);
-  last_received_ = Clock::now();
+  connection_ = amqp_new_connection();
+  if (connection_ == nullptr) throw Failure("out of memory for the AMQP connection");
+  connect_socket();
+  login();
   open_ = true;
+  amqp_channel_open_t channel_open{};
+  send_method(kChannel, AMQP_CHANNEL_OPEN_METHOD, &channel_open);
+  expect(AMQP_CHANNEL_OPEN_OK_METHOD, "channel.open-ok");
+}
 
-  out.clear();
-  if (!amqp::append_method_frame(out, kChannel, amqp::ChannelOpen{})) {
-    throw Failure("channel.open could not be encoded");
+void Client::connect_socket() {
+  const Upstream& upstream = settings_.upstream;
+  amqp_socket_t* socket =
+      settings_.tls.enabled ? amqp_ssl_socket_new(connection_) : amqp_tcp_socket_new(connection_);
+  if (socket == nullptr) throw Failure("out of memory for the broker's socket");
+  TlsFailure tls_failure;
+  if (settings_.tls.enabled) configure_tls(socket, settings_.tls, upstream.host, tls_failure);
+  timeval timeout = to_timeval(settings_.connect_timeout);
+  const int status =
+      amqp_socket_open_noblock(socket, upstream.host.c_str(), upstream.port, &timeout);
+  if (status == AMQP_STATUS_OK) return;
+  // rabbitmq-c says only "a socket error occurred": connect again to name the cause.
+  if (status != AMQP_STATUS_SSL_CONNECTION_FAILED && status != AMQP_STATUS_SSL_ERROR) {
+    diagnose_connect(upstream.host, upstream.port, settings_.connect_timeout);
+    if (settings_.tls.enabled && status == AMQP_STATUS_TIMEOUT) {
+      throw Failure(endpoint() + " accepted the connection but completed no TLS handshake within " +
+                    seconds(settings_.connect_timeout) + "; is it a TLS port?");
+    }
+    throw Failure("cannot connect to " + endpoint() + ": " + amqp_error_string2(status));
   }
-  send(out);
-  amqp::ChannelOpenOk open_ok;
-  expect(open_ok, "channel.open-ok");
+  throw Failure("the TLS handshake with " + endpoint() +
+                " failed: " + describe_tls_failure(tls_failure));
+}
+
+void Client::login() {
+  const Upstream& upstream = settings_.upstream;
+  timeval handshake_timeout = to_timeval(settings_.reply_timeout);
+  amqp_set_handshake_timeout(connection_, &handshake_timeout);
+
+  // The name the management UI shows; capabilities are merged with rabbitmq-c's own.
+  amqp_table_entry_t capabilities[] = {
+      {amqp_cstring_bytes("connection.blocked"), {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
+  };
+  const char* strings[][2] = {{"product", "nackguard replay"},
+                              {"connection_name", "nackguard replay"},
+                              {"version", settings_.version.c_str()}};
+  amqp_table_entry_t entries[4];
+  for (std::size_t i = 0; i < 3; ++i) {
+    entries[i].key = amqp_cstring_bytes(strings[i][0]);
+    entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
+    entries[i].value.value.bytes = amqp_cstring_bytes(strings[i][1]);
+  }
+  entries[3].key = amqp_cstring_bytes("capabilities");
+  entries[3].value.kind = AMQP_FIELD_KIND_TABLE;
+  entries[3].value.value.table = {1, capabilities};
+  amqp_table_t properties{4, entries};
+
+  const amqp_rpc_reply_t reply =
+      upstream.external
+          ? amqp_login_with_properties(connection_, upstream.vhost.c_str(), 0, kWantedFrameMax,
+                                       settings_.max_heartbeat, &properties,
+                                       AMQP_SASL_METHOD_EXTERNAL, kExternalIdentity)
+          : amqp_login_with_properties(connection_, upstream.vhost.c_str(), 0, kWantedFrameMax,
+                                       settings_.max_heartbeat, &properties, AMQP_SASL_METHOD_PLAIN,
+                                       upstream.user.c_str(), upstream.password.c_str());
+  if (reply.reply_type == AMQP_RESPONSE_NORMAL) return;
+  const std::string who =
+      upstream.external ? "the client certificate (SASL EXTERNAL)" : "user '" + upstream.user + "'";
+  if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+      reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+    const auto* close = static_cast<const amqp_connection_close_t*>(reply.reply.decoded);
+    const std::string text = describe_reply(close->reply_code, text_of(close->reply_text));
+    if (close->reply_code == 403) {
+      throw Failure(endpoint() + " refused the login of " + who + ": " +
+                    (upstream.external ? "the certificate's CN must name a RabbitMQ user"
+                                       : "check the user name and password") +
+                    " (" + text + ")");
+    }
+    if (close->reply_code == 530) {
+      throw Failure(endpoint() + " refused vhost '" + upstream.vhost + "' for " + who + " (" +
+                    text + ")");
+    }
+    throw Failure(endpoint() + " closed the connection during the AMQP handshake (" + text + ")");
+  }
+  const int status = reply.library_error;
+  if (status == AMQP_STATUS_BROKER_UNSUPPORTED_SASL_METHOD) {
+    throw Failure(endpoint() + " does not offer SASL " +
+                  (upstream.external ? "EXTERNAL: enable the rabbitmq_auth_mechanism_ssl plugin "
+                                       "and list EXTERNAL in auth_mechanisms"
+                                     : "PLAIN"));
+  }
+  if (status == AMQP_STATUS_TIMEOUT) {
+    throw Failure(endpoint() + " did not complete the AMQP handshake within " +
+                  seconds(settings_.reply_timeout));
+  }
+  throw Failure(endpoint() + " failed the AMQP handshake (" + amqp_error_string2(status) +
+                "); is it a RabbitMQ AMQP 0-9-1 port" +
+                (settings_.tls.enabled ? ", with TLS?" : "?"));
 }
 
 std::uint32_t Client::declare_passive(const std::string& queue) {
-  amqp::QueueDeclare declare;
-  declare.queue = queue;
-  declare.passive = true;
-  amqp::Bytes out;
-  if (!amqp::append_method_frame(out, kChannel, declare)) {
+  if (queue.size() > 255) {
     throw Failure("queue name \"" + queue + "\" is over 255 bytes; AMQP allows at most 255");
   }
-  send(out);
-  amqp::QueueDeclareOk ok;
-  expect(ok, "queue.declare-ok");
-  return ok.message_count;
+  amqp_queue_declare_t declare{};
+  declare.queue = amqp_cstring_bytes(queue.c_str());
+  declare.passive = 1;
+  declare.arguments = amqp_empty_table;
+  send_method(kChannel, AMQP_QUEUE_DECLARE_METHOD, &declare);
+  return expect(AMQP_QUEUE_DECLARE_OK_METHOD, "queue.declare-ok").count;
 }
 
 void Client::confirm_select() {
-  amqp::Bytes out;
-  amqp::append_fixed_method_frame(out, kChannel, amqp::ConfirmSelect{});
-  send(out);
-  amqp::ConfirmSelectOk ok;
-  expect(ok, "confirm.select-ok");
+  amqp_confirm_select_t select{};
+  send_method(kChannel, AMQP_CONFIRM_SELECT_METHOD, &select);
+  expect(AMQP_CONFIRM_SELECT_OK_METHOD, "confirm.select-ok");
   publish_seq_ = 0;
 }
 
 std::optional<Delivery> Client::get(const std::string& queue) {
-  amqp::BasicGet request;
-  request.queue = queue;
-  request.no_ack = false;
-  amqp::Bytes out;
-  if (!amqp::append_method_frame(out, kChannel, request)) {
+  if (queue.size() > 255) {
     throw Failure("queue name \"" + queue + "\" is over 255 bytes; AMQP allows at most 255");
   }
-  send(out);
+  amqp_basic_get_t request{};
+  request.queue = amqp_cstring_bytes(queue.c_str());
+  request.no_ack = 0;
+  send_method(kChannel, AMQP_BASIC_GET_METHOD, &request);
 
   const auto deadline = reply_deadline();
   Inbound unit = next_or_throw(deadline, "basic.get-ok");
   while (on_publisher_event(unit)) unit = next_or_throw(deadline, "basic.get-ok");
-  if (unit.kind == Inbound::Kind::method && unit.method_key == amqp::mid::basic_get_empty) {
-    return std::nullopt;
-  }
-  amqp::BasicGetOk ok;
-  if (unit.kind != Inbound::Kind::content || unit.method_key != amqp::mid::basic_get_ok ||
-      amqp::decode_method(unit.method, ok) != amqp::MethodError::none) {
-    throw Failure(endpoint() + " answered basic.get with method " +
-                  describe_method(unit.method_key));
+  if (unit.method == AMQP_BASIC_GET_EMPTY_METHOD) return std::nullopt;
+  if (unit.method != AMQP_BASIC_GET_OK_METHOD) {
+    throw Failure(endpoint() + " answered basic.get with " + amqp_method_name(unit.method));
   }
   Delivery delivery;
-  delivery.delivery_tag = ok.delivery_tag;
-  delivery.redelivered = ok.redelivered;
-  delivery.message_count = ok.message_count;
-  delivery.header = std::move(unit.header);
+  delivery.delivery_tag = unit.tag;
+  delivery.redelivered = unit.flag;
+  delivery.message_count = unit.count;
+  delivery.header = std::move(*unit.header);
   delivery.body = std::move(unit.body);
   return delivery;
 }
@@ -154,158 +209,182 @@ void Client::idle_until(Clock::time_point until, const std::function<bool()>& st
   for (auto now = Clock::now(); now < until && !(stop && stop()); now = Clock::now()) {
     std::optional<Inbound> unit = next(std::min(until, now + kIdleSlice));
     if (unit && !on_publisher_event(*unit)) {
-      throw Failure(endpoint() + " sent method " + describe_method(unit->method_key) +
+      throw Failure(endpoint() + " sent " + amqp_method_name(unit->method) +
                     " while nothing was awaited");
     }
   }
 }
 
 void Client::close() noexcept {
-  if (!open_) {
-    transport_.close();
-    return;
+  if (connection_ == nullptr) return;
+  if (open_) {
+    open_ = false;
+    // Bounded: a broker that does not answer close-ok leaves within kCloseWait.
+    timeval wait = to_timeval(kCloseWait);
+    amqp_set_rpc_timeout(connection_, &wait);
+    amqp_connection_close(connection_, AMQP_REPLY_SUCCESS);
   }
-  open_ = false;
-  try {
-    amqp::ConnectionClose close;
-    close.reply_code = amqp::reply::success;
-    close.reply_text = "replay done";
-    amqp::Bytes out;
-    amqp::append_close_frame(out, 0, close);
-    send(out);
-    // Whatever else is in flight is dropped; only close-ok (or the socket closing) ends this.
-    const auto deadline = Clock::now() + kCloseWait;
-    for (;;) {
-      amqp::FrameResult decoded = decoder_.decode(input_);
-      if (decoded.status == amqp::FrameResult::Status::error) break;
-      if (decoded.status == amqp::FrameResult::Status::need_more) {
-        if (!transport_.read_some(input_, deadline)) break;
-        continue;
-      }
-      bool close_ok =
-          decoded.frame.frame_type() == amqp::FrameType::method && decoded.frame.channel == 0 &&
-          amqp::peek_method_key(decoded.frame.payload) == amqp::mid::connection_close_ok;
-      input_.erase(input_.begin(),
-                   input_.begin() + static_cast<std::ptrdiff_t>(decoded.frame.raw.size()));
-      if (close_ok) break;
-    }
-  } catch (...) {
-    // The connection is going away either way.
-  }
-  transport_.close();
+  amqp_destroy_connection(connection_);
+  connection_ = nullptr;
 }
 
-void Client::keep_alive(Clock::time_point now) {
-  if (tuning_.heartbeat == 0) return;
-  const auto interval = heartbeat_interval();
-  if (now - last_received_ > 2 * interval) {
-    throw Failure(endpoint() + " sent nothing for " + std::to_string(2 * tuning_.heartbeat) +
-                  " s (two heartbeat intervals); the connection is dead");
-  }
-  if (now - last_sent_ >= interval / 2) {
-    amqp::Bytes out;
-    amqp::append_heartbeat(out);
-    send(out);
-  }
+void Client::send_method(std::uint16_t channel, std::uint32_t method, void* decoded) {
+  const int status = amqp_send_method(connection_, channel, method, decoded);
+  if (status != AMQP_STATUS_OK) fail(status, std::string("sending ") + amqp_method_name(method));
 }
 
-std::optional<Inbound> Client::next(Clock::time_point deadline) {
+bool Client::wait_frame(void* frame, Clock::time_point deadline) {
+  timeval timeout = to_timeval(deadline - Clock::now());
+  const int status =
+      amqp_simple_wait_frame_noblock(connection_, static_cast<amqp_frame_t*>(frame), &timeout);
+  if (status == AMQP_STATUS_TIMEOUT) return false;
+  if (status != AMQP_STATUS_OK) fail(status, "waiting for the broker");
+  return true;
+}
+
+std::optional<Client::Inbound> Client::next(Clock::time_point deadline) {
   for (;;) {
-    amqp::FrameResult decoded = decoder_.decode(input_);
-    if (decoded.status == amqp::FrameResult::Status::error) {
-      throw Failure(endpoint() + " sent a malformed frame (" +
-                    std::string(amqp::to_string(decoded.error)) + ")");
+    amqp_maybe_release_buffers(connection_);
+    amqp_frame_t frame;
+    if (!wait_frame(&frame, deadline)) return std::nullopt;
+    if (frame.frame_type != AMQP_FRAME_METHOD) {
+      throw Failure(endpoint() + " sent a content frame without its method");
     }
-    if (decoded.status == amqp::FrameResult::Status::frame) {
-      InboundAssembler::Result result = assembler_.on_frame(decoded.frame);
-      input_.erase(input_.begin(),
-                   input_.begin() + static_cast<std::ptrdiff_t>(decoded.frame.raw.size()));
-      if (!result.error.empty()) throw Failure(endpoint() + " sent " + result.error);
-      if (!result.unit || result.unit->kind == Inbound::Kind::heartbeat) continue;
-      Inbound& unit = *result.unit;
-      if (unit.method_key == amqp::mid::connection_close ||
-          unit.method_key == amqp::mid::channel_close) {
-        on_close(unit);
-      }
-      if (unit.method_key == amqp::mid::connection_blocked) {
+    Inbound unit;
+    unit.method = frame.payload.method.id;
+    const void* decoded = frame.payload.method.decoded;
+    switch (unit.method) {
+      case AMQP_CONNECTION_BLOCKED_METHOD:
         blocked_ = true;
         continue;
-      }
-      if (unit.method_key == amqp::mid::connection_unblocked) {
+      case AMQP_CONNECTION_UNBLOCKED_METHOD:
         blocked_ = false;
         continue;
+      case AMQP_CONNECTION_CLOSE_METHOD: {
+        const auto* m = static_cast<const amqp_connection_close_t*>(decoded);
+        unit.code = m->reply_code;
+        unit.text = text_of(m->reply_text);
+        on_close(unit);
       }
-      if (unit.channel != kChannel) {
-        throw Failure(endpoint() + " sent method " + describe_method(unit.method_key) +
-                      " on channel " + std::to_string(unit.channel));
+      case AMQP_CHANNEL_CLOSE_METHOD: {
+        const auto* m = static_cast<const amqp_channel_close_t*>(decoded);
+        unit.code = m->reply_code;
+        unit.text = text_of(m->reply_text);
+        on_close(unit);
       }
-      return std::move(unit);
+      default:
+        break;
     }
-
-    flush();
-    auto now = Clock::now();
-    keep_alive(now);
-    if (now >= deadline) return std::nullopt;
-    auto wake = deadline;
-    if (tuning_.heartbeat != 0) {
-      const auto interval = heartbeat_interval();
-      wake = std::min({wake, last_sent_ + interval / 2, last_received_ + 2 * interval});
+    if (frame.channel != kChannel) {
+      throw Failure(endpoint() + " sent " + amqp_method_name(unit.method) + " on channel " +
+                    std::to_string(frame.channel));
     }
-    if (transport_.read_some(input_, std::max(wake, now))) last_received_ = Clock::now();
+    switch (unit.method) {
+      case AMQP_QUEUE_DECLARE_OK_METHOD:
+        unit.count = static_cast<const amqp_queue_declare_ok_t*>(decoded)->message_count;
+        break;
+      case AMQP_BASIC_ACK_METHOD: {
+        const auto* m = static_cast<const amqp_basic_ack_t*>(decoded);
+        unit.tag = m->delivery_tag;
+        unit.flag = m->multiple != 0;
+        break;
+      }
+      case AMQP_BASIC_NACK_METHOD: {
+        const auto* m = static_cast<const amqp_basic_nack_t*>(decoded);
+        unit.tag = m->delivery_tag;
+        unit.flag = m->multiple != 0;
+        break;
+      }
+      case AMQP_BASIC_GET_OK_METHOD: {
+        const auto* m = static_cast<const amqp_basic_get_ok_t*>(decoded);
+        unit.tag = m->delivery_tag;
+        unit.flag = m->redelivered != 0;
+        unit.count = m->message_count;
+        read_content(unit, deadline);
+        break;
+      }
+      case AMQP_BASIC_RETURN_METHOD: {
+        const auto* m = static_cast<const amqp_basic_return_t*>(decoded);
+        unit.code = m->reply_code;
+        unit.text = text_of(m->reply_text);
+        read_content(unit, deadline);
+        break;
+      }
+      default:
+        break;
+    }
+    return unit;
   }
 }
 
-Inbound Client::next_or_throw(Clock::time_point deadline, const char* waiting_for) {
+// The header and body frames that follow basic.get-ok or basic.return. The raw property
+// bytes go to the codec, so that the rewrite sees every header with its type letter.
+void Client::read_content(Inbound& unit, Clock::time_point deadline) {
+  amqp_frame_t frame;
+  const char* waiting = "a message's content";
+  // A message in transit is waited for a whole reply timeout, even past `deadline`.
+  const auto content_deadline = std::max(deadline, reply_deadline());
+  if (!wait_frame(&frame, content_deadline)) fail(AMQP_STATUS_TIMEOUT, waiting);
+  if (frame.frame_type != AMQP_FRAME_HEADER || frame.channel != kChannel) {
+    throw Failure(endpoint() + " sent a method where a content header was due");
+  }
+  const std::uint64_t size = frame.payload.properties.body_size;
+  if (size > kMaxBodyBytes) {
+    throw Failure(endpoint() + " announced a " + std::to_string(size) +
+                  "-byte message, over RabbitMQ's 512 MiB limit");
+  }
+  amqp::ContentHeader header;
+  const amqp::HeaderError error = decode_raw_header(frame.payload.properties.class_id, size,
+                                                    frame.payload.properties.raw, header);
+  if (error != amqp::HeaderError::none) {
+    throw Failure(endpoint() + " sent a content header the codec refuses (" +
+                  std::string(amqp::to_string(error)) + ")");
+  }
+  unit.header = std::move(header);
+  unit.body.reserve(size);
+  while (unit.body.size() < size) {
+    if (!wait_frame(&frame, content_deadline)) fail(AMQP_STATUS_TIMEOUT, waiting);
+    if (frame.frame_type != AMQP_FRAME_BODY || frame.channel != kChannel ||
+        frame.payload.body_fragment.len > size - unit.body.size()) {
+      throw Failure(endpoint() + " sent a message whose body frames do not add up");
+    }
+    const auto* bytes = static_cast<const std::uint8_t*>(frame.payload.body_fragment.bytes);
+    unit.body.insert(unit.body.end(), bytes, bytes + frame.payload.body_fragment.len);
+  }
+}
+
+Client::Inbound Client::next_or_throw(Clock::time_point deadline, const char* waiting_for) {
   std::optional<Inbound> unit = next(deadline);
   if (!unit) {
     throw Failure(endpoint() + " did not send " + waiting_for + " within " +
-                  std::to_string(settings_.reply_timeout.count() / 1000) + " s" +
+                  seconds(settings_.reply_timeout) +
                   (blocked_ ? " (it has blocked the connection: a memory or disk alarm)" : ""));
   }
   return std::move(*unit);
 }
 
-template <typename M>
-void Client::expect(M& out, const char* waiting_for) {
+Client::Inbound Client::expect(std::uint32_t method, const char* waiting_for) {
   Inbound unit = next_or_throw(reply_deadline(), waiting_for);
-  if (unit.kind != Inbound::Kind::method || unit.method_key != M::kKey) {
-    throw Failure(endpoint() + " sent method " + describe_method(unit.method_key) + " instead of " +
+  if (unit.method != method) {
+    throw Failure(endpoint() + " sent " + amqp_method_name(unit.method) + " instead of " +
                   waiting_for);
   }
-  if (amqp::decode_method(unit.method, out) != amqp::MethodError::none) {
-    throw Failure(endpoint() + " sent a malformed " + waiting_for);
-  }
+  return unit;
 }
 
 void Client::on_close(const Inbound& unit) {
-  const bool connection = unit.method_key == amqp::mid::connection_close;
-  amqp::ConnectionClose close;
+  const bool connection = unit.method == AMQP_CONNECTION_CLOSE_METHOD;
   if (connection) {
-    amqp::decode_method(unit.method, close);
-  } else {
-    amqp::ChannelClose channel_close;  // the same fields as connection.close
-    amqp::decode_method(unit.method, channel_close);
-    close = channel_close;
-  }
-  amqp::Bytes out;
-  if (connection) {
-    amqp::append_fixed_method_frame(out, 0, amqp::ConnectionCloseOk{});
-  } else {
-    amqp::append_fixed_method_frame(out, kChannel, amqp::ChannelCloseOk{});
-  }
-  try {
-    send(out);
-  } catch (const Failure&) {
-    // The close is what matters; a lost close-ok changes nothing for us.
-  }
-  if (connection) {
+    amqp_connection_close_ok_t ok{};
+    amqp_send_method(connection_, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
     open_ = false;
-    transport_.close();
+  } else {
+    amqp_channel_close_ok_t ok{};
+    amqp_send_method(connection_, kChannel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
   }
-  std::string reply = describe_reply(close.reply_code, close.reply_text);
-  throw BrokerClosed(
-      endpoint() + " closed the " + (connection ? "connection" : "channel") + ": " + reply,
-      close.reply_code, close.reply_text, connection);
+  throw BrokerClosed(endpoint() + " closed the " + (connection ? "connection" : "channel") + ": " +
+                         describe_reply(unit.code, unit.text),
+                     unit.code, unit.text, connection);
 }
 
 }  // namespace nackguard::replay

@@ -1,7 +1,9 @@
 #pragma once
-// A small blocking AMQP 0-9-1 client: one connection, one channel, publisher confirms and
-// basic.get. The protocol work is in protocol.hpp; this class moves its bytes over a Transport,
-// waits for replies with deadlines, and keeps heartbeats going while it waits.
+// The replay's AMQP 0-9-1 client: one connection, one channel, publisher confirms and
+// basic.get, on rabbitmq-c (Debian's librabbitmq). rabbitmq-c does the socket, TLS, the
+// handshake and SASL (PLAIN or EXTERNAL), heartbeats, framing and the method codecs; this class
+// puts deadlines on every wait, matches confirms and returns to publishes, and hands messages
+// over with their properties decoded by the project's codec (rabbitmq_properties.hpp).
 
 #include <chrono>
 #include <cstdint>
@@ -12,16 +14,22 @@
 #include <string>
 #include <vector>
 
-#include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/properties.hpp"
-#include "proxy/replay/protocol.hpp"
-#include "proxy/replay/transport.hpp"
 #include "proxy/replay/url.hpp"
+
+struct amqp_connection_state_t_;
 
 namespace nackguard::replay {
 
+inline constexpr std::uint32_t kWantedFrameMax = 131072;
+inline constexpr std::uint16_t kWantedHeartbeat = 60;
+// RabbitMQ refuses messages above 512 MiB (max_message_size's ceiling); a larger body_size
+// announced by a peer is refused before anything is allocated for it.
+inline constexpr std::uint64_t kMaxBodyBytes = 512ull << 20;
+
 struct ClientSettings {
   Upstream upstream;
+  TlsSettings tls;
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds reply_timeout{30000};  // for every reply and publisher confirm
   std::uint16_t max_heartbeat = kWantedHeartbeat;
@@ -49,15 +57,21 @@ struct Confirmation {
   PublishOutcome outcome;
 };
 
+// "404 NOT_FOUND - no queue 'q' in vhost '/'": a reply code and the broker's own text.
+std::string describe_reply(std::uint16_t code, const std::string& text);
+
 class Client {
  public:
   using Clock = std::chrono::steady_clock;
 
   explicit Client(ClientSettings settings);
   ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
-  // Connects, logs in, opens the vhost and channel 1. Throws Failure (or BrokerClosed) with a
-  // line for a person: refused connection, refused login, unknown vhost.
+  // Connects (TLS for amqps://), logs in (PLAIN, or EXTERNAL with auth_mechanism=external),
+  // opens the vhost and channel 1. Throws Failure (or BrokerClosed) with a line for a person:
+  // refused connection, failed TLS handshake, refused login, unknown vhost.
   void open();
   // queue.declare passive=true: the queue's ready message count. A missing queue throws
   // BrokerClosed with code 404 (the broker has closed the channel).
@@ -75,8 +89,7 @@ class Client {
   // within reply_timeout.
   std::vector<Confirmation> confirms(bool wait);
   std::size_t unconfirmed() const { return outstanding_.size(); }
-  // basic.ack, and basic.nack(requeue=true) of each tag: queued, and sent with the next write
-  // or before the next wait for the broker.
+  // basic.ack, and basic.nack(requeue=true) of each tag.
   void ack(std::uint64_t delivery_tag);
   void requeue(std::span<const std::uint64_t> delivery_tags);
   // Waits until `until`, answering heartbeats; returns early when `stop` says so.
@@ -85,37 +98,43 @@ class Client {
   // whatever is still unacked.
   void close() noexcept;
 
-  const Tuning& tuning() const { return tuning_; }
   std::string endpoint() const { return settings_.upstream.endpoint(); }
 
  private:
-  // The next unit from the broker on channel 0 or 1, after heartbeats and connection.blocked;
-  // nullopt when `deadline` passes. Throws on a closed channel or connection.
+  // One thing the broker sent on channel 0 or 1, with the fields the replay reads copied out
+  // of rabbitmq-c's decoded method (whose memory is reused).
+  struct Inbound {
+    std::uint32_t method = 0;                   // rabbitmq-c's method number: class << 16 | method
+    std::uint64_t tag = 0;                      // delivery_tag
+    bool flag = false;                          // redelivered, or multiple
+    std::uint32_t count = 0;                    // message_count
+    std::uint16_t code = 0;                     // reply_code
+    std::string text;                           // reply_text
+    std::optional<amqp::ContentHeader> header;  // with basic.get-ok and basic.return
+    amqp::Bytes body;
+  };
+
+  void connect_socket();
+  void login();
+  // The next method from the broker (with its content), after heartbeats and
+  // connection.blocked; nullopt when `deadline` passes. Throws on a closed channel or
+  // connection.
   std::optional<Inbound> next(Clock::time_point deadline);
   Inbound next_or_throw(Clock::time_point deadline, const char* waiting_for);
-  // Waits for the method `key` on channel 1 and decodes it into `out`.
-  template <typename M>
-  void expect(M& out, const char* waiting_for);
-  // Appends to the queued frames and writes them all.
-  void send(const amqp::Bytes& bytes);
-  void flush();
+  Inbound expect(std::uint32_t method, const char* waiting_for);
+  void read_content(Inbound& unit, Clock::time_point deadline);
+  // One frame; false when the deadline passes.
+  bool wait_frame(void* frame, Clock::time_point deadline);
+  void send_method(std::uint16_t channel, std::uint32_t method, void* decoded);
+  [[noreturn]] void fail(int status, const std::string& doing);
   // Takes basic.ack, basic.nack and basic.return for outstanding publishes; false for others.
   bool on_publisher_event(const Inbound& unit);
   void settle(std::uint64_t tag, bool multiple, bool acked);
-  void keep_alive(Clock::time_point now);
   [[noreturn]] void on_close(const Inbound& unit);
-  // In milliseconds, so that half of it is not rounded down to nothing.
-  std::chrono::milliseconds heartbeat_interval() const {
-    return std::chrono::milliseconds(1000 * tuning_.heartbeat);
-  }
   Clock::time_point reply_deadline() const { return Clock::now() + settings_.reply_timeout; }
 
   ClientSettings settings_;
-  Transport transport_;
-  amqp::FrameDecoder decoder_{kWantedFrameMax};
-  InboundAssembler assembler_;
-  amqp::Bytes input_;
-  Tuning tuning_;
+  amqp_connection_state_t_* connection_ = nullptr;
   bool open_ = false;
   bool blocked_ = false;  // connection.blocked: the broker has stopped reading our publishes
   std::uint64_t publish_seq_ = 0;
@@ -125,9 +144,6 @@ class Client {
   };
   std::map<std::uint64_t, Outstanding> outstanding_;  // by sequence number
   std::vector<Confirmation> settled_;
-  amqp::Bytes queued_;  // frames not written yet
-  Clock::time_point last_sent_{};
-  Clock::time_point last_received_{};
 };
 
 }  // namespace nackguard::replay

@@ -1,26 +1,43 @@
 // The publishing half of the replay client: basic.publish with publisher confirms, the
 // broker's basic.ack / basic.nack / basic.return for them, and the acks and nacks of originals.
 
+#include <amqp.h>
+
 #include <utility>
 
-#include "proxy/amqp/method_codec.hpp"
+#include "proxy/amqp/properties.hpp"
 #include "proxy/replay/amqp_client.hpp"
 #include "proxy/replay/errors.hpp"
 #include "proxy/replay/fingerprint.hpp"
+#include "proxy/replay/rabbitmq_properties.hpp"
 
 namespace nackguard::replay {
 
+namespace {
+
+constexpr amqp_channel_t kChannel = 1;
+
+amqp_bytes_t bytes_of(const std::string& text) {
+  return {text.size(), const_cast<char*>(text.data())};
+}
+
+}  // namespace
+
 std::uint64_t Client::publish(const std::string& exchange, const std::string& routing_key,
                               const amqp::ContentHeader& header, amqp::ByteView body) {
-  amqp::BasicPublish method;
-  method.exchange = exchange;
-  method.routing_key = routing_key;
-  method.mandatory = true;
-  amqp::Bytes out;
-  if (!append_publish(out, kChannel, method, header, body, tuning_.frame_max)) {
+  // The codec refuses what does not fit its length prefixes (a header name over 255 bytes);
+  // rabbitmq-c would cut it.
+  amqp::Bytes scratch;
+  amqp::ByteWriter writer(scratch);
+  if (exchange.size() > 255 || routing_key.size() > 255 ||
+      !amqp::encode_content_header(writer, header) || !writer.ok()) {
     throw Failure("a message's properties could not be encoded for publishing");
   }
-  send(out);
+  RabbitProperties properties(header.properties);
+  const int status = amqp_basic_publish(
+      connection_, kChannel, bytes_of(exchange), bytes_of(routing_key), /*mandatory=*/1,
+      /*immediate=*/0, properties.get(), {body.size(), const_cast<std::uint8_t*>(body.data())});
+  if (status != AMQP_STATUS_OK) fail(status, "publishing a copy");
   const std::uint64_t seq = ++publish_seq_;
   outstanding_[seq].fingerprint = fingerprint(header, body);
   return seq;
@@ -36,7 +53,7 @@ std::vector<Confirmation> Client::confirms(bool wait) {
                     (blocked_ ? " (it has blocked publishing: a memory or disk alarm)" : ""));
     }
     if (!on_publisher_event(*unit)) {
-      throw Failure(endpoint() + " sent method " + describe_method(unit->method_key) +
+      throw Failure(endpoint() + " sent " + amqp_method_name(unit->method) +
                     " while publisher confirms were awaited");
     }
   }
@@ -44,32 +61,18 @@ std::vector<Confirmation> Client::confirms(bool wait) {
 }
 
 bool Client::on_publisher_event(const Inbound& unit) {
-  if (unit.kind == Inbound::Kind::content && unit.method_key == amqp::mid::basic_return) {
-    amqp::BasicReturn ret;
-    amqp::decode_method(unit.method, ret);
-    const std::uint64_t returned = fingerprint(unit.header, unit.body);
+  if (unit.method == AMQP_BASIC_RETURN_METHOD) {
+    const std::uint64_t returned = fingerprint(*unit.header, unit.body);
     for (auto& [seq, publish] : outstanding_) {
       if (publish.fingerprint == returned && !publish.returned) {
-        publish.returned = describe_reply(ret.reply_code, ret.reply_text);
+        publish.returned = describe_reply(unit.code, unit.text);
         break;
       }
     }
     return true;
   }
-  if (unit.method_key == amqp::mid::basic_ack) {
-    amqp::BasicAck ack;
-    if (amqp::decode_method(unit.method, ack) != amqp::MethodError::none) {
-      throw Failure(endpoint() + " sent a malformed basic.ack");
-    }
-    settle(ack.delivery_tag, ack.multiple, true);
-    return true;
-  }
-  if (unit.method_key == amqp::mid::basic_nack) {
-    amqp::BasicNack nack;
-    if (amqp::decode_method(unit.method, nack) != amqp::MethodError::none) {
-      throw Failure(endpoint() + " sent a malformed basic.nack");
-    }
-    settle(nack.delivery_tag, nack.multiple, false);
+  if (unit.method == AMQP_BASIC_ACK_METHOD || unit.method == AMQP_BASIC_NACK_METHOD) {
+    settle(unit.tag, unit.flag, unit.method == AMQP_BASIC_ACK_METHOD);
     return true;
   }
   return false;
@@ -93,17 +96,15 @@ void Client::settle(std::uint64_t tag, bool multiple, bool acked) {
 }
 
 void Client::ack(std::uint64_t delivery_tag) {
-  amqp::BasicAck ack;
-  ack.delivery_tag = delivery_tag;
-  amqp::append_fixed_method_frame(queued_, kChannel, ack);
+  const int status = amqp_basic_ack(connection_, kChannel, delivery_tag, /*multiple=*/0);
+  if (status != AMQP_STATUS_OK) fail(status, "acking an original");
 }
 
 void Client::requeue(std::span<const std::uint64_t> delivery_tags) {
   for (std::uint64_t tag : delivery_tags) {
-    amqp::BasicNack nack;
-    nack.delivery_tag = tag;
-    nack.requeue = true;
-    amqp::append_fixed_method_frame(queued_, kChannel, nack);
+    const int status = amqp_basic_nack(connection_, kChannel, tag, /*multiple=*/0,
+                                       /*requeue=*/1);
+    if (status != AMQP_STATUS_OK) fail(status, "requeueing a message kept back");
   }
 }
 

@@ -14,10 +14,12 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr const char* kUsage =
-    "Usage: nackguard replay --upstream amqp://USER:PASS@HOST:PORT/VHOST --from Q.dlq --to Q\n"
+    "Usage: nackguard replay --upstream amqp[s]://USER:PASS@HOST:PORT/VHOST --from Q.dlq --to Q\n"
     "                        [--limit N] [--rate MSG_PER_S] [--max-replays N] [--dry-run]\n"
     "                        [--group-by KEY[,KEY...]] [--where KEY=VALUE]... [--since D]\n"
     "                        [--until D] [--format text|json]\n"
+    "                        [--ca-file PEM] [--cert-file PEM --key-file PEM]\n"
+    "                        [--server-name NAME] [--no-verify]\n"
     "Moves dead-lettered messages from --from back to --to, acking each original only after\n"
     "the broker has confirmed its copy. Credentials may come from NACKGUARD_REPLAY_UPSTREAM\n"
     "(a whole URL, or USER:PASS) so that they do not show in ps; see docs/replay.md.\n"
@@ -27,7 +29,18 @@ po::options_description describe_options() {
   po::options_description options(kUsage);
   options.add_options()  //
       ("upstream", po::value<std::string>()->value_name("URL"),
-       "the broker: amqp://USER:PASS@HOST:PORT/VHOST (vhost percent-encoded, %2F = /)")          //
+       "the broker: amqp://USER:PASS@HOST:PORT/VHOST (vhost percent-encoded, %2F = /); "
+       "amqps:// for TLS (port 5671 by default), with ?auth_mechanism=external to log in with "
+       "the client certificate (SASL EXTERNAL)")  //
+      ("ca-file", po::value<std::string>()->value_name("PEM"),
+       "amqps: the CAs that may sign the broker's certificate (default: the system's)")  //
+      ("cert-file", po::value<std::string>()->value_name("PEM"),
+       "amqps: the client certificate to present (with --key-file)")  //
+      ("key-file", po::value<std::string>()->value_name("PEM"),
+       "amqps: the client certificate's private key, unencrypted")  //
+      ("server-name", po::value<std::string>()->value_name("NAME"),
+       "amqps: the name the broker's certificate must carry (default: the URL's host)")          //
+      ("no-verify", "amqps: do not verify the broker's certificate (tests only)")                //
       ("from", po::value<std::string>()->value_name("QUEUE"), "the dead-letter queue to empty")  //
       ("to", po::value<std::string>()->value_name("QUEUE"),
        "the queue to move messages to (published to it through the default exchange)")  //
@@ -118,6 +131,30 @@ void parse_triage(const po::variables_map& args, Options& out) {
   out.json = format == "json";
 }
 
+// TLS options need an amqps:// URL; EXTERNAL needs a client certificate.
+void parse_tls(const po::variables_map& args, Options& out) {
+  TlsSettings& tls = out.tls;
+  tls.enabled = out.upstream.tls;
+  for (const char* name : {"ca-file", "cert-file", "key-file", "server-name", "no-verify"}) {
+    if (args.count(name) && !tls.enabled) {
+      throw UsageError("--" + std::string(name) + " needs an amqps:// URL");
+    }
+  }
+  if (const std::string* v = value_of(args, "ca-file")) tls.ca_file = *v;
+  if (const std::string* v = value_of(args, "cert-file")) tls.cert_file = *v;
+  if (const std::string* v = value_of(args, "key-file")) tls.key_file = *v;
+  if (const std::string* v = value_of(args, "server-name")) tls.server_name = *v;
+  tls.verify = args.count("no-verify") == 0;
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    throw UsageError("--cert-file and --key-file go together");
+  }
+  if (out.upstream.external && tls.cert_file.empty()) {
+    throw UsageError(
+        "auth_mechanism=external logs in with the client certificate: give an amqps:// URL, "
+        "--cert-file and --key-file");
+  }
+}
+
 }  // namespace
 
 std::optional<std::uint64_t> parse_count(const std::string& text) {
@@ -185,6 +222,7 @@ ParsedArgs parse_args(int argc, const char* const* argv,
   std::optional<std::string> cli_upstream;
   if (const std::string* upstream = value_of(args, "upstream")) cli_upstream = *upstream;
   out.upstream = resolve_upstream(cli_upstream, env_upstream);
+  parse_tls(args, out);
   return parsed;
 }
 

@@ -16,6 +16,7 @@ inline constexpr std::int64_t kDefaultMaxReplays = 3;
 
 struct Options {
   Upstream upstream;
+  TlsSettings tls;   // enabled with an amqps:// URL
   std::string from;  // the dead-letter queue
   std::string to;    // where copies go, through the default exchange
   std::optional<std::uint64_t> limit;

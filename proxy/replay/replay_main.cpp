@@ -117,6 +117,7 @@ std::uint32_t check_queue(Client& client, const Options& options, const std::str
 int run(const Options& options) {
   ClientSettings settings;
   settings.upstream = options.upstream;
+  settings.tls = options.tls;
   Client client(settings);
   RunInfo info{options.from, options.to, client.endpoint(), options.upstream.vhost,
                options.max_replays};

@@ -1,5 +1,6 @@
 #include "proxy/replay/url.hpp"
 
+#include <cctype>
 #include <charconv>
 
 #include "proxy/replay/errors.hpp"
@@ -10,7 +11,7 @@ namespace {
 
 [[noreturn]] void bad_url(std::string_view source, std::string_view why) {
   throw Failure("bad " + std::string(source) + " URL: " + std::string(why) +
-                " (expected amqp://USER:PASS@HOST:PORT/VHOST)");
+                " (expected amqp[s]://USER:PASS@HOST:PORT/VHOST[?auth_mechanism=external])");
 }
 
 std::string decoded(std::string_view text, std::string_view source, std::string_view part) {
@@ -65,6 +66,28 @@ void split_credentials(std::string_view userinfo, std::string_view source, std::
                  : decoded(userinfo.substr(colon + 1), source, "password");
 }
 
+// The query: auth_mechanism=external (or plain), as in RabbitMQ's URI specification.
+void parse_query(std::string_view query, std::string_view source, ParsedUrl& out) {
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const std::size_t eq = pair.find('=');
+    const std::string key = decoded(pair.substr(0, eq), source, "query");
+    std::string value = eq == std::string_view::npos
+                            ? std::string()
+                            : decoded(pair.substr(eq + 1), source, "query");
+    for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (key != "auth_mechanism") {
+      bad_url(source, "the only query parameter understood is auth_mechanism");
+    }
+    if (value != "external" && value != "plain") {
+      bad_url(source, "auth_mechanism must be external or plain");
+    }
+    out.external = value == "external";
+  }
+}
+
 }  // namespace
 
 std::string Upstream::endpoint() const {
@@ -97,21 +120,28 @@ std::optional<std::string> percent_decode(std::string_view text) {
 }
 
 ParsedUrl parse_amqp_url(std::string_view url, std::string_view source) {
-  constexpr std::string_view kScheme = "amqp://";
+  ParsedUrl out;
+  std::string_view rest;
   if (url.starts_with("amqps://")) {
-    bad_url(source, "amqps:// (TLS) is not supported by nackguard replay yet; use amqp://");
+    out.tls = true;
+    out.port = kDefaultAmqpsPort;
+    rest = url.substr(8);
+  } else if (url.starts_with("amqp://")) {
+    rest = url.substr(7);
+  } else {
+    bad_url(source, "it must start with amqp:// or amqps://");
   }
-  if (!url.starts_with(kScheme)) bad_url(source, "it must start with amqp://");
-  std::string_view rest = url.substr(kScheme.size());
-  if (rest.find_first_of("?#") != std::string_view::npos) {
-    bad_url(source, "query parameters and fragments (?...#...) are not supported");
+  if (rest.find('#') != std::string_view::npos)
+    bad_url(source, "fragments (#...) are not supported");
+  if (std::size_t question = rest.find('?'); question != std::string_view::npos) {
+    parse_query(rest.substr(question + 1), source, out);
+    rest = rest.substr(0, question);
   }
 
   std::size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
 
-  ParsedUrl out;
   if (std::size_t at = authority.rfind('@'); at != std::string_view::npos) {
     std::string user, password;
     split_credentials(authority.substr(0, at), source, user, password);
@@ -147,7 +177,7 @@ Upstream resolve_upstream(const std::optional<std::string>& cli,
       env_user = from_env->user;
       env_password = from_env->password;
     } else if (env->find(':') == std::string::npos) {
-      throw Failure(env_name + " must hold an amqp:// URL or USER:PASSWORD");
+      throw Failure(env_name + " must hold an amqp:// or amqps:// URL, or USER:PASSWORD");
     } else {
       std::string user, password;
       split_credentials(*env, env_name, user, password);
@@ -160,12 +190,14 @@ Upstream resolve_upstream(const std::optional<std::string>& cli,
   const ParsedUrl* address = from_cli ? &*from_cli : from_env ? &*from_env : nullptr;
   if (address == nullptr) {
     throw UsageError("no broker given: pass --upstream amqp://HOST:PORT/VHOST, or set " + env_name +
-                     " to a whole amqp:// URL");
+                     " to a whole amqp:// or amqps:// URL");
   }
   Upstream upstream;
   upstream.host = address->host;
   upstream.port = address->port;
   upstream.vhost = address->vhost;
+  upstream.tls = address->tls;
+  upstream.external = address->external;
   if (from_cli && from_cli->user) {
     upstream.user = *from_cli->user;
     upstream.password = from_cli->password.value_or("");

@@ -1,5 +1,5 @@
 #pragma once
-// The broker address of `nackguard replay`: amqp://USER:PASS@HOST:PORT/VHOST URLs, and where
+// The broker address of `nackguard replay`: amqp[s]://USER:PASS@HOST:PORT/VHOST URLs, and where
 // the credentials come from (--upstream or NACKGUARD_REPLAY_UPSTREAM).
 
 #include <cstdint>
@@ -11,6 +11,7 @@ namespace nackguard::replay {
 
 inline constexpr std::string_view kUpstreamEnv = "NACKGUARD_REPLAY_UPSTREAM";
 inline constexpr std::uint16_t kDefaultAmqpPort = 5672;
+inline constexpr std::uint16_t kDefaultAmqpsPort = 5671;
 
 struct Upstream {
   std::string host;
@@ -18,10 +19,22 @@ struct Upstream {
   std::string user = "guest";
   std::string password = "guest";
   std::string vhost = "/";
+  bool tls = false;       // amqps://
+  bool external = false;  // ?auth_mechanism=external: SASL EXTERNAL, the client certificate
 
   // "host:port", with brackets around an IPv6 address; never the credentials.
   std::string endpoint() const;
   bool operator==(const Upstream&) const = default;
+};
+
+// TLS towards the broker (amqps:// URLs): as upstream.tls, from the command line.
+struct TlsSettings {
+  bool enabled = false;
+  bool verify = true;     // the broker's chain, dates and name
+  std::string ca_file;    // PEM; empty: the system's trust store
+  std::string cert_file;  // with key_file: the certificate presented (SASL EXTERNAL)
+  std::string key_file;
+  std::string server_name;  // the name the certificate must carry; empty: the URL's host
 };
 
 // One parsed URL. `user` and `password` are set only when the URL has a user part.
@@ -31,9 +44,12 @@ struct ParsedUrl {
   std::optional<std::string> user;
   std::optional<std::string> password;
   std::string vhost = "/";
+  bool tls = false;
+  bool external = false;
 };
 
-// Parses amqp://[USER[:PASS]@]HOST[:PORT][/VHOST]. Every part is percent-decoded; an empty or
+// Parses amqp[s]://[USER[:PASS]@]HOST[:PORT][/VHOST][?auth_mechanism=external|plain]
+// (amqps: TLS, port 5671 by default). Every part is percent-decoded; an empty or
 // absent path is the vhost "/", so "/%2F" and "/" both name it. Throws Failure with a message
 // that never repeats the URL (it may hold a password); `source` names where the URL came from.
 ParsedUrl parse_amqp_url(std::string_view url, std::string_view source = "--upstream");

@@ -315,9 +315,10 @@ def close_connection(conn, timeout=5.0):
     return clean and not aborted.is_set()
 
 
-def delete_queue(name):
-    """Deletes a queue through a fresh direct connection (works whatever the test left)."""
-    conn = connect(BROKER_PORT)
+def delete_queue(name, port=None):
+    """Deletes a queue through a fresh direct connection (works whatever the test left); on
+    the test broker unless `port` names another node's AMQP port."""
+    conn = connect(port or BROKER_PORT)
     try:
         conn.channel().queue_delete(name)
     finally:

@@ -121,7 +121,10 @@ def expected_copy_headers(original):
 
 
 class ReplayCase(unittest.TestCase):
-    """Queues, dead letters and checks for the replay's tests (here and test_replay_triage)."""
+    """Queues, dead letters and checks for the replay's tests (here, test_replay_triage and
+    test_replay_tls). `broker_port`: the node's plain AMQP port the test itself uses."""
+
+    broker_port = PORT
 
     @classmethod
     def setUpClass(cls):
@@ -130,7 +133,7 @@ class ReplayCase(unittest.TestCase):
             raise AssertionError(f"NACKGUARD_BIN={BIN} is not an executable")
 
     def setUp(self):
-        self.conn = harness.connect(PORT)
+        self.conn = harness.connect(self.broker_port)
         self.addCleanup(harness.close_connection, self.conn)
         self.channel = self.conn.channel()
         self.channel.confirm_delivery()
@@ -147,7 +150,7 @@ class ReplayCase(unittest.TestCase):
         finally:
             for queue in (name, dlq):
                 try:
-                    harness.delete_queue(queue)
+                    harness.delete_queue(queue, self.broker_port)
                 except Exception as exc:
                     print(f"warning: could not delete {queue}: {exc!r}")
 
@@ -177,6 +180,21 @@ class ReplayCase(unittest.TestCase):
         status, out, err = result
         self.assertEqual(status, code, f"exit {status}\nstdout:\n{out}\nstderr:\n{err}")
 
+    def assertCopiesIntact(self, sent, copies):
+        """One copy per original, in order: the same body and properties, and headers
+        rewritten exactly as a first replay does."""
+        self.assertEqual(len(copies), len(sent))
+        for (original, body), (copy, copy_body) in zip(sent, copies):
+            self.assertEqual(copy_body, body)
+            self.assertEqual(copy.headers["x-nackguard-replays"], 1)
+            self.assertNotIn("x-nackguard-returns", copy.headers)
+            self.assertNotIn("x-delivery-count", copy.headers)
+            expected = pika.BasicProperties(**{
+                name: getattr(original, name) for name in harness.PROPERTY_NAMES})
+            expected.headers = expected_copy_headers(original.headers)
+            self.assertEqual(harness.describe_properties(copy),
+                             harness.describe_properties(expected))
+
     def assertOneLine(self, err, *parts):
         lines = err.strip().splitlines()
         self.assertEqual(len(lines), 1, err)
@@ -201,18 +219,7 @@ class ReplayTest(ReplayCase):
             self.assertIn("\n  crash_loop: moved 5, first return 2024-05-01T12:00:01Z, "
                           "last return 2024-05-01T12:05:09Z\n", result[1])
             self.assertEqual(self.count(dlq), 0)
-            copies = self.take_all(q)
-            self.assertEqual(len(copies), 10)
-            for (original, body), (copy, copy_body) in zip(sent, copies):
-                self.assertEqual(copy_body, body)
-                self.assertEqual(copy.headers["x-nackguard-replays"], 1)
-                self.assertNotIn("x-nackguard-returns", copy.headers)
-                self.assertNotIn("x-delivery-count", copy.headers)
-                expected = pika.BasicProperties(**{
-                    name: getattr(original, name) for name in harness.PROPERTY_NAMES})
-                expected.headers = expected_copy_headers(original.headers)
-                self.assertEqual(harness.describe_properties(copy),
-                                 harness.describe_properties(expected))
+            self.assertCopiesIntact(sent, self.take_all(q))
 
     def test_large_and_empty_bodies(self):
         with self.queues() as (q, dlq):

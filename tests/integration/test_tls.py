@@ -197,20 +197,11 @@ def upstream_tls(**overrides):
     return settings
 
 
-class BrokerSideTls(TlsTest):
-    broker = None
+class BrokerSideTls(tls_support.WithTlsBroker, TlsTest):
 
     @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.broker = tls_support.TlsBroker(PKI).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.broker is not None:
-            cls.broker.stop()
-            cls.broker = None
-        super().tearDownClass()
+    def broker_pki(cls):
+        return PKI
 
     def tls_port_proxy(self, **kwargs):
         return self.proxy(tls_support.TLS_NODE_TLS_PORT, **kwargs)

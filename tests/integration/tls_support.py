@@ -367,6 +367,29 @@ class TlsBroker:
             self._lock = None
 
 
+class WithTlsBroker:
+    """A TestCase mixin: `cls.broker`, a TlsBroker on the PKI that `broker_pki()` returns,
+    started for the class and stopped after it."""
+
+    broker = None
+
+    @classmethod
+    def broker_pki(cls):
+        raise NotImplementedError
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.broker = TlsBroker(cls.broker_pki()).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.broker is not None:
+            cls.broker.stop()
+            cls.broker = None
+        super().tearDownClass()
+
+
 # ---------------------------------------------------------------- a bare TLS server
 
 class TlsServer:

@@ -1,6 +1,7 @@
 #pragma once
 // Byte-spelling helpers for the codec tests: expected wire bytes are written as hex, with
-// spaces wherever they help the reader, and printed as hex when a comparison fails.
+// spaces wherever they help the reader, and printed as hex when a comparison fails. And a
+// content header with all 14 properties set.
 
 #include <cstdint>
 #include <initializer_list>
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "proxy/amqp/bytes.hpp"
+#include "proxy/amqp/properties.hpp"
 
 namespace nackguard::amqp::test {
 
@@ -81,6 +83,28 @@ inline HexBytes as_hex(ByteView bytes) {
 }
 inline void PrintTo(const HexBytes& value, std::ostream* os) {
   *os << to_hex(value.bytes);
+}
+
+// A basic content header with every property set, `headers` among them.
+inline ContentHeader every_property(FieldTable headers, std::uint64_t body_size) {
+  ContentHeader header;
+  header.body_size = body_size;
+  BasicProperties& p = header.properties;
+  p.content_type = "application/json";
+  p.content_encoding = "gzip";
+  p.headers = std::move(headers);
+  p.delivery_mode = 2;
+  p.priority = 4;
+  p.correlation_id = "corr";
+  p.reply_to = "replies";
+  p.expiration = "60000";
+  p.message_id = "m-1";
+  p.timestamp = 1700000000;
+  p.type = "order.created";
+  p.user_id = "guest";
+  p.app_id = "shop";
+  p.cluster_id = "c";
+  return header;
 }
 
 }  // namespace nackguard::amqp::test

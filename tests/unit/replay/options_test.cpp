@@ -13,6 +13,7 @@ namespace nackguard::replay {
 namespace {
 
 const char* const kUrl = "amqp://u:p@rabbit:5673/prod";
+const char* const kTlsUrl = "amqps://u:p@rabbit/prod";
 
 ParsedArgs parse(std::initializer_list<std::string> args,
                  const std::optional<std::string>& env = std::nullopt) {
@@ -35,6 +36,26 @@ TEST(ParseArgs, MinimalCommandLineTakesTheDefaults) {
   EXPECT_EQ(o.group_by, (std::vector<TriageKey>{*parse_key("reason")}));
   EXPECT_TRUE(o.where.empty());
   EXPECT_FALSE(o.since || o.until || o.json);
+}
+
+TEST(ParseArgs, TlsOptionsWithAnAmqpsUrl) {
+  Options o = parse({"--upstream", "amqps://rabbit/prod?auth_mechanism=external", "--from", "q.dlq",
+                     "--to", "q", "--ca-file", "ca.pem", "--cert-file", "c.pem", "--key-file",
+                     "c.key", "--server-name", "rabbit.internal"})
+                  .options;
+  EXPECT_TRUE(o.tls.enabled);
+  EXPECT_TRUE(o.tls.verify);
+  EXPECT_EQ(o.tls.ca_file, "ca.pem");
+  EXPECT_EQ(o.tls.cert_file, "c.pem");
+  EXPECT_EQ(o.tls.key_file, "c.key");
+  EXPECT_EQ(o.tls.server_name, "rabbit.internal");
+  EXPECT_TRUE(o.upstream.external);
+  EXPECT_EQ(o.upstream.port, 5671);
+  Options plain =
+      parse({"--upstream", kTlsUrl, "--from", "q.dlq", "--to", "q", "--no-verify"}).options;
+  EXPECT_TRUE(plain.tls.enabled);
+  EXPECT_FALSE(plain.tls.verify);
+  EXPECT_FALSE(parse({"--upstream", kUrl, "--from", "q.dlq", "--to", "q"}).options.tls.enabled);
 }
 
 TEST(ParseArgs, TriageOptions) {
@@ -153,7 +174,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{"where_unknown_key", with({"--where", "colour=red"}), "KEY=VALUE"},
         BadArgs{"since_no_unit", with({"--since", "10"}), "--since"},
         BadArgs{"until_not_shorter", with({"--since", "1h", "--until", "2h"}), "--until"},
-        BadArgs{"format_unknown", with({"--format", "yaml"}), "--format"}),
+        BadArgs{"format_unknown", with({"--format", "yaml"}), "--format"},
+        BadArgs{"ca_file_without_amqps", with({"--ca-file", "ca.pem"}), "--ca-file needs an amqps"},
+        BadArgs{"no_verify_without_amqps", with({"--no-verify"}), "--no-verify needs an amqps"},
+        BadArgs{"cert_without_key",
+                {"--upstream", kTlsUrl, "--from", "q.dlq", "--to", "q", "--cert-file", "c.pem"},
+                "--cert-file and --key-file go together"},
+        BadArgs{"external_without_cert",
+                {"--upstream", "amqps://rabbit/?auth_mechanism=external", "--from", "q.dlq", "--to",
+                 "q"},
+                "--cert-file and --key-file"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ParseCount, IsStrict) {

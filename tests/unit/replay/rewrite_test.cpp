@@ -62,24 +62,7 @@ FieldTable dead_letter_headers() {
 }
 
 ContentHeader every_property() {
-  ContentHeader header;
-  header.body_size = 11;
-  amqp::BasicProperties& p = header.properties;
-  p.content_type = "application/json";
-  p.content_encoding = "gzip";
-  p.headers = dead_letter_headers();
-  p.delivery_mode = 2;
-  p.priority = 4;
-  p.correlation_id = "corr";
-  p.reply_to = "replies";
-  p.expiration = "60000";
-  p.message_id = "m-1";
-  p.timestamp = 1700000000;
-  p.type = "order.created";
-  p.user_id = "guest";
-  p.app_id = "shop";
-  p.cluster_id = "c";
-  return header;
+  return amqp::test::every_property(dead_letter_headers(), 11);
 }
 
 TEST(ReplayCopyHeader, ExactBytesOfASmallCase) {

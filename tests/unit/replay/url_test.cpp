@@ -87,7 +87,10 @@ INSTANTIATE_TEST_SUITE_P(
     Urls, BadUrlTest,
     testing::Values(BadUrl{"wrong_scheme", "http://u:s3cret@h/", "must start with amqp://"},
                     BadUrl{"no_scheme", "u:s3cret@h:5672", "must start with amqp://"},
-                    BadUrl{"amqps", "amqps://u:s3cret@h/", "TLS"},
+                    BadUrl{"amqps_typo", "amqpss://u:s3cret@h/", "amqps://"},
+                    BadUrl{"unknown_mechanism", "amqps://u:s3cret@h/?auth_mechanism=kerberos",
+                           "external or plain"},
+                    BadUrl{"fragment", "amqp://u:s3cret@h/v#x", "fragment"},
                     BadUrl{"port_not_a_number", "amqp://u:s3cret@h:abc/", "port"},
                     BadUrl{"port_zero", "amqp://u:s3cret@h:0/", "port"},
                     BadUrl{"port_too_big", "amqp://u:s3cret@h:65536/", "port"},
@@ -103,6 +106,28 @@ INSTANTIATE_TEST_SUITE_P(
                     BadUrl{"query", "amqp://u:s3cret@h/v?heartbeat=10", "query"},
                     BadUrl{"unclosed_ipv6", "amqp://u:s3cret@[::1/v", "IPv6"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ParseAmqpUrl, AmqpsIsTlsOnPort5671ByDefault) {
+  ParsedUrl url = parse_amqp_url("amqps://u:p@rabbit/v");
+  EXPECT_TRUE(url.tls);
+  EXPECT_FALSE(url.external);
+  EXPECT_EQ(url.port, kDefaultAmqpsPort);
+  EXPECT_EQ(url.host, "rabbit");
+  EXPECT_EQ(url.vhost, "v");
+  EXPECT_EQ(parse_amqp_url("amqps://rabbit:5700").port, 5700);
+  EXPECT_FALSE(parse_amqp_url("amqp://rabbit").tls);
+}
+
+TEST(ParseAmqpUrl, AuthMechanismExternalInTheQuery) {
+  ParsedUrl url = parse_amqp_url("amqps://rabbit/%2F?auth_mechanism=EXTERNAL");
+  EXPECT_TRUE(url.external);
+  EXPECT_EQ(url.vhost, "/");
+  EXPECT_FALSE(parse_amqp_url("amqps://rabbit/?auth_mechanism=plain").external);
+  Upstream upstream = resolve_upstream("amqps://rabbit:5700/v?auth_mechanism=external", "");
+  EXPECT_TRUE(upstream.tls);
+  EXPECT_TRUE(upstream.external);
+  EXPECT_EQ(upstream.port, 5700);
+}
 
 TEST(PercentDecode, DecodesEscapesAndRejectsMalformedOnes) {
   EXPECT_EQ(percent_decode("a%20b%2F%2f"), "a b//");
