@@ -142,7 +142,9 @@ std::string delay_queue_name(std::string_view queue, retry::Millis ttl);
 
 // The declarations of a DLQ and of a delay queue of the given type. A quorum delay queue
 // dead-letters its expired copies back at-least-once, so none is dropped on the way.
-QueueSpec dead_letter_queue_spec(std::string name, retry::QueueType type);
+// The DLQ nackguard declares when it is missing: of the source's type; a quorum one on
+// RabbitMQ 4.x (`broker_major`, 0 if unknown) without a delivery limit.
+QueueSpec dead_letter_queue_spec(std::string name, retry::QueueType type, int broker_major);
 QueueSpec delay_queue_spec(std::string_view queue, retry::Millis ttl, retry::QueueType type);
 
 // The major version in a broker's "version" property: 4 for "4.0.5", 0 if it has none.

@@ -35,11 +35,19 @@ std::string delay_queue_name(std::string_view queue, retry::Millis ttl) {
   return retry::fit_name(name, suffix.size());
 }
 
-QueueSpec dead_letter_queue_spec(std::string name, retry::QueueType type) {
+QueueSpec dead_letter_queue_spec(std::string name, retry::QueueType type, int broker_major) {
   QueueSpec spec;
   spec.name = std::move(name);
   spec.use_existing = true;  // an operator's own DLQ is used as it is
-  if (type == retry::QueueType::quorum) set_quorum(spec.arguments);
+  if (type == retry::QueueType::quorum) {
+    set_quorum(spec.arguments);
+    // RabbitMQ 4.x gives a quorum queue a delivery limit of 20 by default, and drops a
+    // message returned more often when the queue has no dead-letter exchange, as a DLQ
+    // has not: every look at a message that `nackguard replay` leaves in place (a dry run,
+    // --where) is such a return. -1 turns the limit off; 3.x has no default limit, and
+    // would read -1 as a limit below every count.
+    if (broker_major >= 4) spec.arguments.set("x-delivery-limit", amqp::FieldValue::i64(-1));
+  }
   return spec;
 }
 
@@ -115,7 +123,7 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
       request.exchange = policy.dead_letter.exchange;
       request.routing_key = retry::dead_letter_routing_key(policy.dead_letter, intent.queue);
       if (request.exchange.empty())
-        request.ensure = dead_letter_queue_spec(request.routing_key, type);
+        request.ensure = dead_letter_queue_spec(request.routing_key, type, broker_major_);
       break;
     case retry::Action::republish:
       // Back to the tail of its own queue, which exists: it was just delivered from it.

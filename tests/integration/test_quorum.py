@@ -15,8 +15,9 @@ broker's own delivery limit ended would be gone. What is proven, with exact coun
     the broker's x-delivery-count of the innocent messages passes 3. Three rounds: the broker's
     counts depend on timing.
 (d) what nackguard declares for a quorum queue is a quorum queue: the delay queue (with
-    at-least-once dead-lettering and reject-publish) and the DLQ; `queue_type: classic` in the
-    policy gives a classic DLQ.
+    at-least-once dead-lettering and reject-publish) and the DLQ, which on 4.0 has no delivery
+    limit (x-delivery-limit -1): its dead letter survives 25 gets and requeues, as replay dry
+    runs do; `queue_type: classic` in the policy gives a classic DLQ.
 (e) a delay queue that already exists with other arguments is used as it is, and said once in
     the log: the copy still comes back through it.
 """
@@ -64,6 +65,21 @@ class QuorumQueueTest(rs.RedeliveryTest):
             if fields and fields[0] == name:
                 return fields[1], "\t".join(fields[2:])
         self.fail(f"queue {name} not found in rabbitmqctl list_queues:\n{out}")
+
+    def look_and_put_back(self, queue, times):
+        """basic.get and nack(requeue=true) of the queue's head, as a replay dry run does;
+        returns how many times a message was there to take."""
+        conn = harness.connect(harness.BROKER_PORT)
+        try:
+            channel = conn.channel()
+            for look in range(times):
+                method, _props, _body = channel.basic_get(queue, auto_ack=False)
+                if method is None:
+                    return look
+                channel.basic_nack(method.delivery_tag, requeue=True)
+            return times
+        finally:
+            harness.close_connection(conn)
 
     # ------------------------------------------------------------ (a), (b) the broker's limit
 
@@ -201,7 +217,19 @@ class QuorumQueueTest(rs.RedeliveryTest):
         self.assertIn("at-least-once", arguments)
         self.assertIn("reject-publish", arguments)
         self.assertEqual(consumer.delivered(POISON), 2, "max_redeliveries 1: two deliveries")
-        self.assertEqual(self.queue_info(f"{queue}.dlq")[0], "quorum")
+        dlq_type, dlq_arguments = self.queue_info(f"{queue}.dlq")
+        self.assertEqual(dlq_type, "quorum")
+        # 4.x: no delivery limit on the DLQ, or its default of 20 would drop the dead letter
+        # after 21 looks by `nackguard replay --dry-run`; 3.x has no default, and -1 there
+        # would drop it at its first return.
+        if harness.broker_version() >= (4,):
+            self.assertIn("x-delivery-limit", dlq_arguments)
+            self.assertIn("-1", dlq_arguments)
+        else:
+            self.assertNotIn("x-delivery-limit", dlq_arguments)
+        looks = self.look_and_put_back(f"{queue}.dlq", 25)
+        self.assertEqual(looks, 25, "the dead letter left the DLQ while it was put back")
+        self.assertEqual(self.broker.message_count(f"{queue}.dlq"), 1)
 
     def test_d2_policy_queue_type_classic(self):
         queue = self.queue_name("qd2")

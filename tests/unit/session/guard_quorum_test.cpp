@@ -318,6 +318,24 @@ TEST_F(GuardQuorum, QuorumSourceGetsAQuorumDlq) {
             frames({method(kProxyChannel, durable_declare("q.dlq", args))}));
 }
 
+// 4.x's default delivery limit (20) would drop a message from a DLQ that replay --dry-run
+// or --where looked at 21 times (measured on 4.0.5): the DLQ is declared without a limit.
+// On 3.x, -1 would drop a message at its first return (measured on 3.10.8): left out.
+TEST_F(GuardQuorum, OnFourDotXTheQuorumDlqHasNoDeliveryLimit) {
+  broker_version = "4.0.5";
+  start(policy(0));
+  declare_quorum(std::nullopt);
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
+  amqp::FieldTable args;
+  args.set("x-queue-type", amqp::FieldValue::string("quorum"));
+  args.set("x-delivery-limit", amqp::FieldValue::i64(-1));
+  EXPECT_EQ(reopen_proxy_channel(),
+            frames({method(kProxyChannel, durable_declare("q.dlq", args))}));
+}
+
 TEST_F(GuardQuorum, PolicyQueueTypeOverridesTheSource) {
   retry::Policy p = policy(0);
   p.queue_type = retry::QueueType::classic;
