@@ -70,16 +70,32 @@ const Summary& Replayer::run(const std::function<bool()>& interrupted,
   return summary_;
 }
 
+namespace {
+
+std::int64_t returns_of(const amqp::BasicProperties& properties) {
+  const amqp::FieldValue* count = header_of(properties, kDeliveryCountHeader);
+  return count ? count->as_int().value_or(0) : 0;
+}
+
+}  // namespace
+
+void Replayer::keep(std::uint64_t delivery_tag, std::int64_t returns) {
+  kept_.push_back(delivery_tag);
+  if (returns >= kReturnsWarning) ++summary_.requeued_often;
+  summary_.most_returns = std::max(summary_.most_returns, returns);
+}
+
 void Replayer::handle(Message& message) {
   const amqp::BasicProperties& properties = message.header.properties;
+  const std::int64_t returns = returns_of(properties);
   if (copies_.contains(fingerprint(message.header, message.body))) {
     came_back_ = true;
-    keep(message.delivery_tag);
+    keep(message.delivery_tag, returns);
     return;
   }
   if (!selected(plan_.selection, properties)) {
     ++summary_.not_selected;
-    keep(message.delivery_tag);
+    keep(message.delivery_tag, returns);
     return;
   }
   std::vector<std::string> group = group_of(plan_.group_by, properties);
@@ -94,13 +110,13 @@ void Replayer::handle(Message& message) {
     ++summary_.at_ceiling;
     ++counts.at_ceiling;
     summary_.ceiling_labels.push_back(label_of(properties));
-    keep(message.delivery_tag);
+    keep(message.delivery_tag, returns);
     return;
   }
   if (plan_.dry_run) {
     ++summary_.moved;
     ++counts.moved;
-    keep(message.delivery_tag);
+    keep(message.delivery_tag, returns);
     return;
   }
   move(message, std::move(group));
@@ -111,12 +127,13 @@ void Replayer::move(Message& message, std::vector<std::string> group) {
   if (pacer_) {
     auto slot = pacer_->take(now_());
     if (slot > now_()) broker_.wait_until(slot, interrupted_);
-    if (interrupted()) return keep(message.delivery_tag);
+    if (interrupted()) return keep(message.delivery_tag, returns_of(message.header.properties));
   }
   std::uint64_t seq = broker_.publish_copy(copy, message.body);
   // Recorded before the confirm: a copy may be consumed, fail and come back before that.
   copies_.insert(fingerprint(copy, message.body));
-  pending_[seq] = {message.delivery_tag, std::move(group), label_of(message.header.properties)};
+  pending_[seq] = {message.delivery_tag, returns_of(message.header.properties), std::move(group),
+                   label_of(message.header.properties)};
 }
 
 void Replayer::settle(const std::vector<Confirm>& confirms) {
@@ -133,7 +150,7 @@ void Replayer::settle(const std::vector<Confirm>& confirms) {
       continue;
     }
     // Not accepted (a nack, or a return: routed nowhere): the original stays in --from.
-    keep(pending.delivery_tag);
+    keep(pending.delivery_tag, pending.returns);
     ++consecutive_failures_;
     ++summary_.failed;
     ++summary_.groups[pending.group].failed;

@@ -91,6 +91,12 @@ std::string_view to_string(StopReason reason);
 
 inline constexpr std::uint64_t kMaxConsecutiveFailures = 5;
 
+// A message requeued into --from with an x-delivery-count this high is reported: a quorum
+// queue on RabbitMQ 4.0 to 4.2 drops a message returned more often than its delivery limit
+// (20 unless set) when it has no dead-letter exchange, and each run that leaves a message in
+// place (a dry run, --where, the ceiling) returns it once more.
+inline constexpr std::int64_t kReturnsWarning = 10;
+
 struct GroupCounts {
   std::uint64_t moved = 0;  // or would move, in a dry run
   std::uint64_t at_ceiling = 0;
@@ -114,6 +120,8 @@ struct Summary {
   std::uint64_t at_ceiling = 0;
   std::uint64_t failed = 0;
   std::uint64_t requeued = 0;         // originals given back to --from at the end
+  std::uint64_t requeued_often = 0;   // of those, with x-delivery-count >= kReturnsWarning
+  std::int64_t most_returns = 0;      // the highest x-delivery-count among those requeued
   std::uint64_t not_selected = 0;     // outside the selection: left in --from, untouched
   std::vector<std::string> group_by;  // the names of Plan::group_by's keys
   // By the values of Plan::group_by's keys, in their order (x-nackguard-reason by default).
@@ -140,6 +148,7 @@ class Replayer {
  private:
   struct Pending {
     std::uint64_t delivery_tag = 0;  // of the original
+    std::int64_t returns = 0;        // its x-delivery-count
     std::vector<std::string> group;
     std::string label;
   };
@@ -149,7 +158,8 @@ class Replayer {
   void move(Message& message, std::vector<std::string> group);
   void settle(const std::vector<Confirm>& confirms);
   void drain();
-  void keep(std::uint64_t delivery_tag) { kept_.push_back(delivery_tag); }
+  // To be requeued at the end; `returns` is the message's x-delivery-count.
+  void keep(std::uint64_t delivery_tag, std::int64_t returns);
   bool interrupted() const { return interrupted_ && interrupted_(); }
 
   Broker& broker_;

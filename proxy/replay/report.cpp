@@ -78,6 +78,14 @@ std::string render_summary(const Summary& summary, const RunInfo& info) {
   if (summary.requeued > 0) {
     out << "left in " << info.from << " (requeued): " << summary.requeued << "\n";
   }
+  if (summary.requeued_often > 0) {
+    out << "warning: " << summary.requeued_often << " of them returned " << kReturnsWarning
+        << " times or more (x-delivery-count up to " << summary.most_returns
+        << "): on RabbitMQ 4.0 to 4.2 a quorum queue drops a message returned more often than "
+           "its delivery limit (20 unless set), and each run that leaves a message returns it "
+           "once; turn the limit off on "
+        << info.from << " (docs/replay.md, \"Quorum DLQs\")\n";
+  }
   if (summary.stop) out << "stopped: " << to_string(*summary.stop) << "\n";
   return out.str();
 }

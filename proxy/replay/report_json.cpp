@@ -51,6 +51,8 @@ std::string render_json(const Summary& summary, const RunInfo& info) {
   doc["failed"] = summary.failed;
   doc["not_selected"] = summary.not_selected;
   doc["requeued"] = summary.requeued;
+  doc["requeued_often_returned"] = summary.requeued_often;
+  doc["most_returns"] = summary.most_returns;
   json::array group_by;
   for (const std::string& name : summary.group_by) group_by.emplace_back(name);
   doc["group_by"] = std::move(group_by);

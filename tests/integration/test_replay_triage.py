@@ -1,3 +1,4 @@
+# ctest-variants: rmq40
 """`nackguard replay` as triage, against a real RabbitMQ (issue 14): grouping, selecting, and
 the JSON summary.
 
@@ -16,6 +17,8 @@ import json
 import unittest
 
 import pika
+
+import harness
 
 from test_replay import URL, ReplayCase, replay
 
@@ -102,6 +105,29 @@ class ReplayTriageTest(ReplayCase):
             for props, _ in left:
                 self.assertNotIn("x-nackguard-replays", props.headers)
                 self.assertEqual(props.headers["x-nackguard-returns"], 6)
+
+    def test_dry_runs_over_a_quorum_dlq_warn_of_its_returns(self):
+        # A quorum DLQ as nackguard declares it (on 4.x without a delivery limit): every dry
+        # run puts each message back once, and the quorum queue counts it. From the 11th run
+        # on, the messages carry x-delivery-count 10 and the summary warns.
+        arguments = {"x-queue-type": "quorum"}
+        if harness.broker_version() >= (4,):
+            arguments["x-delivery-limit"] = -1
+        with self.queues(dlq_arguments=arguments) as (q, dlq):
+            self.publish(dlq, MIX[:3])
+            for run in range(10):
+                result = replay("--upstream", URL, "--from", dlq, "--to", q, "--dry-run",
+                                "--format", "json")
+                self.assertExit(result, 0)
+                doc = json.loads(result[1])
+                self.assertEqual((doc["requeued"], doc["requeued_often_returned"],
+                                  doc["most_returns"]), (3, 0, run), f"run {run + 1}")
+            result = replay("--upstream", URL, "--from", dlq, "--to", q, "--dry-run")
+            self.assertExit(result, 0)
+            self.assertIn("left in " + dlq + " (requeued): 3\nwarning: 3 of them returned 10 "
+                          "times or more (x-delivery-count up to 10): on RabbitMQ 4.0 to 4.2",
+                          result[1])
+            self.assertEqual(self.count(dlq), 3)
 
     def test_since_leaves_the_older_ones(self):
         with self.queues() as (q, dlq):

@@ -121,6 +121,30 @@ TEST(Replayer, DryRunMovesNothingAndCountsByReason) {
   EXPECT_EQ(broker.ready.size(), 4u);
 }
 
+// Each message a run leaves in place is returned once more; on a RabbitMQ 4.0 quorum DLQ
+// with its default delivery limit, the 21st return drops it. The run says which it requeued
+// that were returned often already.
+TEST(Replayer, CountsTheMessagesItRequeuesThatWereReturnedOften) {
+  auto returned = [](Message m, std::int64_t count) {
+    m.header.properties.headers->set("x-delivery-count", FieldValue::i64(count));
+    return m;
+  };
+  FakeBroker broker({returned(dead_letter("a"), 9), returned(dead_letter("b"), 10),
+                     dead_letter("c"), returned(dead_letter("d"), 17)});
+  Plan plan = plan_for(broker);
+  plan.dry_run = true;
+  Summary s = run(broker, plan);
+  EXPECT_EQ(s.requeued, 4u);
+  EXPECT_EQ(s.requeued_often, 2u);
+  EXPECT_EQ(s.most_returns, 17);
+
+  FakeBroker moving({returned(dead_letter("a"), 12), returned(dead_letter("b"), 30)});
+  Summary moved = run(moving, plan_for(moving));
+  EXPECT_EQ(moved.moved, 2u);
+  EXPECT_EQ(moved.requeued_often, 0u) << "moved messages are not requeued";
+  EXPECT_EQ(moved.most_returns, 0);
+}
+
 TEST(Replayer, DryRunWithALimitCountsThatMany) {
   FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c")});
   Plan plan = plan_for(broker);

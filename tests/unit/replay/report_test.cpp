@@ -62,6 +62,27 @@ TEST(RenderSummary, ADryRunSaysNothingMoved) {
             "stopped: the queue is empty\n");
 }
 
+TEST(RenderSummary, WarnsOfRequeuedMessagesReturnedOften) {
+  Summary s;
+  s.dry_run = true;
+  s.looked_at = 2;
+  s.moved = 2;
+  s.requeued = 2;
+  s.requeued_often = 1;
+  s.most_returns = 17;
+  const std::string text = render_summary(s, kInfo);
+  EXPECT_NE(text.find("left in orders.dlq (requeued): 2\n"
+                      "warning: 1 of them returned 10 times or more (x-delivery-count up to 17): "
+                      "on RabbitMQ 4.0 to 4.2 a quorum queue drops a message returned more often "
+                      "than its delivery limit (20 unless set), and each run that leaves a "
+                      "message returns it once; turn the limit off on orders.dlq (docs/replay.md, "
+                      "\"Quorum DLQs\")\n"),
+            std::string::npos)
+      << text;
+  s.requeued_often = 0;
+  EXPECT_EQ(render_summary(s, kInfo).find("warning"), std::string::npos);
+}
+
 TEST(RenderSummary, LongListsAreCut) {
   Summary s;
   for (std::size_t i = 0; i < kMaxListed + 5; ++i) s.ceiling_labels.push_back("m");

@@ -157,6 +157,9 @@ TEST(RenderJson, SameContentAsTheSummary) {
   EXPECT_EQ(o.at("moved").to_number<int>(), 2);
   EXPECT_EQ(o.at("at_ceiling").to_number<int>(), 1);
   EXPECT_EQ(o.at("ceiling_ids").as_array().size(), 1u);
+  EXPECT_EQ(o.at("requeued").to_number<int>(), 3);
+  EXPECT_EQ(o.at("requeued_often_returned").to_number<int>(), 0);
+  EXPECT_EQ(o.at("most_returns").to_number<int>(), 0);
   EXPECT_EQ(o.at("stopped").as_string(), "the queue is empty");
   const boost::json::array& groups = o.at("groups").as_array();
   ASSERT_EQ(groups.size(), 3u);  // in key order: the one without source_id, A, B
