@@ -1,3 +1,4 @@
+# ctest-variants: rmq40
 """`nackguard replay` over TLS (amqps://) and with SASL EXTERNAL, against a private RabbitMQ
 node with a TLS listener (tls_support.TlsBroker, shared with test_tls, one at a time).
 
@@ -27,7 +28,7 @@ def setUpModule():
     global PKI
     # Inside the node's directory (a 4.0 node sees it at the same path), apart from
     # test_tls's certificates.
-    directory = os.path.join(harness.BUILD_DIR, "rabbitmq-tls", "replay-certs")
+    directory = os.path.join(tls_support.node_dir(), "replay-certs")
     shutil.rmtree(directory, ignore_errors=True)
     PKI = tls_support.Pki(directory).make_all()
 
@@ -69,8 +70,6 @@ class ReplayTlsTest(tls_support.WithTlsBroker, ReplayCase):
             self.assertEqual(self.count(q), 1)
 
     def test_sasl_external_logs_in_as_the_certificate(self):
-        if self.broker.external_skip_reason:
-            self.skipTest(self.broker.external_skip_reason)
         # A vhost guest may not use while the replay runs: only the certificate's user can
         # move these messages.
         vhost = f"replay-external-{os.urandom(4).hex()}"

@@ -261,6 +261,15 @@ def check_config(config_text, name="check"):
 
 # ---------------------------------------------------------------- the TLS RabbitMQ node
 
+def node_dir():
+    """The TLS node's directory in the build tree: one per RabbitMQ version, as a 4.0 node
+    runs as its root file system's rabbitmq user (another uid) and cannot write in a 3.10
+    node's directory. Certificates kept in it are seen by a 4.0 node at the same path."""
+    version = os.environ.get("NACKGUARD_TEST_RABBITMQ_VERSION") or "3.10"
+    return os.path.join(harness.BUILD_DIR,
+                        "rabbitmq-tls" if version == "3.10" else f"rabbitmq-tls-{version}")
+
+
 class TlsBroker:
     """A second private RabbitMQ node, with a TLS listener on 127.0.0.1:24671 (server.pem,
     verify_peer without requiring a client certificate), the EXTERNAL mechanism
@@ -269,11 +278,10 @@ class TlsBroker:
 
     def __init__(self, pki):
         self.pki = pki
-        self.dir = os.path.join(harness.BUILD_DIR, "rabbitmq-tls")
+        self.dir = node_dir()
         self.ctl = os.path.join(self.dir, "rabbitmqctl")
         self._lock = None
         self.started = False
-        self.external_skip_reason = None  # why SASL EXTERNAL could not be enabled
 
     def _env(self):
         env = dict(os.environ)
@@ -285,6 +293,7 @@ class TlsBroker:
             "NACKGUARD_TEST_EPMD_PORT": str(TLS_NODE_EPMD_PORT),
             "NACKGUARD_TEST_RABBITMQ_FRESH": "1",
             "NACKGUARD_TEST_START_TIMEOUT": str(TLS_NODE_START_TIMEOUT),
+            "NACKGUARD_TEST_RABBITMQ_PLUGINS": "rabbitmq_auth_mechanism_ssl",
             "NACKGUARD_TEST_RABBITMQ_CONF_EXTRA": "\n".join([
                 f"listeners.ssl.default = 127.0.0.1:{TLS_NODE_TLS_PORT}",
                 f"ssl_options.cacertfile = {cert_dir}/ca.pem",
@@ -330,20 +339,8 @@ class TlsBroker:
         return self
 
     def _enable_external(self):
-        # rabbitmq-node.sh writes an empty enabled_plugins at every start, so the plugin is
-        # enabled on the running node. rabbitmq-plugins, running as the rabbitmq user,
-        # rewrites that file through a temporary file beside it: the node's directory (still
-        # owned by whoever runs the tests) is made writable by the rabbitmq group.
-        if os.geteuid() != 0:
-            self.external_skip_reason = ("enabling rabbitmq_auth_mechanism_ssl needs root (to "
-                                         f"let the rabbitmq user write in {self.dir})")
-            return
-        shutil.chown(self.dir, group="rabbitmq")
-        os.chmod(self.dir, 0o775)
-        plugins = os.path.join(self.dir, "rabbitmq-plugins")
-        if not os.path.islink(plugins):
-            os.symlink("rabbitmqctl", plugins)
-        run([plugins, "enable", "rabbitmq_auth_mechanism_ssl"], timeout=120)
+        # The plugin is in enabled_plugins from the start (NACKGUARD_TEST_RABBITMQ_PLUGINS):
+        # the user named after the client certificate's CN is all that is left.
         self.ctl_run("add_user", CLIENT_CN, os.urandom(12).hex())
         self.ctl_run("set_permissions", "-p", "/", CLIENT_CN, ".*", ".*", ".*")
 
