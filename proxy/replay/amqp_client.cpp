@@ -43,7 +43,8 @@ std::string describe_reply(std::uint16_t code, const std::string& text) {
   return std::to_string(code) + " " + text;
 }
 
-Client::Client(ClientSettings settings) : settings_(std::move(settings)) {}
+Client::Client(ClientSettings settings)
+    : settings_(std::move(settings)), watchdog_(settings_.reply_timeout) {}
 
 Client::~Client() {
   close();
@@ -222,15 +223,31 @@ void Client::close() noexcept {
     // Bounded: a broker that does not answer close-ok leaves within kCloseWait.
     timeval wait = to_timeval(kCloseWait);
     amqp_set_rpc_timeout(connection_, &wait);
+    auto armed = arm_write();
     amqp_connection_close(connection_, AMQP_REPLY_SUCCESS);
   }
   amqp_destroy_connection(connection_);
   connection_ = nullptr;
 }
 
+WriteWatchdog::Armed Client::arm_write() {
+  return watchdog_.arm(amqp_get_sockfd(connection_));
+}
+
+void Client::check_write(int status, const std::string& doing) {
+  if (status == AMQP_STATUS_OK) return;
+  if (watchdog_.fired()) {
+    throw Failure(endpoint() + " read nothing of what was written to it for " +
+                  seconds(settings_.reply_timeout) + " while " + doing +
+                  " (a memory or disk alarm blocks publishers); the connection is closed");
+  }
+  fail(status, doing);
+}
+
 void Client::send_method(std::uint16_t channel, std::uint32_t method, void* decoded) {
-  const int status = amqp_send_method(connection_, channel, method, decoded);
-  if (status != AMQP_STATUS_OK) fail(status, std::string("sending ") + amqp_method_name(method));
+  auto armed = arm_write();
+  check_write(amqp_send_method(connection_, channel, method, decoded),
+              std::string("sending ") + amqp_method_name(method));
 }
 
 bool Client::wait_frame(void* frame, Clock::time_point deadline) {

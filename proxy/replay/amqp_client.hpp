@@ -16,6 +16,7 @@
 
 #include "proxy/amqp/properties.hpp"
 #include "proxy/replay/url.hpp"
+#include "proxy/replay/write_watchdog.hpp"
 
 struct amqp_connection_state_t_;
 
@@ -126,6 +127,10 @@ class Client {
   // One frame; false when the deadline passes.
   bool wait_frame(void* frame, Clock::time_point deadline);
   void send_method(std::uint16_t channel, std::uint32_t method, void* decoded);
+  // Arms the write deadline around a rabbitmq-c call that writes.
+  WriteWatchdog::Armed arm_write();
+  // Throws for a write's failed status: the deadline's message when the watchdog fired.
+  void check_write(int status, const std::string& doing);
   [[noreturn]] void fail(int status, const std::string& doing);
   // Takes basic.ack, basic.nack and basic.return for outstanding publishes; false for others.
   bool on_publisher_event(const Inbound& unit);
@@ -135,6 +140,7 @@ class Client {
 
   ClientSettings settings_;
   amqp_connection_state_t_* connection_ = nullptr;
+  WriteWatchdog watchdog_;
   bool open_ = false;
   bool blocked_ = false;  // connection.blocked: the broker has stopped reading our publishes
   std::uint64_t publish_seq_ = 0;

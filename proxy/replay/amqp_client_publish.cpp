@@ -34,10 +34,11 @@ std::uint64_t Client::publish(const std::string& exchange, const std::string& ro
     throw Failure("a message's properties could not be encoded for publishing");
   }
   RabbitProperties properties(header.properties);
-  const int status = amqp_basic_publish(
-      connection_, kChannel, bytes_of(exchange), bytes_of(routing_key), /*mandatory=*/1,
-      /*immediate=*/0, properties.get(), {body.size(), const_cast<std::uint8_t*>(body.data())});
-  if (status != AMQP_STATUS_OK) fail(status, "publishing a copy");
+  auto armed = arm_write();
+  check_write(amqp_basic_publish(connection_, kChannel, bytes_of(exchange), bytes_of(routing_key),
+                                 /*mandatory=*/1, /*immediate=*/0, properties.get(),
+                                 {body.size(), const_cast<std::uint8_t*>(body.data())}),
+              "publishing a copy");
   const std::uint64_t seq = ++publish_seq_;
   outstanding_[seq].fingerprint = fingerprint(header, body);
   return seq;
@@ -96,15 +97,16 @@ void Client::settle(std::uint64_t tag, bool multiple, bool acked) {
 }
 
 void Client::ack(std::uint64_t delivery_tag) {
-  const int status = amqp_basic_ack(connection_, kChannel, delivery_tag, /*multiple=*/0);
-  if (status != AMQP_STATUS_OK) fail(status, "acking an original");
+  auto armed = arm_write();
+  check_write(amqp_basic_ack(connection_, kChannel, delivery_tag, /*multiple=*/0),
+              "acking an original");
 }
 
 void Client::requeue(std::span<const std::uint64_t> delivery_tags) {
   for (std::uint64_t tag : delivery_tags) {
-    const int status = amqp_basic_nack(connection_, kChannel, tag, /*multiple=*/0,
-                                       /*requeue=*/1);
-    if (status != AMQP_STATUS_OK) fail(status, "requeueing a message kept back");
+    auto armed = arm_write();
+    check_write(amqp_basic_nack(connection_, kChannel, tag, /*multiple=*/0, /*requeue=*/1),
+                "requeueing a message kept back");
   }
 }
 
