@@ -27,6 +27,17 @@ class GuardQuorum : public GuardTest {
     client_passes(method(kCh, declare));
     deliver_passes(method(kCh, amqp::QueueDeclareOk{kQueue, 0, 0}));
   }
+  // A quorum queue's only message, dead-lettered at its first return while q.dlq does not
+  // exist yet: the declaration of q.dlq that follows the passive one's 404.
+  std::vector<Wire> dlq_declared_after_a_dead_letter() {
+    start(policy(0));
+    declare_quorum(std::nullopt);
+    deliver_passes(delivery(1, message("m1")));
+    client(nack(1));
+    EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+    broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
+    return reopen_proxy_channel();
+  }
   // The proxy's channel opens and a copy is published without a declaration; returns it.
   Copy republished() {
     std::vector<Wire> sent = open_proxy_channel();
@@ -306,15 +317,9 @@ TEST_F(GuardQuorum, ThreeDotXMarksAQuorumQueuesFirstDeliveryWhichTellsItsType) {
 }
 
 TEST_F(GuardQuorum, QuorumSourceGetsAQuorumDlq) {
-  start(policy(0));
-  declare_quorum(std::nullopt);
-  deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
-  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
-  broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
   amqp::FieldTable args;
   args.set("x-queue-type", amqp::FieldValue::string("quorum"));
-  EXPECT_EQ(reopen_proxy_channel(),
+  EXPECT_EQ(dlq_declared_after_a_dead_letter(),
             frames({method(kProxyChannel, durable_declare("q.dlq", args))}));
 }
 
@@ -323,16 +328,10 @@ TEST_F(GuardQuorum, QuorumSourceGetsAQuorumDlq) {
 // On 3.x, -1 would drop a message at its first return (measured on 3.10.8): left out.
 TEST_F(GuardQuorum, OnFourDotXTheQuorumDlqHasNoDeliveryLimit) {
   broker_version = "4.0.5";
-  start(policy(0));
-  declare_quorum(std::nullopt);
-  deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
-  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
-  broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
   amqp::FieldTable args;
   args.set("x-queue-type", amqp::FieldValue::string("quorum"));
   args.set("x-delivery-limit", amqp::FieldValue::i64(-1));
-  EXPECT_EQ(reopen_proxy_channel(),
+  EXPECT_EQ(dlq_declared_after_a_dead_letter(),
             frames({method(kProxyChannel, durable_declare("q.dlq", args))}));
 }
 
