@@ -143,10 +143,14 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
 
     def check_dlq_declared_like_source(self, queue):
         """The proxy declared the DLQ durable and of the source queue's type (classic:
-        without arguments; quorum: x-queue-type quorum): an equivalent declare succeeds, a
-        different one closes the channel with 406 PRECONDITION_FAILED."""
+        without arguments; quorum: x-queue-type quorum, and on 4.x x-delivery-limit -1): an
+        equivalent declare succeeds, a different one closes the channel with 406
+        PRECONDITION_FAILED."""
+        arguments = None
+        if harness.QUEUE_TYPE == "quorum" and harness.broker_version() >= (4,):
+            arguments = {"x-delivery-limit": -1}
         try:
-            self.broker.declare(f"{queue}.dlq", durable=True)
+            self.broker.declare(f"{queue}.dlq", durable=True, arguments=arguments)
         except ChannelClosedByBroker as exc:
             self.fail(f"{queue}.dlq is not a durable {harness.QUEUE_TYPE} queue like its "
                       f"source queue: {exc}")
