@@ -7,6 +7,7 @@
 
 #include "proxy/amqp/properties.hpp"
 #include "proxy/replay/amqp_client.hpp"
+#include "proxy/replay/client_internal.hpp"
 #include "proxy/replay/errors.hpp"
 #include "proxy/replay/fingerprint.hpp"
 #include "proxy/replay/rabbitmq_properties.hpp"
@@ -15,11 +16,7 @@ namespace nackguard::replay {
 
 namespace {
 
-constexpr amqp_channel_t kChannel = 1;
-
-amqp_bytes_t bytes_of(const std::string& text) {
-  return {text.size(), const_cast<char*>(text.data())};
-}
+using namespace detail;  // client_internal.hpp
 
 }  // namespace
 

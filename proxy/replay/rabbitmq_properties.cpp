@@ -4,13 +4,13 @@
 #include <type_traits>
 #include <variant>
 
+#include "proxy/replay/client_internal.hpp"
+
 namespace nackguard::replay {
 
 namespace {
 
-amqp_bytes_t bytes_of(const std::string& text) {
-  return {text.size(), const_cast<char*>(text.data())};
-}
+using detail::bytes_of;
 
 // Sets an optional short-string property and its flag.
 void set_string(amqp_basic_properties_t& out, amqp_flags_t flag, amqp_bytes_t& field,

@@ -17,7 +17,7 @@ import pika
 
 import cluster_support as cs
 import harness
-from test_replay import replay
+from replay_support import replay
 
 
 def setUpModule():

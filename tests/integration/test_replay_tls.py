@@ -18,7 +18,7 @@ import unittest
 
 import harness
 import tls_support
-from test_replay import ReplayCase, body_of, dead_letter_headers, properties, replay
+from replay_support import ReplayCase, body_of, dead_letter_headers, properties, replay
 
 PKI = None
 TLS_URL = f"amqps://guest:guest@127.0.0.1:{tls_support.TLS_NODE_TLS_PORT}/%2F"

@@ -21,7 +21,7 @@ import pika
 
 import harness
 
-from test_replay import URL, ReplayCase, replay
+from replay_support import URL, ReplayCase, replay
 
 # (message id, source_id, reason), in the order they sit in the DLQ.
 MIX = [("a0", "A", "max_redeliveries"), ("b0", "B", "crash_loop"),
