@@ -9,7 +9,12 @@ A DLQ holds dead letters from two sources (header source_id A and B) and two rea
 - `--where header:source_id=A` moves exactly A's messages, in their order; B's stay in the
   DLQ, untouched and in their order; a dry run with the same --where counts what it moves;
 - `--since 1d` moves the messages last returned within a day and leaves the older ones;
-- a second run with the same --where moves nothing.
+- a second run with the same --where moves nothing;
+- with quorum queues on both sides (the DLQ as nackguard declares it): 11 dry runs count the
+  returns exactly (x-delivery-count 0 to 10) and the 11th warns; then --where moves exactly
+  one source, in order, and the other stays.
+
+On RabbitMQ 3.10 and 4.0 (rmq40).
 """
 
 import datetime
@@ -107,14 +112,23 @@ class ReplayTriageTest(ReplayCase):
                 self.assertNotIn("x-nackguard-replays", props.headers)
                 self.assertEqual(props.headers["x-nackguard-returns"], 6)
 
-    def test_dry_runs_over_a_quorum_dlq_warn_of_its_returns(self):
+    def wait_count(self, queue, expected):
+        """The queue's ready count once it is `expected` (a quorum queue counts requeued
+        messages as ready a moment after the run), or as it is after 10 s."""
+        deadline = time.monotonic() + 10
+        while self.count(queue) != expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.count(queue)
+
+    def test_quorum_queues_dry_runs_warn_of_returns_then_one_source_moves(self):
         # A quorum DLQ as nackguard declares it (on 4.x without a delivery limit): every dry
         # run puts each message back once, and the quorum queue counts it. From the 11th run
         # on, the messages carry x-delivery-count 10 and the summary warns.
         arguments = {"x-queue-type": "quorum"}
         if harness.broker_version() >= (4,):
             arguments["x-delivery-limit"] = -1
-        with self.queues(dlq_arguments=arguments) as (q, dlq):
+        with self.queues(to_arguments={"x-queue-type": "quorum"},
+                         dlq_arguments=arguments) as (q, dlq):
             self.publish(dlq, MIX[:3])
             for run in range(10):
                 result = replay("--upstream", URL, "--from", dlq, "--to", q, "--dry-run",
@@ -128,11 +142,15 @@ class ReplayTriageTest(ReplayCase):
             self.assertIn("left in " + dlq + " (requeued): 3\nwarning: 3 of them returned 10 "
                           "times or more (x-delivery-count up to 10): on RabbitMQ 4.0 to 4.2",
                           result[1])
-            # A quorum queue counts the last run's requeued messages as ready a moment later.
-            deadline = time.monotonic() + 10
-            while self.count(dlq) != 3 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            self.assertEqual(self.count(dlq), 3)
+            self.assertEqual(self.wait_count(dlq, 3), 3)
+            # Then a real run moves one source between the two quorum queues, in order.
+            result = replay("--upstream", URL, "--from", dlq, "--to", q, "--where",
+                            "header:source_id=A")
+            self.assertExit(result, 0)
+            self.assertIn("moved: 2\n", result[1])
+            self.assertEqual(self.wait_count(dlq, 1), 1)
+            self.assertEqual(self.ids(q), ["a0", "a1"])
+            self.assertEqual(self.ids(dlq), ["b0"])
 
     def test_since_leaves_the_older_ones(self):
         with self.queues() as (q, dlq):
