@@ -39,14 +39,16 @@ constexpr std::uint64_t kMaxRetainedBodyBytes = 64ULL * 1024 * 1024 * 1024;
 // Each tracker entry takes a fixed, small amount of memory; 10^8 of them is already several GiB.
 constexpr std::uint64_t kMaxTrackerEntries = 100'000'000;
 
-constexpr std::array<std::string_view, 10> kTopKeys{
-    "listen", "upstream", "threads",  "policies_dir", "metrics",
-    "log",    "limits",   "timeouts", "tracker",      "shutdown"};
+constexpr std::array<std::string_view, 11> kTopKeys{
+    "listen", "upstream", "threads", "policies_dir", "metrics", "log",
+    "limits", "timeouts", "tracker", "shutdown",     "reload"};
 constexpr std::array<std::string_view, 3> kListenKeys{"address", "port", "tls"};
 constexpr std::array<std::string_view, 5> kUpstreamKeys{"host", "port", "addresses",
                                                         "connect_timeout", "tls"};
 constexpr std::array<std::string_view, 3> kMetricsKeys{"address", "port", "max_queue_labels"};
 constexpr std::array<std::string_view, 1> kShutdownKeys{"grace"};
+constexpr std::array<std::string_view, 1> kReloadKeys{"watch"};
+constexpr std::array<std::string_view, 2> kBooleans{"true", "false"};
 constexpr std::uint64_t kMaxQueueLabels = 100000;
 constexpr std::array<std::string_view, 2> kLogKeys{"level", "format"};
 constexpr std::array<std::string_view, 3> kLimitsKeys{"max_frame_bytes", "buffer_bytes",
@@ -211,6 +213,13 @@ void read_shutdown(const Section& top, Config& config) {
   }
 }
 
+void read_reload(const Section& top, Config& config) {
+  const Section reload = top.child("reload", kReloadKeys);
+  if (const Field* watch = reload.find("watch")) {
+    config.reload_watch = detail::read_choice(*watch, kBooleans) == "true";
+  }
+}
+
 void read_metrics(const Section& top, Config& config) {
   const Section metrics = top.child("metrics", kMetricsKeys);
   read_endpoint(metrics, "address", config.metrics);
@@ -248,13 +257,13 @@ Config build_config(const Source& source, const YAML::Node& document,
   read_timeouts(top, config);
   read_tracker(top, config);
   read_shutdown(top, config);
+  read_reload(top, config);
   // Last, so that a typo elsewhere is reported before a missing directory.
   read_policies_dir(source, top, config);
   return config;
 }
 
 }  // namespace
-
 
 std::vector<Endpoint> upstream_targets(const Config& config) {
   if (!config.upstream_addresses.empty()) return config.upstream_addresses;

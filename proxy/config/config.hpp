@@ -91,6 +91,9 @@ struct Config {
   // On SIGTERM or SIGINT, how long clients may take to disconnect by themselves before
   // nackguard closes them with connection.close 320.
   std::chrono::milliseconds shutdown_grace{30000};
+  // reload.watch: reload when the config file or a policy file changes (inotify), as on SIGHUP.
+  // Read at start only.
+  bool reload_watch = true;
   // Distinct queue label values in metrics; further queues are counted under "_other".
   std::size_t metrics_max_queue_labels = 100;
   // The redelivery tracker: how many messages' return counts it remembers (1..100000000), and

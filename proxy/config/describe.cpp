@@ -77,6 +77,7 @@ std::string describe(const Config& config) {
       << "limits.retained_body_bytes: " << config.retained_body_bytes << "\n"
       << "timeouts.handshake: " << format_duration(config.handshake_timeout) << "\n"
       << "shutdown.grace: " << format_duration(config.shutdown_grace) << "\n"
+      << "reload.watch: " << (config.reload_watch ? "true" : "false") << "\n"
       << "tracker.max_entries: " << config.tracker_max_entries << "\n"
       << "tracker.idle_ttl: " << format_duration(config.tracker_idle_ttl) << "\n";
   append_tls(out, config);

@@ -311,12 +311,6 @@ ParsedPolicy parse_policy_file(std::string_view yaml_text, const fs::path& file)
   }
 }
 
-bool is_policy_file_name(const fs::path& name) {
-  const std::string text = name.string();
-  if (text.empty() || text.front() == '.') return false;  // hidden: editor and backup files
-  return name.extension() == ".yaml" || name.extension() == ".yml";
-}
-
 [[noreturn]] void fail_directory(const fs::path& dir, std::string_view problem) {
   std::string message = dir.string();
   message.append(": cannot read the policies directory: ").append(problem);
@@ -356,6 +350,12 @@ std::vector<fs::path> list_policy_files(const fs::path& dir) {
 }
 
 }  // namespace
+
+bool is_policy_file_name(const fs::path& name) {
+  const std::string text = name.string();
+  if (text.empty() || text.front() == '.') return false;  // hidden: editor and backup files
+  return name.extension() == ".yaml" || name.extension() == ".yml";
+}
 
 Policy parse_policy(std::string_view yaml_text, const fs::path& file) {
   return parse_policy_file(yaml_text, file).policy;

@@ -21,6 +21,10 @@ namespace nackguard::config {
 // is an error naming both. Throws ConfigError.
 retry::PolicySet load_policies(const std::filesystem::path& dir);
 
+// Whether load_policies reads a file of this name (a name, not a path): *.yaml or *.yml, not
+// hidden.
+bool is_policy_file_name(const std::filesystem::path& name);
+
 // One policy file's text, as load_policies reads each. `file` names it in messages and becomes
 // Policy::source. Throws ConfigError.
 retry::Policy parse_policy(std::string_view yaml_text, const std::filesystem::path& file);

@@ -68,7 +68,7 @@ thread: 2
       config_error_of([] { load_config("conf/typo.yaml"); }),
       "conf/typo.yaml:7:1: unknown key \"thread\" (did you mean \"threads\"?); valid keys "
       "here: listen, upstream, threads, policies_dir, metrics, log, limits, timeouts, tracker, "
-      "shutdown");
+      "shutdown, reload");
 }
 
 // --- the file itself ---
@@ -146,8 +146,8 @@ TEST_F(ConfigErrors, TopLevelMustBeAMap) {
   EXPECT_EQ(
       error_for("- listen\n"),
       "FILE:1:1: expected a map of settings (listen, upstream, threads, policies_dir, "
-      "metrics, log, limits, timeouts, tracker, shutdown) at the top level of the file, got a "
-      "list");
+      "metrics, log, limits, timeouts, tracker, shutdown, reload) at the top level of the file, "
+      "got a list");
   EXPECT_TRUE(starts_with(error_for("just words\n"), "FILE:1:1: expected a map of settings"));
 }
 
@@ -209,7 +209,7 @@ TEST_F(ConfigErrors, UnknownKeyInEachSection) {
 TEST_F(ConfigErrors, UnknownKeyWithoutACloseMatchHasNoSuggestion) {
   EXPECT_EQ(error_for("verbose: true\n"),
             "FILE:1:1: unknown key \"verbose\"; valid keys here: listen, upstream, threads, "
-            "policies_dir, metrics, log, limits, timeouts, tracker, shutdown");
+            "policies_dir, metrics, log, limits, timeouts, tracker, shutdown, reload");
 }
 
 TEST_F(ConfigErrors, DuplicateKey) {

@@ -71,6 +71,7 @@ TEST(LoadConfig, EmptyFileMeansAllDefaults) {
   EXPECT_EQ(config.handshake_timeout, milliseconds(10000));
   EXPECT_EQ(config.tracker_max_entries, 100000u);
   EXPECT_EQ(config.tracker_idle_ttl, std::chrono::hours(24));
+  EXPECT_TRUE(config.reload_watch);
 }
 
 TEST(LoadConfig, CommentsOnlyOrEmptySectionsMeanDefaults) {
@@ -104,6 +105,7 @@ log:      {level: critical, format: json}
 limits:   {max_frame_bytes: 4096, buffer_bytes: 268435456, retained_body_bytes: 68719476736}
 timeouts: {handshake: 2m}
 tracker:  {max_entries: 100000000, idle_ttl: 8760h}
+reload:   {watch: false}
 )"));
   EXPECT_EQ(config.listen.host, "0.0.0.0");
   EXPECT_EQ(config.listen.port, 1);
@@ -122,6 +124,7 @@ tracker:  {max_entries: 100000000, idle_ttl: 8760h}
   EXPECT_EQ(config.handshake_timeout, milliseconds(120'000));
   EXPECT_EQ(config.tracker_max_entries, 100'000'000u);
   EXPECT_EQ(config.tracker_idle_ttl, std::chrono::hours(8760));
+  EXPECT_FALSE(config.reload_watch);
 }
 
 TEST(LoadConfig, LowestTrackerAndRetentionValues) {
@@ -193,6 +196,7 @@ TEST(Describe, ListsEveryKeyOncePerLine) {
                                "limits.retained_body_bytes: 268435456\n"
                                "timeouts.handshake: 10s\n"
                                "shutdown.grace: 30s\n"
+                               "reload.watch: true\n"
                                "tracker.max_entries: 100000\n"
                                "tracker.idle_ttl: 24h\n";
   EXPECT_EQ(describe(load_config(file)), expected);
