@@ -90,6 +90,13 @@ TrackerKey make_key(std::string_view queue, std::string_view identity) {
   return TrackerKey{hash.high64, hash.low64};
 }
 
+std::string short_id(const TrackerKey& key) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(12, '0');
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = kHex[(key.high >> (60 - 4 * i)) & 15];
+  return out;
+}
+
 // One shard: a pool of nodes threaded on an intrusive LRU list (head = most recently used),
 // indexed by an open-addressing table with linear probing. A slot holds the node index plus one
 // (zero = empty, so a fresh mapping is an empty table) and the low 32 bits of the key's hash,
@@ -336,6 +343,37 @@ TrackerStats Tracker::stats() const {
     total.expiries += shard->expiries;
   }
   return total;
+}
+
+std::vector<Tracker::Sampled> Tracker::top(std::size_t n, std::size_t visit_per_shard,
+                                           std::int64_t now_ms, std::size_t* visited) const {
+  // Most returns first; of equal counts, the latest last return.
+  auto before = [](const Sampled& a, const Sampled& b) {
+    if (a.entry.returns != b.entry.returns) return a.entry.returns > b.entry.returns;
+    return a.entry.last_return_ms > b.entry.last_return_ms;
+  };
+  std::vector<Sampled> best;  // a heap whose front is the worst kept
+  best.reserve(n + 1);
+  std::size_t read = 0;
+  for (const auto& shard : shards_) {
+    const std::lock_guard lock(shard->mutex);
+    std::uint32_t node = shard->head;
+    for (std::size_t i = 0; i < visit_per_shard && node != kNil; ++i) {
+      const Shard::Node& current = shard->nodes[node];
+      node = current.next;
+      ++read;
+      if (n == 0 || shard->expired(current, now_ms, idle_ttl_ms_)) continue;
+      best.push_back(Sampled{current.key, current.entry});
+      std::push_heap(best.begin(), best.end(), before);
+      if (best.size() > n) {
+        std::pop_heap(best.begin(), best.end(), before);
+        best.pop_back();
+      }
+    }
+  }
+  std::sort_heap(best.begin(), best.end(), before);
+  if (visited != nullptr) *visited = read;
+  return best;
 }
 
 }  // namespace nackguard::retry

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct TrackerKey {
   bool operator==(const TrackerKey&) const = default;
 };
 TrackerKey make_key(std::string_view queue, std::string_view identity);
+// 12 hex digits of the key: how log lines and /status name a message without its identity.
+std::string short_id(const TrackerKey& key);
 
 struct TrackerEntry {
   std::uint32_t returns = 0;         // returns counted towards the limit
@@ -67,6 +70,17 @@ class Tracker {
   void erase(const TrackerKey& key);
 
   TrackerStats stats() const;
+
+  struct Sampled {
+    TrackerKey key;
+    TrackerEntry entry;
+  };
+  // For /status: the `n` entries with the most returns (then the latest last return) among
+  // the `visit_per_shard` most recently returned of each shard, most first. Each shard's lock
+  // is held while at most `visit_per_shard` of its entries are read; expired entries are
+  // skipped (not dropped). Sets `*visited` to the entries read.
+  std::vector<Sampled> top(std::size_t n, std::size_t visit_per_shard, std::int64_t now_ms,
+                           std::size_t* visited = nullptr) const;
   std::size_t max_entries() const { return max_entries_; }
 
  private:
