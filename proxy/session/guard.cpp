@@ -276,6 +276,7 @@ retry::Decision Guard::count_return(const Delivery& d, const Identified& id, boo
       }
     }
   });
+  context_.tracker_names().record(key, d.queue, *id.identity);
   intent.decision = decision;
   intent.policies = policies_;
   intent.policy = &policy;

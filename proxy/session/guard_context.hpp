@@ -19,6 +19,7 @@
 #include "proxy/retry/policy_set.hpp"
 #include "proxy/retry/queue_facts.hpp"
 #include "proxy/retry/tracker.hpp"
+#include "proxy/retry/tracker_names.hpp"
 #include "proxy/session/body_budget.hpp"
 
 namespace nackguard::session {
@@ -104,6 +105,8 @@ class GuardContext {
   void notice_once(std::string_view key, std::string_view queue, std::string_view what);
   retry::QueueFactsRegistry& queue_facts() { return queue_facts_; }
   retry::Tracker& tracker() { return tracker_; }
+  // The names behind the tracker's most recently counted keys, for /status.
+  retry::TrackerNames& tracker_names() { return tracker_names_; }
   retry::QueueHealth& health() { return health_; }
   BodyBudget& budget() { return budget_; }
   const GuardSettings& settings() const { return settings_; }
@@ -119,6 +122,7 @@ class GuardContext {
   GuardListener* listener_;
   GuardClocks clocks_;
   retry::Tracker tracker_;
+  retry::TrackerNames tracker_names_;
   retry::QueueHealth health_;
   retry::QueueFactsRegistry queue_facts_;
   BodyBudget budget_;
