@@ -27,8 +27,9 @@ std::string printable(std::string_view text) {
 
 void LogListener::on_dead_letter(std::string_view queue, std::string_view identity,
                                  std::uint32_t returns, retry::DeadLetterReason reason) {
-  spdlog::warn("dead-lettered: queue={} identity={} returns={} reason={}", printable(queue),
-               printable(identity), returns, retry::to_string(reason));
+  spdlog::warn("dead-lettered: queue={} identity={} returns={} reason={} id={}", printable(queue),
+               printable(identity), returns, retry::to_string(reason),
+               retry::short_id(retry::make_key(queue, identity)));
 }
 
 void LogListener::on_fallback(std::string_view queue, std::string_view cause,
@@ -71,9 +72,10 @@ void LogListener::on_outage(std::string_view queue, bool started, double ratio) 
 void LogListener::on_ack_timeout(std::string_view queue, std::string_view identity,
                                  std::int64_t held_ms) {
   spdlog::warn(
-      "ack timeout: queue={} identity={} unacked for {} ms, past the policy's ack_timeout; "
+      "ack timeout: queue={} identity={} id={} unacked for {} ms, past the policy's ack_timeout; "
       "the consumer's channel is closed (406) and the delivery counts one return",
-      printable(queue), printable(identity), held_ms);
+      printable(queue), printable(identity), retry::short_id(retry::make_key(queue, identity)),
+      held_ms);
 }
 
 void LogListener::on_notice(std::string_view queue, std::string_view what) {
