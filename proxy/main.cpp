@@ -14,6 +14,7 @@
 #include "proxy/logging.hpp"
 #include "proxy/net/tls.hpp"
 #include "proxy/replay/replay.hpp"
+#include "proxy/status/status_cli.hpp"
 
 namespace po = boost::program_options;
 using namespace nackguard;
@@ -43,9 +44,13 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "replay") {
     return nackguard::replay::main(argc - 1, argv + 1);
   }
+  if (argc >= 2 && std::string_view(argv[1]) == "status") {
+    return nackguard::status::main(argc - 1, argv + 1);
+  }
   po::options_description options(
       "Usage: nackguard --config FILE [--check-config]\n"
-      "       nackguard replay --help   (move dead-lettered messages back)\nOptions");
+      "       nackguard replay --help   (move dead-lettered messages back)\n"
+      "       nackguard status --help   (what is looping now, from a running proxy)\nOptions");
   options.add_options()("config,c", po::value<std::string>()->default_value("conf/nackguard.yaml"),
                         "the proxy's config file")(
       "check-config", "validate the config file, print the effective settings, and exit")(

@@ -17,6 +17,10 @@ HttpReply answer(std::string_view path, const HttpHandlers& handlers) {
     return HttpReply{200, kTextContentType, handlers.metrics ? handlers.metrics() : std::string()};
   }
   if (path == "/healthz") return plain(200, "ok\n");
+  if (path == "/status.json") return HttpReply{200, kJsonContentType, handlers.status_json()};
+  if (path == "/status") {
+    return HttpReply{200, kHtmlContentType, std::string(handlers.status_page())};
+  }
   std::optional<std::string> reason;
   if (handlers.not_ready_reason) reason = handlers.not_ready_reason();
   if (!reason) return plain(200, "ready\n");
@@ -28,8 +32,10 @@ HttpReply answer(std::string_view path, const HttpHandlers& handlers) {
 HttpReply route_request(std::string_view method, std::string_view target,
                         const HttpHandlers& handlers) {
   const std::string_view path = target.substr(0, target.find('?'));
-  if (path != "/metrics" && path != "/healthz" && path != "/readyz") {
-    return plain(404, "not found: try /metrics, /healthz or /readyz\n");
+  const bool status = (path == "/status" && handlers.status_page) ||
+                      (path == "/status.json" && handlers.status_json);
+  if (path != "/metrics" && path != "/healthz" && path != "/readyz" && !status) {
+    return plain(404, "not found: try /metrics, /healthz, /readyz, /status or /status.json\n");
   }
   if (method != "GET") return plain(405, "method not allowed: only GET is served\n");
   try {

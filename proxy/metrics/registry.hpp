@@ -77,6 +77,22 @@ class Registry {
   // The whole page, in the text format 0.0.4.
   std::string render() const;
 
+  // A queue's counters since start, for /status (registry_read.cpp).
+  struct QueueCounts {
+    std::string queue;  // "_other" for the queues past max_queue_labels
+    std::uint64_t deliveries = 0;
+    std::uint64_t returns = 0;
+    std::array<std::uint64_t, kActionValues.size()> requeues{};      // by retry::Action
+    std::array<std::uint64_t, kReasonValues.size()> dead_letters{};  // as kReasonValues
+    std::uint64_t fallbacks = 0;                                     // every cause
+    std::uint64_t ack_timeouts = 0;
+    bool outage = false;
+  };
+  // Every queue with its own label, then "_other" if a queue was counted there.
+  std::vector<QueueCounts> queue_counts() const;
+  std::int64_t client_connections() const;
+  std::uint64_t policy_reloads(bool ok) const;
+
   const RegistryOptions& options() const { return options_; }
 
  private:
@@ -84,6 +100,8 @@ class Registry {
   struct Histogram;
 
   Family& family(Metric metric) { return *families_[static_cast<std::size_t>(metric)]; }
+  const Family& family(Metric metric) const { return *families_[static_cast<std::size_t>(metric)]; }
+  std::uint64_t value(Metric metric, std::size_t queue_index, std::size_t fixed_index) const;
   void add(Metric metric, std::size_t queue_index, std::size_t fixed_index, std::uint64_t n = 1);
   // The values of a fixed or address label, in index order.
   std::span<const std::string_view> label_values(MetricLabel label) const;

@@ -1,7 +1,6 @@
-// render_json (report.hpp), on Boost.JSON. Debian 12's Boost 1.81 packages no compiled
-// Boost.JSON library, so it is built here in its header-only mode, in this one file.
+// render_json (report.hpp), on Boost.JSON (built by proxy/json/boost_json.cpp).
 
-#include <boost/json/src.hpp>
+#include <boost/json.hpp>
 
 #include "proxy/replay/report.hpp"
 

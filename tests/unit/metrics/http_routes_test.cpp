@@ -38,11 +38,11 @@ INSTANTIATE_TEST_SUITE_P(
         RouteCase{"healthz", "GET", "/healthz", 200, kPlainContentType, "ok\n"},
         RouteCase{"readyz_without_callback", "GET", "/readyz", 200, kPlainContentType, "ready\n"},
         RouteCase{"unknown_path", "GET", "/", 404, kPlainContentType,
-                  "not found: try /metrics, /healthz or /readyz\n"},
+                  "not found: try /metrics, /healthz, /readyz, /status or /status.json\n"},
         RouteCase{"prefix_is_not_a_match", "GET", "/metricsx", 404, kPlainContentType,
-                  "not found: try /metrics, /healthz or /readyz\n"},
+                  "not found: try /metrics, /healthz, /readyz, /status or /status.json\n"},
         RouteCase{"unknown_path_other_method", "DELETE", "/x", 404, kPlainContentType,
-                  "not found: try /metrics, /healthz or /readyz\n"},
+                  "not found: try /metrics, /healthz, /readyz, /status or /status.json\n"},
         RouteCase{"post", "POST", "/metrics", 405, kPlainContentType,
                   "method not allowed: only GET is served\n"},
         RouteCase{"head", "HEAD", "/healthz", 405, kPlainContentType,
@@ -60,6 +60,24 @@ TEST(Routes, ReadyzFollowsTheCallback) {
   reply = route_request("GET", "/readyz", handlers);
   EXPECT_EQ(reply.status, 200u);
   EXPECT_EQ(reply.body, "ready\n");
+}
+
+TEST(Routes, StatusPageAndJsonWhenTheirHandlersAreSet) {
+  HttpHandlers handlers;
+  EXPECT_EQ(route_request("GET", "/status", handlers).status, 404u);
+  EXPECT_EQ(route_request("GET", "/status.json", handlers).status, 404u);
+  handlers.status_json = [] { return std::string("{}\n"); };
+  handlers.status_page = [] { return std::string_view("<html></html>"); };
+  HttpReply reply = route_request("GET", "/status.json?x=1", handlers);
+  EXPECT_EQ(reply.status, 200u);
+  EXPECT_EQ(reply.content_type, kJsonContentType);
+  EXPECT_EQ(reply.body, "{}\n");
+  reply = route_request("GET", "/status", handlers);
+  EXPECT_EQ(reply.status, 200u);
+  EXPECT_EQ(reply.content_type, kHtmlContentType);
+  EXPECT_EQ(reply.body, "<html></html>");
+  EXPECT_EQ(route_request("POST", "/status", handlers).status, 405u);
+  EXPECT_EQ(route_request("GET", "/status/", handlers).status, 404u);
 }
 
 TEST(Routes, AThrowingHandlerGives500) {

@@ -1,0 +1,135 @@
+#include "proxy/status/status_board.hpp"
+
+#include <boost/json/serialize.hpp>
+
+#include <algorithm>
+
+#include "proxy/status/status_json.hpp"
+
+namespace nackguard::status {
+
+namespace json = boost::json;
+
+StatusBoard::StatusBoard(session::GuardContext& guard, const metrics::Registry& registry,
+                         std::string version, std::string host)
+    : guard_(guard),
+      registry_(registry),
+      version_(std::move(version)),
+      host_(std::move(host)),
+      started_wall_ms_(guard.wall_ms()),
+      window_(guard.steady_ms()) {}
+
+void StatusBoard::set_config(const StatusConfig& config) {
+  guard_.tracker_names().set_keep_identities(config.show_identities);
+  const std::lock_guard lock(mutex_);
+  config_ = config;
+}
+
+void StatusBoard::reloaded(const ReloadRecord& record) {
+  const std::lock_guard lock(mutex_);
+  last_reload_ = record;
+}
+
+void StatusBoard::tick() {
+  std::vector<QueueCounts> counts = registry_.queue_counts();
+  const std::lock_guard lock(mutex_);
+  window_.observe(guard_.steady_ms(), counts);
+}
+
+namespace {
+
+json::object queue_json(const QueueCounts& total, const std::optional<QueueCounts>& window,
+                        session::GuardContext& guard, const retry::PolicySet& policies) {
+  json::object out;
+  out["queue"] = total.queue;
+  out["window"] = window ? json::value(counts_json(*window)) : json::value(nullptr);
+  out["total"] = counts_json(total);
+  out["outage"] = total.outage;
+  if (total.queue == "_other") {
+    out["outage_ratio"] = nullptr;
+    out["policy"] = nullptr;
+    return out;
+  }
+  const retry::Policy& policy = policies.match(total.queue);
+  const retry::HealthChange health =
+      guard.health().state(total.queue, policy.rate, guard.steady_ms());
+  out["outage_ratio"] = health.messages > 0 ? json::value(health.ratio) : json::value(nullptr);
+  out["policy"] = policy.source;
+  return out;
+}
+
+}  // namespace
+
+std::string StatusBoard::json() {
+  const std::int64_t now = guard_.steady_ms();
+  const std::int64_t wall = guard_.wall_ms();
+  std::vector<QueueCounts> totals = registry_.queue_counts();
+  const std::shared_ptr<const retry::PolicySet> policies = guard_.policies();
+  StatusConfig config;
+  std::optional<ReloadRecord> last_reload;
+  std::vector<std::pair<QueueCounts, std::optional<QueueCounts>>> queues;
+  std::int64_t window_seconds = 0;
+  {
+    const std::lock_guard lock(mutex_);
+    config = config_;
+    last_reload = last_reload_;
+    window_.observe(now, totals);
+    window_seconds = window_.seconds(now);
+    for (const QueueCounts& total : totals) queues.emplace_back(total, window_.delta(now, total));
+  }
+  // The busiest first: returns in the window, then since start.
+  auto returns = [](const auto& q) { return q.second ? q.second->returns : 0; };
+  std::sort(queues.begin(), queues.end(), [&](const auto& a, const auto& b) {
+    if (returns(a) != returns(b)) return returns(a) > returns(b);
+    return a.first.returns > b.first.returns;
+  });
+
+  json::object doc;
+  doc["nackguard"] = {{"version", version_},
+                      {"host", host_},
+                      {"started_at", iso_time_ms(started_wall_ms_)},
+                      {"now", iso_time_ms(wall)}};
+  json::object reload = {{"ok", registry_.policy_reloads(true)},
+                         {"error", registry_.policy_reloads(false)}};
+  json::value last = nullptr;
+  if (last_reload) {
+    last = json::object{{"at", iso_time_ms(last_reload->wall_ms)},
+                        {"result", last_reload->ok ? "ok" : "error"},
+                        {"message", last_reload->message}};
+  }
+  doc["config"] = {{"file", config.file},          {"policies_dir", config.policies_dir},
+                   {"policies", config.policies},  {"show_identities", config.show_identities},
+                   {"reloads", std::move(reload)}, {"last_reload", std::move(last)}};
+
+  const retry::TrackerStats tracker = guard_.tracker().stats();
+  session::BodyBudget& budget = guard_.budget();
+  doc["limits"] = {{"tracker_entries", tracker.entries},
+                   {"tracker_max_entries", guard_.tracker().max_entries()},
+                   {"tracker_evictions", tracker.evictions},
+                   {"retained_body_bytes", budget.used()},
+                   {"retained_body_bytes_limit", budget.limit()},
+                   {"retained_body_refusals", budget.refusals()},
+                   {"client_connections", registry_.client_connections()},
+                   {"queues", totals.size()},
+                   {"max_queue_labels", config.max_queue_labels}};
+
+  doc["window_seconds"] = window_seconds;
+  json::array queue_rows;
+  for (std::size_t i = 0; i < queues.size() && i < kMaxQueues; ++i) {
+    queue_rows.push_back(queue_json(queues[i].first, queues[i].second, guard_, *policies));
+  }
+  doc["queues"] = std::move(queue_rows);
+
+  std::size_t visited = 0;
+  json::array top;
+  for (const retry::Tracker::Sampled& sampled :
+       guard_.tracker().top(kTopMessages, kVisitPerShard, now, &visited)) {
+    top.push_back(message_json(sampled, guard_.tracker_names().find(sampled.key),
+                               config.show_identities, guard_, *policies));
+  }
+  doc["top"] = std::move(top);
+  doc["tracker_sampled"] = visited;
+  return json::serialize(doc) + "\n";
+}
+
+}  // namespace nackguard::status
