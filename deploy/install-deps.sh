@@ -18,6 +18,9 @@ packages=(
   # Integration tests: a private RabbitMQ node (tests/rabbitmq-node.sh) and
   # Debian's python3 with pika as the test client.
   rabbitmq-server python3 python3-pika
+  # The /status page test (tests/integration/test_status_page.py) drives Debian's Chromium
+  # headless through selenium and chromedriver.
+  chromium chromium-driver python3-selenium
   # RabbitMQ 4.0.5 for the broker matrix: tests/rabbitmq-rootfs.sh builds a Debian 13 root
   # file system with Debian 13's rabbitmq-server (Debian 12 has no 4.x) and runs the node in it.
   debootstrap
