@@ -125,6 +125,7 @@ std::vector<std::string> keys_needing_restart(const config::Config& now,
             now.tracker_idle_ttl != loaded.tracker_idle_ttl,
         "tracker");
   check(tls_signature(now) != tls_signature(loaded), "listen.tls or upstream.tls");
+  check(now.reload_watch != loaded.reload_watch, "reload.watch");
   return keys;
 }
 
@@ -171,6 +172,7 @@ std::optional<std::string> App::not_ready_reason() const {
 int App::run() {
   server_->start();
   metrics_server_->start();
+  watch_files();
   spdlog::info("nackguard {} listening on {}:{}, forwarding to {} ({} threads)", kVersion,
                config_.listen.host, config_.listen.port, upstream_list(config_), config_.threads);
   wait_for_stop();
@@ -211,6 +213,16 @@ void App::wait_for_reload() {
   });
 }
 
+void App::watch_files() {
+  if (!config_.reload_watch) return;
+  config_watcher_ =
+      std::make_unique<net::ConfigWatcher>(signals_strand_, [this](const std::string& what) {
+        spdlog::info("reload: {} changed; reloading", what);
+        reload();
+      });
+  config_watcher_->start(config_.file, config_.policies_dir);
+}
+
 void App::reload() {
   try {
     config::Config loaded = config::load_config(config_.file);
@@ -246,6 +258,8 @@ void App::reload() {
         config_.file.string());
     registry_.policy_reload(false);
   }
+  // policies_dir may have changed, or now lead to another directory (a ConfigMap update).
+  if (config_watcher_) config_watcher_->follow(config_.policies_dir);
 }
 
 void App::begin_shutdown(int signal) {
@@ -264,6 +278,7 @@ void App::watch_drain() {
       metrics_server_->stop();
       stop_signals_.cancel();
       reload_signal_.cancel();
+      if (config_watcher_) config_watcher_->cancel();
       io_.stop();
       return;
     }

@@ -1,6 +1,7 @@
 #pragma once
 // The running proxy: the shared guard state, the listener, worker threads, and signals
-// (SIGHUP reloads the policies, SIGTERM and SIGINT drain, a second one exits at once).
+// (SIGHUP, or a change to a watched file, reloads the policies; SIGTERM and SIGINT drain, a
+// second one exits at once).
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
@@ -15,6 +16,7 @@
 #include "proxy/metrics/http_server.hpp"
 #include "proxy/metrics/metrics_listener.hpp"
 #include "proxy/metrics/registry.hpp"
+#include "proxy/net/config_watcher.hpp"
 #include "proxy/net/log_listener.hpp"
 #include "proxy/net/server.hpp"
 #include "proxy/retry/policy_set.hpp"
@@ -32,6 +34,7 @@ class App {
   void wait_for_stop();
   void wait_for_reload();
   void reload();
+  void watch_files();
   void begin_shutdown(int signal);
   void watch_drain();
 
@@ -51,6 +54,8 @@ class App {
   boost::asio::signal_set stop_signals_;
   boost::asio::signal_set reload_signal_;
   boost::asio::steady_timer drain_timer_;
+  // Reloads on a change to the config file or a policy file; null with reload.watch false.
+  std::unique_ptr<net::ConfigWatcher> config_watcher_;
   std::atomic<bool> shutting_down_{false};
 };
 
