@@ -98,6 +98,10 @@ CAUSES = ("body_not_retained", "no_channel", "malformed_properties", "republish_
 SHUTDOWN_TEXT = "CONNECTION_FORCED - nackguard is shutting down"
 
 
+# Reloads on SIGHUP alone, not on a change to a watched file.
+SIGHUP_ONLY = {"reload": {"watch": False}}
+
+
 def immediate_policy(queue, max_redeliveries=5):
     return rs.policy_yaml(queue, max_redeliveries=max_redeliveries, requeue="immediate",
                           rate=NO_RATE_LIMITS)
@@ -390,7 +394,10 @@ class OperationsTest(ops.OpsTest):
 
     def test_5_reload_policies(self):
         queue = self.queue_name("reload")
-        proxy = self.start_ops({"q.yaml": immediate_policy(queue, max_redeliveries=5)})
+        # reload.watch false: the files are written in place, and a watched change would be a
+        # reload of its own (test_reload_watch tests those).
+        proxy = self.start_ops({"q.yaml": immediate_policy(queue, max_redeliveries=5)},
+                               config=SIGHUP_ONLY)
         self.broker.declare(queue)
         # A connection opened before the reload, used after it.
         consumer = self.consumer(proxy, queue, lambda d: "nack", prefetch=10)
@@ -448,7 +455,7 @@ class OperationsTest(ops.OpsTest):
         self.assert_proxy_alive(proxy)
 
     def test_5b_reload_names_keys_that_need_a_restart(self):
-        proxy = self.start_ops(config={"shutdown": {"grace": "2s"}})
+        proxy = self.start_ops(config={"shutdown": {"grace": "2s"}, **SIGHUP_ONLY})
         # A config file that does not load: the reload fails as a whole.
         with open(proxy.config_path, "a") as f:
             f.write("no_such_key: 1\n")
