@@ -45,10 +45,10 @@ constexpr std::array<std::string_view, 11> kTopKeys{
 constexpr std::array<std::string_view, 3> kListenKeys{"address", "port", "tls"};
 constexpr std::array<std::string_view, 5> kUpstreamKeys{"host", "port", "addresses",
                                                         "connect_timeout", "tls"};
-constexpr std::array<std::string_view, 3> kMetricsKeys{"address", "port", "max_queue_labels"};
+constexpr std::array<std::string_view, 4> kMetricsKeys{"address", "port", "max_queue_labels",
+                                                       "show_identities"};
 constexpr std::array<std::string_view, 1> kShutdownKeys{"grace"};
 constexpr std::array<std::string_view, 1> kReloadKeys{"watch"};
-constexpr std::array<std::string_view, 2> kBooleans{"true", "false"};
 constexpr std::uint64_t kMaxQueueLabels = 100000;
 constexpr std::array<std::string_view, 2> kLogKeys{"level", "format"};
 constexpr std::array<std::string_view, 3> kLimitsKeys{"max_frame_bytes", "buffer_bytes",
@@ -216,7 +216,7 @@ void read_shutdown(const Section& top, Config& config) {
 void read_reload(const Section& top, Config& config) {
   const Section reload = top.child("reload", kReloadKeys);
   if (const Field* watch = reload.find("watch")) {
-    config.reload_watch = detail::read_choice(*watch, kBooleans) == "true";
+    config.reload_watch = detail::read_bool(*watch);
   }
 }
 
@@ -226,6 +226,9 @@ void read_metrics(const Section& top, Config& config) {
   if (const Field* labels = metrics.find("max_queue_labels")) {
     config.metrics_max_queue_labels =
         static_cast<std::size_t>(detail::read_integer(*labels, 1, kMaxQueueLabels));
+  }
+  if (const Field* show = metrics.find("show_identities")) {
+    config.metrics_show_identities = detail::read_bool(*show);
   }
 }
 

@@ -55,7 +55,6 @@ struct UpstreamTls {
   ConfigFile key_file;
 };
 
-
 struct Config;
 // The broker addresses to connect to: upstream.addresses, or the one of upstream.host/port.
 std::vector<Endpoint> upstream_targets(const Config& config);
@@ -96,6 +95,9 @@ struct Config {
   bool reload_watch = true;
   // Distinct queue label values in metrics; further queues are counted under "_other".
   std::size_t metrics_max_queue_labels = 100;
+  // Whether /status shows the messages' identities (message_id, a header's value); when false,
+  // each shows as the short id the log lines carry. Applied by a reload.
+  bool metrics_show_identities = false;
   // The redelivery tracker: how many messages' return counts it remembers (1..100000000), and
   // how long it keeps one that is not returned again (1s..8760h). Past max_entries the least
   // recently returned message is forgotten first.

@@ -70,6 +70,8 @@ std::string describe(const Config& config) {
       << "metrics.address: " << config.metrics.host << "\n"
       << "metrics.port: " << config.metrics.port << "\n"
       << "metrics.max_queue_labels: " << config.metrics_max_queue_labels << "\n"
+      << "metrics.show_identities: " << (config.metrics_show_identities ? "true" : "false")
+      << "\n"
       << "log.level: " << config.log_level << "\n"
       << "log.format: " << config.log_format << "\n"
       << "limits.max_frame_bytes: " << config.max_frame_bytes << "\n"

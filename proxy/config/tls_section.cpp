@@ -19,12 +19,6 @@ constexpr std::array<std::string_view, 4> kListenTlsKeys{"cert_file", "key_file"
                                                          "require_client_cert"};
 constexpr std::array<std::string_view, 5> kUpstreamTlsKeys{"ca_file", "verify", "server_name",
                                                            "cert_file", "key_file"};
-constexpr std::array<std::string_view, 2> kBooleans{"true", "false"};
-
-bool read_bool(const Field& field) {
-  return read_choice(field, kBooleans) == "true";
-}
-
 // Why `path` cannot be opened for reading; empty when it can.
 std::string unreadable_because(const fs::path& path) {
   std::error_code error;

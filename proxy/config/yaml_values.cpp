@@ -1,6 +1,7 @@
 #include "proxy/config/yaml_values.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
@@ -99,6 +100,11 @@ void check_name_length(const Field& field, std::string_view name, std::string_vi
   message.append(std::to_string(name.size())).append(" bytes long; AMQP ").append(what);
   message.append(" are at most 255 bytes");
   field.fail(message);
+}
+
+bool read_bool(const Field& field) {
+  static constexpr std::array<std::string_view, 2> kBooleans{"true", "false"};
+  return read_choice(field, kBooleans) == "true";
 }
 
 }  // namespace nackguard::config::detail

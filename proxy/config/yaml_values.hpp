@@ -27,6 +27,8 @@ std::chrono::milliseconds read_duration(const Field& field, std::chrono::millise
 
 // One of `choices`, exactly; a near miss gets a "did you mean".
 std::string read_choice(const Field& field, std::span<const std::string_view> choices);
+// `true` or `false`.
+bool read_bool(const Field& field);
 
 // Non-empty text without spaces: a host name, an address, a path.
 std::string read_word(const Field& field, std::string_view what);

@@ -206,6 +206,13 @@ TEST_F(ConfigErrors, UnknownKeyInEachSection) {
             "valid keys here: max_entries, idle_ttl");
 }
 
+TEST_F(ConfigErrors, ShowIdentitiesTakesTrueOrFalse) {
+  const std::string error = error_for("metrics:\n  show_identities: yes\n");
+  EXPECT_TRUE(starts_with(error, "FILE:2:20: metrics.show_identities: ")) << error;
+  EXPECT_TRUE(contains(error, "true")) << error;
+  EXPECT_TRUE(contains(error, "false")) << error;
+}
+
 TEST_F(ConfigErrors, UnknownKeyWithoutACloseMatchHasNoSuggestion) {
   EXPECT_EQ(error_for("verbose: true\n"),
             "FILE:1:1: unknown key \"verbose\"; valid keys here: listen, upstream, threads, "

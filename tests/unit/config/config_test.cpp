@@ -72,6 +72,7 @@ TEST(LoadConfig, EmptyFileMeansAllDefaults) {
   EXPECT_EQ(config.tracker_max_entries, 100000u);
   EXPECT_EQ(config.tracker_idle_ttl, std::chrono::hours(24));
   EXPECT_TRUE(config.reload_watch);
+  EXPECT_FALSE(config.metrics_show_identities);
 }
 
 TEST(LoadConfig, CommentsOnlyOrEmptySectionsMeanDefaults) {
@@ -100,7 +101,7 @@ listen:   {address: 0.0.0.0, port: 1}
 upstream: {host: rabbit.internal, port: 65535, connect_timeout: 750ms}
 threads: 256
 policies_dir: ../rules
-metrics:  {address: "::", port: 9000}
+metrics:  {address: "::", port: 9000, show_identities: true}
 log:      {level: critical, format: json}
 limits:   {max_frame_bytes: 4096, buffer_bytes: 268435456, retained_body_bytes: 68719476736}
 timeouts: {handshake: 2m}
@@ -116,6 +117,7 @@ reload:   {watch: false}
   EXPECT_EQ(config.policies_dir, tree.root() / "rules");
   EXPECT_EQ(config.metrics.host, "::");
   EXPECT_EQ(config.metrics.port, 9000);
+  EXPECT_TRUE(config.metrics_show_identities);
   EXPECT_EQ(config.log_level, "critical");
   EXPECT_EQ(config.log_format, "json");
   EXPECT_EQ(config.max_frame_bytes, 4096u);
@@ -189,6 +191,7 @@ TEST(Describe, ListsEveryKeyOncePerLine) {
                                "metrics.address: 127.0.0.1\n"
                                "metrics.port: 9464\n"
                                "metrics.max_queue_labels: 100\n"
+                               "metrics.show_identities: false\n"
                                "log.level: info\n"
                                "log.format: text\n"
                                "limits.max_frame_bytes: 1048576\n"
