@@ -12,6 +12,7 @@
 #include "nackguard/version.hpp"
 #include "proxy/config/policy_loader.hpp"
 #include "proxy/net/io_threads.hpp"
+#include "proxy/status/status_page.hpp"
 
 namespace nackguard {
 
@@ -87,6 +88,16 @@ net::RelayOptions relay_options(const config::Config& cfg, session::GuardContext
   return options;
 }
 
+status::StatusConfig status_config(const config::Config& cfg, std::size_t policies) {
+  status::StatusConfig out;
+  out.file = cfg.file.string();
+  out.policies_dir = cfg.policies_dir.string();
+  out.policies = policies;
+  out.show_identities = cfg.metrics_show_identities;
+  out.max_queue_labels = cfg.metrics_max_queue_labels;
+  return out;
+}
+
 // What the TLS keys say, as one string to compare across a reload.
 std::string tls_signature(const config::Config& cfg) {
   std::string out;
@@ -141,7 +152,8 @@ App::App(config::Config config, retry::PolicySet policies)
       signals_strand_(boost::asio::make_strand(io_)),
       stop_signals_(signals_strand_, SIGINT, SIGTERM),
       reload_signal_(signals_strand_, SIGHUP),
-      drain_timer_(signals_strand_) {
+      drain_timer_(signals_strand_),
+      status_timer_(signals_strand_) {
   net::RelayOptions options = relay_options(config_, guard_);
   options.metrics = &registry_;
   server_ = std::make_unique<net::Server>(io_, config_.listen.host, config_.listen.port, options);
@@ -153,8 +165,12 @@ App::App(config::Config config, retry::PolicySet policies)
                        [&budget] { return static_cast<double>(budget.refusals()); });
   registry_.set_source(metrics::Metric::untracked_deliveries_total,
                        [&budget] { return static_cast<double>(budget.untracked()); });
+  status_ = std::make_unique<status::StatusBoard>(guard_, registry_, kVersion, host_name());
+  status_->set_config(status_config(config_, guard_.policies()->policies().size()));
   metrics::HttpHandlers handlers;
   handlers.metrics = [this] { return registry_.render(); };
+  handlers.status_json = [this] { return status_->json(); };
+  handlers.status_page = [] { return status::status_page(); };
   handlers.not_ready_reason = [this] { return not_ready_reason(); };
   metrics::HttpServerOptions http;
   http.on_error = [](const std::string& what) { spdlog::warn("metrics endpoint: {}", what); };
@@ -177,6 +193,7 @@ int App::run() {
                config_.listen.host, config_.listen.port, upstream_list(config_), config_.threads);
   wait_for_stop();
   wait_for_reload();
+  tick_status();
   // A handler's exception is logged and the thread runs on: one connection's internal error
   // must not end the others' (nor the process, without a word, through std::terminate).
   auto run = [this] {
@@ -239,27 +256,42 @@ void App::reload() {
     config_.policies_dir = loaded.policies_dir;
     config_.log_level = loaded.log_level;
     config_.shutdown_grace = loaded.shutdown_grace;  // read only when a shutdown begins
+    config_.metrics_show_identities = loaded.metrics_show_identities;
+    status_->set_config(status_config(config_, count));
     spdlog::info("reload: {} policies loaded from {}", count, config_.policies_dir.string());
-    registry_.policy_reload(true);
+    record_reload(true, {});
   } catch (const config::ConfigError& e) {
     spdlog::error("reload failed, the previous policies stay in force: {}", e.what());
-    registry_.policy_reload(false);
+    record_reload(false, e.what());
   } catch (const std::exception& e) {
     // Not a mistake in the files (out of memory, a file system error): said as such.
     spdlog::error(
         "reload of {} failed by an internal error, the previous policies stay in "
         "force: {}",
         config_.file.string(), e.what());
-    registry_.policy_reload(false);
+    record_reload(false, std::string("internal error: ") + e.what());
   } catch (...) {
     spdlog::error(
         "reload of {} failed by an unknown internal error, the previous policies stay "
         "in force",
         config_.file.string());
-    registry_.policy_reload(false);
+    record_reload(false, "unknown internal error");
   }
   // policies_dir may have changed, or now lead to another directory (a ConfigMap update).
   if (config_watcher_) config_watcher_->follow(config_.policies_dir);
+}
+
+void App::record_reload(bool ok, const std::string& message) {
+  registry_.policy_reload(ok);
+  status_->reloaded(status::ReloadRecord{guard_.wall_ms(), ok, message});
+}
+
+void App::tick_status() {
+  status_->tick();
+  status_timer_.expires_after(std::chrono::seconds(10));
+  status_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) tick_status();
+  });
 }
 
 void App::begin_shutdown(int signal) {
@@ -278,6 +310,7 @@ void App::watch_drain() {
       metrics_server_->stop();
       stop_signals_.cancel();
       reload_signal_.cancel();
+      status_timer_.cancel();
       if (config_watcher_) config_watcher_->cancel();
       io_.stop();
       return;

@@ -21,6 +21,7 @@
 #include "proxy/net/server.hpp"
 #include "proxy/retry/policy_set.hpp"
 #include "proxy/session/guard_context.hpp"
+#include "proxy/status/status_board.hpp"
 
 namespace nackguard {
 
@@ -34,6 +35,9 @@ class App {
   void wait_for_stop();
   void wait_for_reload();
   void reload();
+  // Records a reload's outcome for /status (and, when it loaded, the config it shows).
+  void record_reload(bool ok, const std::string& message);
+  void tick_status();
   void watch_files();
   void begin_shutdown(int signal);
   void watch_drain();
@@ -47,6 +51,7 @@ class App {
   session::GuardContext guard_;
   boost::asio::io_context io_;
   std::unique_ptr<net::Server> server_;
+  std::unique_ptr<status::StatusBoard> status_;
   std::unique_ptr<metrics::HttpServer> metrics_server_;
   // The signal handlers and the drain watch run on it, one at a time: reload writes config_
   // while begin_shutdown reads it, and io_ runs on several threads.
@@ -54,6 +59,7 @@ class App {
   boost::asio::signal_set stop_signals_;
   boost::asio::signal_set reload_signal_;
   boost::asio::steady_timer drain_timer_;
+  boost::asio::steady_timer status_timer_;  // takes /status's window snapshots
   // Reloads on a change to the config file or a policy file; null with reload.watch false.
   std::unique_ptr<net::ConfigWatcher> config_watcher_;
   std::atomic<bool> shutting_down_{false};
