@@ -39,7 +39,8 @@ void StatusBoard::tick() {
 namespace {
 
 json::object queue_json(const QueueCounts& total, const std::optional<QueueCounts>& window,
-                        session::GuardContext& guard, const retry::PolicySet& policies) {
+                        session::GuardContext& guard, const retry::PolicySet& policies,
+                        std::string_view policies_dir) {
   json::object out;
   out["queue"] = total.queue;
   out["window"] = window ? json::value(counts_json(*window)) : json::value(nullptr);
@@ -54,7 +55,7 @@ json::object queue_json(const QueueCounts& total, const std::optional<QueueCount
   const retry::HealthChange health =
       guard.health().state(total.queue, policy.rate, guard.steady_ms());
   out["outage_ratio"] = health.messages > 0 ? json::value(health.ratio) : json::value(nullptr);
-  out["policy"] = policy.source;
+  out["policy"] = policy_file(policy, policies_dir);
   return out;
 }
 
@@ -116,7 +117,8 @@ std::string StatusBoard::json() {
   doc["window_seconds"] = window_seconds;
   json::array queue_rows;
   for (std::size_t i = 0; i < queues.size() && i < kMaxQueues; ++i) {
-    queue_rows.push_back(queue_json(queues[i].first, queues[i].second, guard_, *policies));
+    queue_rows.push_back(
+        queue_json(queues[i].first, queues[i].second, guard_, *policies, config.policies_dir));
   }
   doc["queues"] = std::move(queue_rows);
 
@@ -125,7 +127,7 @@ std::string StatusBoard::json() {
   for (const retry::Tracker::Sampled& sampled :
        guard_.tracker().top(kTopMessages, kVisitPerShard, now, &visited)) {
     top.push_back(message_json(sampled, guard_.tracker_names().find(sampled.key),
-                               config.show_identities, guard_, *policies));
+                               config.show_identities, guard_, *policies, config.policies_dir));
   }
   doc["top"] = std::move(top);
   doc["tracker_sampled"] = visited;

@@ -40,6 +40,15 @@ json::object counts_json(const QueueCounts& counts) {
   return out;
 }
 
+std::string policy_file(const retry::Policy& policy, std::string_view policies_dir) {
+  std::string_view source = policy.source;
+  if (!policies_dir.empty() && source.size() > policies_dir.size() &&
+      source.substr(0, policies_dir.size()) == policies_dir && source[policies_dir.size()] == '/') {
+    return std::string(source.substr(policies_dir.size() + 1));
+  }
+  return policy.source;
+}
+
 namespace {
 
 std::string_view action_word(retry::Action action) {
@@ -61,7 +70,8 @@ json::object decision_json(const retry::Decision& decision, std::string_view whe
 // crash, from nackguard's own count), or what its next delivery carries out when a crash left
 // a decision pending.
 json::object next_json(const retry::TrackerEntry& entry, std::string_view queue,
-                       session::GuardContext& guard, const retry::PolicySet& policies) {
+                       session::GuardContext& guard, const retry::PolicySet& policies,
+                       std::string_view policies_dir) {
   const retry::Policy& policy = policies.match(queue);
   if (entry.pending_action != 0) {
     retry::Decision pending;
@@ -77,7 +87,7 @@ json::object next_json(const retry::TrackerEntry& entry, std::string_view queue,
   retry::TrackerEntry copy = entry;
   std::mt19937_64 rng(entry.returns);
   json::object next = decision_json(retry::decide_return(policy, copy, event, rng), "next_return");
-  next["policy"] = policy.source;
+  next["policy"] = policy_file(policy, policies_dir);
   return next;
 }
 
@@ -85,7 +95,8 @@ json::object next_json(const retry::TrackerEntry& entry, std::string_view queue,
 
 json::object message_json(const retry::Tracker::Sampled& sampled,
                           const std::optional<retry::TrackerName>& name, bool show_identities,
-                          session::GuardContext& guard, const retry::PolicySet& policies) {
+                          session::GuardContext& guard, const retry::PolicySet& policies,
+                          std::string_view policies_dir) {
   const retry::TrackerEntry& entry = sampled.entry;
   json::object out;
   out["id"] = retry::short_id(sampled.key);
@@ -103,7 +114,7 @@ json::object message_json(const retry::Tracker::Sampled& sampled,
                                                 : json::value(nullptr);
   out["crash_suspect"] = entry.crash_suspect;
   if (name) {
-    out["next"] = next_json(entry, name->queue, guard, policies);
+    out["next"] = next_json(entry, name->queue, guard, policies, policies_dir);
   } else {
     out["next"] = nullptr;
   }

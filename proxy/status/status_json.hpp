@@ -26,11 +26,15 @@ std::string iso_time_ms(std::int64_t wall_ms);
 // reason, fallbacks and ack timeouts.
 boost::json::object counts_json(const QueueCounts& counts);
 
+// Where `policy` was defined, relative to `policies_dir` when it lies there ("orders.yaml"),
+// else as the loader wrote it ("built-in default").
+std::string policy_file(const retry::Policy& policy, std::string_view policies_dir);
+
 // One message of the top table. `name` is what TrackerNames knows of it (nullopt: forgotten);
 // `next` says what its next return (or delivery, for a crash's pending decision) will bring.
 boost::json::object message_json(const retry::Tracker::Sampled& sampled,
                                  const std::optional<retry::TrackerName>& name,
                                  bool show_identities, session::GuardContext& guard,
-                                 const retry::PolicySet& policies);
+                                 const retry::PolicySet& policies, std::string_view policies_dir);
 
 }  // namespace nackguard::status

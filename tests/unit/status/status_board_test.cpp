@@ -22,7 +22,7 @@ class StatusBoardTest : public testing::Test {
     orders.queue = "orders";
     orders.max_redeliveries = 3;
     orders.rate.per_message = 1000;
-    orders.source = "policies/orders.yaml";
+    orders.source = "/etc/nackguard/policies/orders.yaml";
     settings.tracker_max_entries = 200000;  // room for 100,000 whatever their shards
     context = std::make_unique<session::GuardContext>(
         settings, std::make_shared<const retry::PolicySet>(std::vector{orders}), nullptr,
@@ -79,7 +79,7 @@ TEST_F(StatusBoardTest, TopMessagesWithWhatTheirNextReturnBrings) {
   EXPECT_EQ(first.at("next").at("action").as_string(), "dead_letter");
   EXPECT_EQ(first.at("next").at("reason").as_string(), "max_redeliveries");
   EXPECT_EQ(first.at("next").at("when").as_string(), "next_return");
-  EXPECT_EQ(first.at("next").at("policy").as_string(), "policies/orders.yaml");
+  EXPECT_EQ(first.at("next").at("policy").as_string(), "orders.yaml");
   const json::object& second = top[1].as_object();
   EXPECT_EQ(second.at("returns").as_int64(), 2);
   EXPECT_EQ(second.at("next").at("action").as_string(), "requeue");
@@ -146,7 +146,7 @@ TEST_F(StatusBoardTest, QueuesOverTheWindowAndSinceStart) {
   EXPECT_EQ(q.at("total").at("returns_became").at("forwarded").as_int64(), 3);
   EXPECT_EQ(q.at("total").at("dead_letters").at("max_redeliveries").as_int64(), 0);
   EXPECT_FALSE(q.at("outage").as_bool());
-  EXPECT_EQ(q.at("policy").as_string(), "policies/orders.yaml");
+  EXPECT_EQ(q.at("policy").as_string(), "orders.yaml");
 }
 
 TEST_F(StatusBoardTest, LimitsAndReloads) {
