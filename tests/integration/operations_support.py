@@ -332,6 +332,18 @@ def _yaml_value(value):
     return str(value)
 
 
+
+def add_user(name, password, configure=".*"):
+    """Creates (or resets) a broker user with permissions configure/.*/.* on "/"."""
+    try:
+        harness.rabbitmqctl("add_user", name, password)
+    except AssertionError as exc:
+        if "already exists" not in str(exc):
+            raise
+        harness.rabbitmqctl("change_password", name, password)
+    harness.rabbitmqctl("set_permissions", "-p", "/", name, configure, ".*", ".*")
+
+
 class OpsProxy(rs.GuardProxy):
     """A nackguard process with the given policy files and config keys.
 

@@ -107,17 +107,6 @@ def immediate_policy(queue, max_redeliveries=5):
                           rate=NO_RATE_LIMITS)
 
 
-def add_user(name, password, configure=".*"):
-    """Creates (or resets) a broker user with permissions configure/.*/.* on "/"."""
-    try:
-        harness.rabbitmqctl("add_user", name, password)
-    except AssertionError as exc:
-        if "already exists" not in str(exc):
-            raise
-        harness.rabbitmqctl("change_password", name, password)
-    harness.rabbitmqctl("set_permissions", "-p", "/", name, configure, ".*", ".*")
-
-
 class OperationsTest(ops.OpsTest):
 
     # ------------------------------------------------------------ helpers
@@ -287,7 +276,7 @@ class OperationsTest(ops.OpsTest):
         if harness.RABBITMQCTL is None:
             self.skipTest("NACKGUARD_TEST_RABBITMQCTL is not set (needed for the fallback part)")
         user = "nackguard-ops-limited"
-        add_user(user, "limited-pw", configure="^$")
+        ops.add_user(user, "limited-pw", configure="^$")
         self.addCleanup(lambda: harness.rabbitmqctl("delete_user", user))
         self.broker.declare(limited_queue)
         self.publish_mix(limited_queue)
@@ -577,7 +566,7 @@ class OperationsTest(ops.OpsTest):
         secret = "S3cret-" + uuid.uuid4().hex
         wrong = "Wr0ng-" + uuid.uuid4().hex
         user = "nackguard-ops-logs"
-        add_user(user, secret)
+        ops.add_user(user, secret)
         self.addCleanup(lambda: harness.rabbitmqctl("delete_user", user))
         proxy = self.start_ops({"q.yaml": immediate_policy(queue, max_redeliveries=1)},
                                config={"log": {"level": "debug", "format": "json"}})
@@ -616,13 +605,15 @@ class OperationsTest(ops.OpsTest):
         self.assertEqual(len(dead), 2, f"dead-lettered lines: {dead}")
         by_identity = [r for r in dead if f"identity=message_id:{by_id} " in r["msg"]]
         self.assertEqual(len(by_identity), 1, f"dead-lettered lines: {dead}")
-        self.assertEqual(by_identity[0]["msg"],
-                         f"dead-lettered: queue={queue} identity=message_id:{by_id} returns=2 "
-                         "reason=max_redeliveries")
+        self.assertRegex(by_identity[0]["msg"],
+                         rf"^dead-lettered: queue={re.escape(queue)} "
+                         rf"identity=message_id:{re.escape(by_id)} returns=2 "
+                         r"reason=max_redeliveries id=[0-9a-f]{12}$")
         self.assertEqual(by_identity[0]["level"], "warning")
         by_body = [r for r in dead if r is not by_identity[0]][0]
         self.assertRegex(by_body["msg"], rf"^dead-lettered: queue={re.escape(queue)} "
-                                         r"identity=body:\S+ returns=2 reason=max_redeliveries$")
+                                         r"identity=body:\S+ returns=2 reason=max_redeliveries "
+                                         r"id=[0-9a-f]{12}$")
         raw = proxy.full_log_bytes() + proxy.stdout_text().encode()
         self.assertNotIn(body_mark.encode(), raw, "a message body is in the log")
         self.assertNotIn(secret.encode(), raw, "the password is in the log")
@@ -656,6 +647,9 @@ class OperationsTest(ops.OpsTest):
                               f"section 8.1): {line!r}")
                 records.extend(ops.log_json_lines(text))
         dead = [r["msg"] for r in records if r["msg"].startswith("dead-lettered:")]
+        # Each ends with the message's short id (as /status shows it), left out below.
+        self.assertTrue(all(re.search(r" id=[0-9a-f]{12}$", d) for d in dead), dead)
+        dead = [re.sub(r" id=[0-9a-f]{12}$", "", d) for d in dead]
         # Control characters from a client are written as \xNN: a message id cannot split or
         # forge a log line; bytes that are not UTF-8 become U+FFFD.
         self.assertIn(f"dead-lettered: queue={queue} identity=message_id:"
