@@ -80,6 +80,7 @@ asio::awaitable<Stream::Result> Stream::write(const void* data, std::size_t size
 }
 
 std::size_t Stream::try_send(const void* data, std::size_t size, boost::system::error_code& ec) {
+  if (Tls* secure = tls()) return secure->try_send(data, size, ec);
   ec.clear();
   ssize_t n = ::send(tcp().native_handle(), data, size, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n >= 0) return static_cast<std::size_t>(n);

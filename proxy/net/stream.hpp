@@ -70,10 +70,12 @@ class Stream {
   // TCP each send is offered everything left (transfer_everything_left).
   boost::asio::awaitable<Result> write(const void* data, std::size_t size);
 
-  // Plain TCP only: sends what the socket takes at once, without waiting and without changing
-  // the socket's mode (MSG_DONTWAIT), so that every Asio backend sees the socket as Asio left
-  // it (io_uring's reads try no speculative read on a blocking socket). Returns the bytes sent:
-  // 0 when the socket takes nothing now; `ec` is set on a failure.
+  // Sends what the socket takes at once, without waiting and without changing the socket's
+  // mode (MSG_DONTWAIT), so that every Asio backend sees the socket as Asio left it (io_uring's
+  // reads try no speculative read on a blocking socket). Returns the bytes sent: 0 when the
+  // socket takes nothing now; `ec` is set on a failure. Over TLS it counts whole records only:
+  // a record the socket cut stays in OpenSSL, and the next write must start with the bytes
+  // after the count (TlsStream::try_send).
   std::size_t try_send(const void* data, std::size_t size, boost::system::error_code& ec);
 
   // Nothing more will be sent: with TLS a close_notify first (waiting at most `limit` for the

@@ -185,6 +185,28 @@ asio::awaitable<boost::system::error_code> TlsStream::shutdown() {
   }
 }
 
+std::size_t TlsStream::try_send(const void* data, std::size_t size, boost::system::error_code& ec) {
+  ec.clear();
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  std::size_t total = 0;
+  while (total < size) {
+    ERR_clear_error();
+    std::size_t n = 0;
+    const int result = SSL_write_ex(ssl_.get(), bytes + total, size - total, &n);
+    if (result == 1) {
+      total += n;
+      continue;
+    }
+    // A failure after whole records were sent is met by the next write: what was sent counts.
+    const int error = SSL_get_error(ssl_.get(), result);
+    if (error != SSL_ERROR_WANT_WRITE && error != SSL_ERROR_WANT_READ && total == 0) {
+      ec = boost::asio::error::broken_pipe;
+    }
+    break;
+  }
+  return total;
+}
+
 bool TlsStream::holds_input() const {
   return SSL_has_pending(ssl_.get()) == 1;
 }

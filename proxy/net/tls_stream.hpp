@@ -47,6 +47,9 @@ class TlsStream {
   boost::asio::awaitable<boost::system::error_code> shutdown();
   // Received and not yet handed out: decrypted bytes, or records in OpenSSL's buffer.
   bool holds_input() const;
+  // Writes what the socket takes now, without waiting: whole records (a record cut by a full
+  // socket is finished by the next write, which must start with the same bytes).
+  std::size_t try_send(const void* data, std::size_t size, boost::system::error_code& ec);
 
  private:
   struct FreeSsl {

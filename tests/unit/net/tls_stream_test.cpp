@@ -205,6 +205,50 @@ TEST(TlsStream, ThePeersCloseNotifyIsEofAndABareCloseIsTruncation) {
   }
 }
 
+// flush() sends without waiting (try_send) until the socket is full; the writer then sends the
+// rest, from a copy (the relay moves what is left into its output queue). The record the full
+// socket cut stays in OpenSSL and is finished by that write: the peer gets every byte once, in
+// order.
+TEST(TlsStream, ARecordCutByAFullSocketIsFinishedByTheNextWrite) {
+  Pair pair;
+  const Bytes data = pattern(8 << 20);
+  Bytes got;
+  std::size_t sent_at_once = 0;
+  boost::system::error_code try_ec, write_ec, end;
+  pair.run([&] {
+    // Nobody reads yet: the socket fills.
+    sent_at_once = pair.client.try_send(data.data(), data.size(), try_ec);
+    asio::co_spawn(
+        pair.io,
+        [&]() -> asio::awaitable<void> {
+          Bytes rest(data.begin() + static_cast<std::ptrdiff_t>(sent_at_once), data.end());
+          auto [ec, n] = co_await pair.client.write(rest.data(), rest.size());
+          write_ec = ec;
+          EXPECT_EQ(n, rest.size());
+        },
+        asio::detached);
+    asio::co_spawn(pair.io, read_all(pair.server, got, data.size(), end, nullptr), asio::detached);
+  });
+  EXPECT_FALSE(try_ec) << try_ec.message();
+  EXPECT_GT(sent_at_once, 0u);
+  EXPECT_LT(sent_at_once, data.size()) << "the socket took 8 MiB: nothing was cut";
+  EXPECT_FALSE(write_ec) << write_ec.message();
+  EXPECT_FALSE(end) << end.message();
+  EXPECT_EQ(got.size(), data.size());
+  EXPECT_TRUE(got == data);
+}
+
+TEST(TlsStream, TrySendToAPeerThatIsGoneFails) {
+  Pair pair;
+  boost::system::error_code ec;
+  pair.run([&] {
+    pair.server.close();
+    const Bytes chunk = pattern(64 * 1024);
+    for (int i = 0; i < 1000 && !ec; ++i) pair.client.try_send(chunk.data(), chunk.size(), ec);
+  });
+  EXPECT_TRUE(ec);
+}
+
 // The write fails with an error; the process gets no SIGPIPE (it would end the test run).
 TEST(TlsStream, WritingToAPeerThatIsGoneFailsWithoutSigpipe) {
   Pair pair;
