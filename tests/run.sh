@@ -379,6 +379,9 @@ if ((${#flaky_names[@]} > 0)); then
   echo "Passed only on a second try (flaky: find why; the first try's output is in the phase's ctest-summary.log):"
   printf '  %s\n' "${flaky_names[@]}"
 fi
+if [[ -d $build_dir/test-artifacts ]]; then
+  echo "Test artefacts (the /status page's screenshot from test_status_page among them): $build_dir/test-artifacts/"
+fi
 if ((${#failed_names[@]} > 0)); then
   echo "The last lines each failed test printed (all of it: each build directory's ctest-summary.log):"
   tail -n 120 "$failed_output"
