@@ -10,7 +10,8 @@ are exact.
 1. /status.json after 40 nacks under max_redeliveries 1000: one top entry for the queue,
    with the id the proxy derives (XXH3-128 of queue, NUL, identity), returns 40, deliveries
    40, next requeue at the next return, no identity; the queue's row (window and total):
-   returns 40, forwarded 40, deliveries what the consumer got; limits: one tracker entry,
+   returns 40, forwarded 40, deliveries what the consumer got (on 4.x quorum queues plus the
+   2 republishes that keep the poison from the broker's limit of 20); limits: one tracker entry,
    client_connections 2 (the publisher and the consumer, both through the proxy); config:
    no reload yet. 1b: max_redeliveries 3 and 3 nacks: next is dead_letter
    (max_redeliveries) at the next return.
@@ -25,6 +26,7 @@ are exact.
 4. A corrupt policy file and SIGHUP: last_reload error with a message naming the file,
    reloads error up by exactly one, the policy in force unchanged.
 """
+# ctest-variants: quorum rmq40 rmq40.quorum
 
 import signal
 import subprocess
@@ -130,7 +132,12 @@ class StatusTest(ops.OpsTest):
         self.assertEqual(entry["next"]["when"], "next_return", f"next: {entry['next']}")
 
         row = st.queue_row(doc, queue)
-        deliveries = GOODS + nacks + 1
+        # RabbitMQ 4.x gives a quorum queue a delivery limit of 20: each time the poison comes
+        # with x-delivery-count 20, nackguard republishes it before the consumer sees it (a
+        # delivery of its own), so that the broker's limit cannot end it.
+        republished = nacks // 20 if (harness.QUEUE_TYPE == "quorum"
+                                      and harness.broker_version() >= (4,)) else 0
+        deliveries = GOODS + nacks + 1 + republished
         for part in ("window", "total"):
             counts = row[part]
             self.assertIsNotNone(counts, f"{part} of {row}")
@@ -138,7 +145,8 @@ class StatusTest(ops.OpsTest):
                 (counts["deliveries"], counts["returns"], counts["returns_became"],
                  counts["dead_letters"], counts["fallbacks"], counts["ack_timeouts"]),
                 (deliveries, nacks,
-                 {"forwarded": nacks, "delayed": 0, "dead_lettered": 0, "republished": 0},
+                 {"forwarded": nacks, "delayed": 0, "dead_lettered": 0,
+                  "republished": republished},
                  {"max_redeliveries": 0, "crash_loop": 0, "broker_delivery_limit": 0,
                   "consumer_timeout": 0}, 0, 0), f"the queue's {part} counts")
         self.assertFalse(row["outage"])
