@@ -64,10 +64,12 @@ class Relay : public std::enable_shared_from_this<Relay> {
     boost::asio::steady_timer wake_writer;  // cancelled when there is output for this side
     boost::asio::steady_timer wake_reader;  // cancelled when this side's writer drained output
     std::chrono::steady_clock::time_point last_read;
+    // TLS only: when a write to this side last ended or was sent directly (see direct_write.hpp).
+    std::chrono::steady_clock::time_point last_write;
     std::size_t writing = 0;  // bytes handed to async_write and not yet completed
     // Bytes at the front of the session's output for this side that flush() already sent.
     std::size_t sent_ahead = 0;
-    bool direct_writes = false;  // plain TCP: flush() may send itself (try_send)
+    bool direct_writes = false;  // plain TCP: flush() always may send itself (try_send)
     bool closed = false;
   };
 
@@ -87,10 +89,13 @@ class Relay : public std::enable_shared_from_this<Relay> {
   boost::asio::awaitable<void> writer(Side side);
   boost::asio::awaitable<void> watchdog();
   void wake_writers();
-  // Hands what the session queued for `side` to the socket: directly from the caller when the
-  // stream is plain TCP and no write is in flight (one send, no writer wake-up), otherwise, or
-  // for what the socket did not take, by waking that side's writer.
+  // Hands what the session queued for `side` to the socket: directly from the caller when no
+  // write is in flight and the stream is plain TCP, or TLS with the side quiet (one send, no
+  // writer wake-up); otherwise, or for what the socket did not take, by waking its writer.
   void flush(Side side);
+  // Whether flush() may send to `side` itself now (direct_write.hpp); if so over TLS, the
+  // send counts as the side's last write.
+  bool may_send_directly(Side side);
   void flush_both();
   bool now_ready_to_close() const;
   void close_socket(Side side);
