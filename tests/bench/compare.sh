@@ -13,7 +13,7 @@
 #   tests/bench/compare.sh [--build-dir DIR] [--broker-port PORT] [--rounds N] [--scale F]
 #                          [--only LIST] [--proxy-threads N] [--soak SECONDS] [--nice N]
 #                          [--candidate BIN] [--candidate-threads N] [--floor] [--perf]
-#                          [--tls] [--smoke]
+#                          [--tls] [--latency-rate R] [--smoke]
 #
 #   --build-dir DIR     holds nackguard and nackguard-bench (default: build)
 #   --broker-port PORT  use the broker already listening on 127.0.0.1:PORT; otherwise a private
@@ -46,6 +46,9 @@
 #                       during each run with perf stat (tracepoints raw_syscalls:sys_enter,
 #                       context-switches, page-faults and a uprobe on libc's malloc that it adds if
 #                       missing), into DIR/bench-compare/perf.jsonl: per message in the summary
+#   --latency-rate R    the latency scenario's messages per second (default 5000): lower it
+#                       when the machine is slow enough that the targets queue for a CPU at
+#                       5,000 (with --scale, to keep each run short)
 #   --smoke             tiny sizes, one round, every scenario but conn-1000: exits non-zero if a
 #                       target fails to move every message (registered with CTest, label bench)
 #
@@ -62,6 +65,7 @@ build_dir=build
 broker_port=
 rounds=3
 scale=1
+latency_rate=5000
 only=
 proxy_threads=1
 soak=0
@@ -87,6 +91,7 @@ while (($#)); do
     --broker-port) broker_port=${2:?}; shift 2 ;;
     --rounds) rounds=${2:?}; shift 2 ;;
     --scale) scale=${2:?}; shift 2 ;;
+    --latency-rate) latency_rate=${2:?}; shift 2 ;;
     --only) only=${2:?}; shift 2 ;;
     --proxy-threads) proxy_threads=${2:?}; shift 2 ;;
     --soak) soak=${2:?}; shift 2 ;;
@@ -106,6 +111,7 @@ done
 [[ -z $candidate_threads || $candidate_threads =~ ^[1-9][0-9]*$ ]] ||
   die "--candidate-threads must be a positive whole number"
 [[ $soak =~ ^[0-9]+$ ]] || die "--soak takes whole seconds"
+[[ $latency_rate =~ ^[1-9][0-9]*$ ]] || die "--latency-rate must be a positive whole number"
 [[ -z $broker_port || $broker_port =~ ^[0-9]+$ ]] || die "--broker-port must be a port number"
 [[ -z $niceness || $niceness =~ ^-?[0-9]+$ ]] || die "--nice takes a whole number"
 ((smoke)) && rounds=1
@@ -343,7 +349,7 @@ scenarios=(
   "conn-100|100000|200|--size 1024 --connections 100"
   "conn-1000|100000|0|--size 1024 --connections 1000"
   "1k-nack10|200000|2000|--size 1024 --nack-fraction 0.1"
-  "latency|50000|1000|--size 1024 --mode concurrent --rate 5000"
+  "latency|50000|1000|--size 1024 --mode concurrent --rate $latency_rate"
 )
 targets=(direct nackguard haproxy)
 [[ -n $candidate_bin ]] && targets+=(candidate)
