@@ -8,7 +8,6 @@
 #include <utility>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/buffer.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -227,11 +226,7 @@ asio::awaitable<void> Relay::reader(Side side) {
       co_await peer.wake_reader.async_wait(kUseTuple);
     }
     std::span<std::uint8_t> space = session_.input_space(side, kReadChunk);
-    // Plain TCP reads straight from the socket: Stream::read_some is one more coroutine frame
-    // per read (5% of the relay's own instructions per message, docs/performance.md).
-    auto [ec, n] = self.stream.tls() ? co_await self.stream.read_some(space.data(), space.size())
-                                     : co_await self.stream.tcp().async_read_some(
-                                           asio::buffer(space.data(), space.size()), kUseTuple);
+    auto [ec, n] = co_await self.stream.read_some(space.data(), space.size());
     if (ec) {
       if (!session_.input_closed(side)) {
         spdlog::debug("conn {}: {} side closed: {}", id_, session::to_string(side), ec.message());
