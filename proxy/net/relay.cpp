@@ -174,10 +174,11 @@ bool Relay::may_send_directly(Side side) {
 
 void Relay::flush(Side side) {
   Endpoint& e = end(side);
-  const bool direct = (!session_.forwarded(side).empty() || !session_.output(side).empty()) &&
-                      may_send_directly(side);
   // Frames forwarded unchanged go out from the input buffer they were read into, uncopied.
   amqp::ByteView run = session_.forwarded(side);
+  // output() would copy the run: it is asked only when there is none. With nothing to send,
+  // may_send_directly (a clock read over TLS) is not asked at all.
+  const bool direct = (!run.empty() || !session_.output(side).empty()) && may_send_directly(side);
   if (!run.empty() && direct) {
     boost::system::error_code ec;
     std::size_t n = e.stream.try_send(run.data(), run.size(), ec);
