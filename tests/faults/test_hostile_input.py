@@ -519,7 +519,7 @@ class HostileInputTest(fs.FaultTest):
                             closed += 1
                         elif f.method == raw.CONNECTION_CLOSE:
                             close = raw.parse_close(f)
-                            raise raw.PeerClosed("connection.close")
+                            raise raw.PeerClosed(detail="connection.close")
             except (raw.PeerClosed, OSError, socket.timeout):
                 pass
             seconds = time.monotonic() - t0

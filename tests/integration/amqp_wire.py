@@ -1,15 +1,14 @@
-"""Minimal raw AMQP 0-9-1 wire helpers for scripted peers (no pika).
+"""Raw AMQP 0-9-1 frames for scripted peers and raw clients (no pika): the one such module.
 
-Just enough to play either side of a connection handshake by hand and to
-build deliberately malformed frames: frame encoding and a blocking frame
-reader, the handful of connection/channel methods a handshake needs, and a
-small field-table encoder/decoder.  Everything is explicit bytes so that the
-tests control exactly what goes on the wire.
+Used by the integration tests' scripted peers (peers.py, test_malformed, test_unknown_method)
+and by the fault tests' raw clients (tests/faults/rawamqp.py, which imports it from here).
+Everything is explicit bytes, so that a test controls exactly what goes on the wire,
+deliberately malformed frames included: frame and method encoding for both sides of a
+connection, a field-table encoder that can nest tables to any depth, and frame decoding.
+wire_reader.py reads frames from a socket with these.
 """
 
-import socket
 import struct
-import time
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_END = 0xCE
@@ -28,8 +27,32 @@ CONNECTION_OPEN = (10, 40)
 CONNECTION_OPEN_OK = (10, 41)
 CONNECTION_CLOSE = (10, 50)
 CONNECTION_CLOSE_OK = (10, 51)
+CONNECTION_BLOCKED = (10, 60)
+CONNECTION_UNBLOCKED = (10, 61)
 CHANNEL_OPEN = (20, 10)
 CHANNEL_OPEN_OK = (20, 11)
+CHANNEL_CLOSE = (20, 40)
+CHANNEL_CLOSE_OK = (20, 41)
+QUEUE_DECLARE = (50, 10)
+QUEUE_DECLARE_OK = (50, 11)
+BASIC_QOS = (60, 10)
+BASIC_QOS_OK = (60, 11)
+BASIC_CONSUME = (60, 20)
+BASIC_CONSUME_OK = (60, 21)
+BASIC_PUBLISH = (60, 40)
+BASIC_DELIVER = (60, 60)
+BASIC_GET = (60, 70)
+BASIC_GET_OK = (60, 71)
+BASIC_GET_EMPTY = (60, 72)
+BASIC_ACK = (60, 80)
+BASIC_NACK = (60, 120)
+CONFIRM_SELECT = (85, 10)
+CONFIRM_SELECT_OK = (85, 11)
+
+# Basic content header property flags.
+FLAG_HEADERS = 0x2000
+FLAG_DELIVERY_MODE = 0x1000
+FLAG_MESSAGE_ID = 0x0080
 
 REPLY_CONNECTION_FORCED = 320
 REPLY_FRAME_ERROR = 501
@@ -40,11 +63,12 @@ REPLY_UNEXPECTED_FRAME = 505
 
 
 class PeerClosed(Exception):
-    """The peer closed the socket (EOF) before a whole frame arrived."""
+    """The peer closed the socket (EOF) before a whole frame arrived, or while one was
+    awaited. `partial`: the bytes of the incomplete frame."""
 
-    def __init__(self, partial=b""):
-        super().__init__(f"peer closed the connection (EOF) after {len(partial)} "
-                         f"bytes of an incomplete frame: {partial[:64]!r}")
+    def __init__(self, partial=b"", detail=None):
+        super().__init__(detail or f"peer closed the connection (EOF) after {len(partial)} "
+                         f"bytes of an incomplete frame: {bytes(partial[:64])!r}")
         self.partial = partial
 
 
@@ -81,6 +105,16 @@ def table(mapping):
     return struct.pack(">I", len(body)) + body
 
 
+def nested_table(depth, key=b"n"):
+    """A field table holding a table holding a table ... `depth` levels deep (built without
+    recursion, innermost first)."""
+    inner = struct.pack(">I", 0)
+    for _ in range(depth - 1):
+        entry = shortstr(key) + b"F" + inner
+        inner = struct.pack(">I", len(entry)) + entry
+    return inner
+
+
 def frame(frame_type, channel, payload, end=FRAME_END):
     return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + bytes([end])
 
@@ -94,12 +128,42 @@ def content_header_frame(channel, body_size, class_id=60, flags=0, props=b""):
                  struct.pack(">HHQH", class_id, 0, body_size, flags) + props)
 
 
+def content_header(channel, body_size, message_id=None, persistent=False, headers_raw=None):
+    """A basic content header with the properties given (`headers_raw`: an encoded table)."""
+    flags = 0
+    props = b""
+    if headers_raw is not None:
+        flags |= FLAG_HEADERS
+        props += headers_raw
+    if persistent:
+        flags |= FLAG_DELIVERY_MODE
+        props += b"\x02"
+    if message_id is not None:
+        flags |= FLAG_MESSAGE_ID
+        props += shortstr(message_id)
+    return content_header_frame(channel, body_size, flags=flags, props=props)
+
+
 def body_frame(channel, body):
     return frame(FRAME_BODY, channel, body)
 
 
+def body_frames(channel, body, frame_max):
+    step = max(1, frame_max - 8)
+    return b"".join(body_frame(channel, body[i:i + step]) for i in range(0, len(body), step))
+
+
 def heartbeat_frame():
     return frame(FRAME_HEARTBEAT, 0, b"")
+
+
+def publish_frames(channel, exchange, routing_key, body, frame_max=131072, message_id=None,
+                   persistent=False, mandatory=False, headers_raw=None):
+    args = struct.pack(">H", 0) + shortstr(exchange) + shortstr(routing_key) + \
+        struct.pack(">B", 1 if mandatory else 0)
+    return (method_frame(channel, BASIC_PUBLISH, args)
+            + content_header(channel, len(body), message_id, persistent, headers_raw)
+            + body_frames(channel, body, frame_max))
 
 
 CLIENT_PROPERTIES = {
@@ -124,9 +188,14 @@ def connection_open(vhost="/"):
     return method_frame(0, CONNECTION_OPEN, shortstr(vhost) + shortstr("") + b"\x00")
 
 
-def connection_close(reply_code, reply_text, class_id=0, method_id=0):
-    return method_frame(0, CONNECTION_CLOSE, struct.pack(">H", reply_code) + shortstr(reply_text)
-                        + struct.pack(">HH", class_id, method_id))
+def _close_args(reply_code, reply_text, class_id, method_id):
+    return (struct.pack(">H", reply_code) + shortstr(reply_text)
+            + struct.pack(">HH", class_id, method_id))
+
+
+def connection_close(reply_code=200, reply_text="bye", class_id=0, method_id=0):
+    return method_frame(0, CONNECTION_CLOSE,
+                        _close_args(reply_code, reply_text, class_id, method_id))
 
 
 def connection_close_ok():
@@ -137,7 +206,45 @@ def channel_open(channel):
     return method_frame(channel, CHANNEL_OPEN, shortstr(""))
 
 
-# Server side of the handshake (for the fake broker).
+def channel_close(channel, reply_code=200, reply_text="bye"):
+    return method_frame(channel, CHANNEL_CLOSE, _close_args(reply_code, reply_text, 0, 0))
+
+
+def queue_declare(channel, queue, passive=False, durable=False):
+    bits = (1 if passive else 0) | (2 if durable else 0)
+    return method_frame(channel, QUEUE_DECLARE, struct.pack(">H", 0) + shortstr(queue)
+                        + struct.pack(">B", bits) + table({}))
+
+
+def basic_qos(channel, prefetch_count):
+    return method_frame(channel, BASIC_QOS, struct.pack(">IHB", 0, prefetch_count, 0))
+
+
+def basic_consume(channel, queue, tag="", no_ack=False):
+    bits = 2 if no_ack else 0
+    return method_frame(channel, BASIC_CONSUME, struct.pack(">H", 0) + shortstr(queue)
+                        + shortstr(tag) + struct.pack(">B", bits) + table({}))
+
+
+def basic_get(channel, queue, no_ack=False):
+    return method_frame(channel, BASIC_GET, struct.pack(">H", 0) + shortstr(queue)
+                        + struct.pack(">B", 1 if no_ack else 0))
+
+
+def basic_ack(channel, tag, multiple=False):
+    return method_frame(channel, BASIC_ACK, struct.pack(">QB", tag, 1 if multiple else 0))
+
+
+def basic_nack(channel, tag, multiple=False, requeue=True):
+    bits = (1 if multiple else 0) | (2 if requeue else 0)
+    return method_frame(channel, BASIC_NACK, struct.pack(">QB", tag, bits))
+
+
+def confirm_select(channel):
+    return method_frame(channel, CONFIRM_SELECT, b"\x00")
+
+
+# Server side of the handshake (for a fake broker).
 
 SERVER_PROPERTIES = {
     "product": "nackguard-it fake broker",
@@ -169,7 +276,9 @@ def connection_open_ok():
 # ---------------------------------------------------------------- decoding
 
 class Frame:
-    def __init__(self, frame_type, channel, payload, end):
+    __slots__ = ("type", "channel", "payload", "end")
+
+    def __init__(self, frame_type, channel, payload, end=FRAME_END):
         self.type = frame_type
         self.channel = channel
         self.payload = payload
@@ -192,7 +301,7 @@ class Frame:
 
 
 def parse_close(frame_):
-    """(reply code, reply text, class id, method id) of a connection.close."""
+    """(reply code, reply text, class id, method id) of a connection.close or channel.close."""
     args = frame_.args
     code, tlen = struct.unpack_from(">HB", args, 0)
     text = args[3:3 + tlen].decode(errors="replace")
@@ -203,6 +312,12 @@ def parse_close(frame_):
 def parse_tune(frame_):
     """(channel_max, frame_max, heartbeat) of a connection.tune or tune-ok."""
     return struct.unpack_from(">HIH", frame_.args, 0)
+
+
+def parse_shortstr(buf, off):
+    """(the string at `off`, the offset after it)."""
+    n = buf[off]
+    return buf[off + 1:off + 1 + n].decode(errors="replace"), off + 1 + n
 
 
 def parse_start(frame_):
@@ -220,90 +335,19 @@ def parse_start(frame_):
     return major, minor, props, mechanisms, locales
 
 
-class FrameReader:
-    """Blocking frame reader over a socket with an overall deadline per call."""
-
-    def __init__(self, sock):
-        self.sock = sock
-        self.buffer = b""
-
-    def _fill(self, needed, deadline):
-        while len(self.buffer) < needed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise socket.timeout(f"timed out waiting for {needed} bytes, have "
-                                     f"{len(self.buffer)}: {self.buffer[:64]!r}")
-            self.sock.settimeout(remaining)
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise PeerClosed(self.buffer)
-            self.buffer += chunk
-
-    def read_exact(self, n, timeout=5.0):
-        self._fill(n, time.monotonic() + timeout)
-        data, self.buffer = self.buffer[:n], self.buffer[n:]
-        return data
-
-    def read_frame(self, timeout=5.0):
-        deadline = time.monotonic() + timeout
-        self._fill(7, deadline)
-        frame_type, channel, size = struct.unpack_from(">BHI", self.buffer, 0)
-        if size > 16 * 1024 * 1024:
-            raise ValueError(f"implausible frame size {size} in {self.buffer[:16]!r}")
-        self._fill(7 + size + 1, deadline)
-        payload = self.buffer[7:7 + size]
-        end = self.buffer[7 + size]
-        self.buffer = self.buffer[8 + size:]
+def split_frames(buffer):
+    """Parses whole frames off the front of a bytearray; returns (frames, bytes consumed).
+    Raises ValueError on a bad frame end."""
+    frames = []
+    off = 0
+    n = len(buffer)
+    while n - off >= 8:
+        frame_type, channel, size = struct.unpack_from(">BHI", buffer, off)
+        if n - off < size + 8:
+            break
+        end = buffer[off + 7 + size]
         if end != FRAME_END:
-            raise ValueError(f"bad frame end {end:#x} after {payload[:32]!r}")
-        return Frame(frame_type, channel, payload, end)
-
-    def read_method(self, expected, timeout=5.0, skip_heartbeats=True):
-        """Reads frames until a method frame; asserts it is `expected`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            f = self.read_frame(max(0.0, deadline - time.monotonic()))
-            if skip_heartbeats and f.type == FRAME_HEARTBEAT:
-                continue
-            if f.method != expected:
-                raise AssertionError(f"expected method {expected}, got {f!r}")
-            return f
-
-    def read_until_eof(self, timeout=5.0):
-        """Returns every byte until EOF; raises socket.timeout if no EOF in time."""
-        deadline = time.monotonic() + timeout
-        data, self.buffer = self.buffer, b""
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise socket.timeout(f"no EOF within {timeout}s; got {data[:64]!r}")
-            self.sock.settimeout(remaining)
-            try:
-                chunk = self.sock.recv(65536)
-            except ConnectionResetError:
-                return data
-            if not chunk:
-                return data
-            data += chunk
-
-
-def client_handshake(sock, user="guest", password="guest", vhost="/", timeout=5.0,
-                     properties=None):
-    """Plays the client side of the handshake; returns (reader, tune tuple).
-
-    The client accepts the server's channel_max, frame_max and heartbeat
-    as offered (echoes them in tune-ok). `properties`: the client properties
-    (default CLIENT_PROPERTIES), e.g. with a connection_name to find it by.
-    """
-    reader = FrameReader(sock)
-    sock.sendall(PROTOCOL_HEADER)
-    start = reader.read_method(CONNECTION_START, timeout)
-    major, minor, _, mechanisms, _ = parse_start(start)
-    if (major, minor) != (0, 9) or "PLAIN" not in mechanisms.split():
-        raise AssertionError(f"unexpected connection.start: {(major, minor, mechanisms)}")
-    sock.sendall(start_ok(user, password, properties))
-    tune = parse_tune(reader.read_method(CONNECTION_TUNE, timeout))
-    sock.sendall(tune_ok(*tune))
-    sock.sendall(connection_open(vhost))
-    reader.read_method(CONNECTION_OPEN_OK, timeout)
-    return reader, tune
+            raise ValueError(f"bad frame end {end:#x}")
+        frames.append(Frame(frame_type, channel, bytes(buffer[off + 7:off + 7 + size])))
+        off += size + 8
+    return frames, off

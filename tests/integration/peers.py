@@ -16,6 +16,7 @@ import threading
 import time
 
 import amqp_wire as wire
+import wire_reader
 
 
 def listening_socket():
@@ -42,7 +43,7 @@ class ScriptedConnection:
     def __init__(self, sock, index):
         self.sock = sock
         self.index = index
-        self.reader = wire.FrameReader(sock)
+        self.reader = wire_reader.FrameReader(sock)
         self.events = []  # (monotonic time, name, detail)
         self.error = None  # exception text if the script failed unexpectedly
         self.done = threading.Event()

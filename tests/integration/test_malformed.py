@@ -32,6 +32,7 @@ import unittest
 import pika.exceptions
 
 import amqp_wire as wire
+import wire_reader
 import harness
 import peers
 
@@ -96,7 +97,7 @@ def refused_header(port, header):
     with raw_connect(port) as sock:
         start = time.monotonic()
         sock.sendall(header)
-        data = wire.FrameReader(sock).read_until_eof(EOF_WITHIN)
+        data = wire_reader.FrameReader(sock).read_until_eof(EOF_WITHIN)
         return data, time.monotonic() - start
 
 
@@ -104,7 +105,7 @@ def malformed_frame(port, send, half_close):
     """Handshake, channel.open 1, then the malformed bytes; returns what came back."""
     out = {"close": None, "eof": False, "error": None}
     with raw_connect(port) as sock:
-        reader, tune = wire.client_handshake(sock)
+        reader, tune = wire_reader.client_handshake(sock)
         sock.sendall(wire.channel_open(1))
         reader.read_method(wire.CHANNEL_OPEN_OK)
         start = time.monotonic()
@@ -214,7 +215,7 @@ class MalformedClientTest(harness.IntegrationTest):
         pika_channel_max = {}
         for target in self.targets():
             with raw_connect(target.port) as sock:
-                reader, tunes[target.name] = wire.client_handshake(sock)
+                reader, tunes[target.name] = wire_reader.client_handshake(sock)
                 sock.sendall(wire.connection_close(200, "bye"))
                 reader.read_method(wire.CONNECTION_CLOSE_OK)
             conn = harness.connect(target.port)
@@ -259,7 +260,7 @@ class MalformedBrokerTest(harness.IntegrationTest):
                 with raw_connect(proxy.port) as sock:
                     start = time.monotonic()
                     sock.sendall(wire.PROTOCOL_HEADER)
-                    data = wire.FrameReader(sock).read_until_eof(EOF_WITHIN)
+                    data = wire_reader.FrameReader(sock).read_until_eof(EOF_WITHIN)
                     seconds = time.monotonic() - start
                 self.assertEqual(data, b"", "the client got bytes although the broker never "
                                             "sent connection.start")

@@ -20,6 +20,7 @@ import unittest
 import uuid
 
 import amqp_wire as wire
+import wire_reader
 import harness
 from test_heartbeat import broker_connections
 
@@ -49,7 +50,7 @@ class UnknownMethodTest(harness.IntegrationTest):
         props = dict(wire.CLIENT_PROPERTIES, connection_name=name)
         out = {}
         with socket.create_connection((harness.BROKER_HOST, self.proxy_port), timeout=5) as sock:
-            reader, _ = wire.client_handshake(sock, properties=props)
+            reader, _ = wire_reader.client_handshake(sock, properties=props)
             sock.sendall(wire.channel_open(1))
             reader.read_method(wire.CHANNEL_OPEN_OK)
             out["upstream_before"] = wait_until(lambda: len(broker_connections(name)) == 1, 10)
