@@ -17,7 +17,8 @@ Developer overrides:
                               proxies and exits, instead of hanging on a lost reply
 
 What is here:
-  Proxy              start/stop one proxy process with a generated config on free ports
+  Proxy, Watchdog    one proxy process with a generated config on free ports, and the
+                     watchdog that ends a hung test (proxy_process.py, re-exported here)
   IntegrationTest    unittest base class: one shared proxy per test class in front of the
                      broker, run_both() to run a scenario directly and through the proxy,
                      the proxies' logs printed when a test fails
@@ -32,53 +33,30 @@ What is here:
 import collections
 import contextlib
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 import unittest
 import uuid
 
 import pika
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
+from proxy_process import (  # noqa: F401  (re-exported: the tests say harness.X)
+    BROKER_HOST, BUILD_DIR, HERE, KEEP_TMP, PROXY_BIN, PROXY_LOG_LEVEL, PROXY_READY_TIMEOUT,
+    PROXY_STOP_GRACE, REPO_ROOT, TEST_TIMEOUT, Proxy, ProxyError, Watchdog, _live_proxies,
+    free_port, run_showing_logs, tmp_root, wait_for_port)
 
-BROKER_HOST = "127.0.0.1"
+
 BROKER_PORT = int(os.environ.get("NACKGUARD_TEST_BROKER_PORT") or "21672")
-BUILD_DIR = os.environ.get("NACKGUARD_BUILD_DIR") or os.path.join(REPO_ROOT, "build")
-PROXY_BIN = os.environ.get("NACKGUARD_BIN") or os.path.join(BUILD_DIR, "nackguard")
 DIRECT_ONLY = os.environ.get("NACKGUARD_IT_DIRECT_ONLY", "") not in ("", "0")
-PROXY_LOG_LEVEL = os.environ.get("NACKGUARD_IT_PROXY_LOG_LEVEL") or "info"
-KEEP_TMP = os.environ.get("NACKGUARD_IT_KEEP_TMP", "") not in ("", "0")
 _ctl = os.environ.get("NACKGUARD_TEST_RABBITMQCTL") or ""
 RABBITMQCTL = _ctl if _ctl and os.access(_ctl, os.X_OK) else None
 
 QUEUE_TYPE = os.environ.get("NACKGUARD_TEST_QUEUE_TYPE") or "classic"
 if QUEUE_TYPE not in ("classic", "quorum"):
     raise SystemExit(f"NACKGUARD_TEST_QUEUE_TYPE={QUEUE_TYPE!r}: use classic or quorum")
-
-TEST_TIMEOUT = float(os.environ.get("NACKGUARD_IT_TEST_TIMEOUT") or "150")
-PROXY_READY_TIMEOUT = 10.0
-PROXY_STOP_GRACE = 5.0
-
-
-def tmp_root():
-    path = os.path.join(BUILD_DIR, "it-tmp")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def free_port():
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def lock_file(path, holder, timeout=600):
@@ -97,167 +75,6 @@ def lock_file(path, holder, timeout=600):
                 lock.close()
                 raise AssertionError(f"{path} stayed locked for {timeout:.0f} s: {holder}")
             time.sleep(1)
-
-
-def wait_for_port(port, timeout, host="127.0.0.1", alive=None):
-    """Waits until host:port accepts a TCP connection; False on timeout.
-
-    `alive` is an optional callable; when it returns False the wait stops early.
-    """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if alive is not None and not alive():
-            return False
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
-
-class ProxyError(Exception):
-    pass
-
-
-_live_proxies = set()  # Proxy objects whose process may be running (for the watchdog)
-
-
-class Watchdog:
-    """Turns a hung test (e.g. pika waiting forever for a reply the proxy lost) into
-    a failure: after `timeout` s it prints all stacks and the proxies' logs, stops
-    every proxy this process started and exits with status 3."""
-
-    def __init__(self, test_id, timeout=TEST_TIMEOUT):
-        self._test_id = test_id
-        self._timer = threading.Timer(timeout, self._fire)
-        self._timer.daemon = True
-        self._timeout = timeout
-
-    def start(self):
-        self._timer.start()
-        return self
-
-    def cancel(self):
-        self._timer.cancel()
-
-    def _fire(self):
-        out = sys.stderr
-        print(f"\n===== WATCHDOG: {self._test_id} still running after {self._timeout:.0f}s; "
-              "stacks of all threads: =====", file=out)
-        for thread_id, frame in sys._current_frames().items():
-            print(f"--- thread {thread_id} ---", file=out)
-            traceback.print_stack(frame, file=out)
-        for proxy in list(_live_proxies):
-            print(f"----- {proxy.name} log ({proxy.log_path}) -----\n{proxy.log_text()}", file=out)
-            try:
-                proxy.process.kill()
-            except Exception:
-                pass
-        out.flush()
-        os._exit(3)
-
-
-class Proxy:
-    """One nackguard process with a generated config, listening on a free port.
-
-    Its stdout and stderr go to `log_path`; `log_text()` returns them.
-    """
-
-    def __init__(self, upstream_port, upstream_host=BROKER_HOST, name="proxy", threads=2):
-        self.upstream_host = upstream_host
-        # 2 runs each connection on a strand of its own; 1 (the shipped default) runs them on
-        # the io_context itself, without strands (net::RelayOptions::one_thread).
-        self.threads = threads
-        self.upstream_port = upstream_port
-        self.name = name
-        self.port = None
-        self.metrics_port = None
-        self.dir = None
-        self.config_path = None
-        self.log_path = None
-        self.process = None
-        self._log_file = None
-        self.exit_code = None
-        self.keep_dir = KEEP_TMP
-
-    def start(self):
-        if not os.path.isfile(PROXY_BIN) or not os.access(PROXY_BIN, os.X_OK):
-            raise ProxyError(f"proxy executable {PROXY_BIN} is missing or not executable "
-                             "(build it, or set NACKGUARD_IT_DIRECT_ONLY=1 to test the broker "
-                             "directly)")
-        self.dir = tempfile.mkdtemp(prefix=f"{self.name}-", dir=tmp_root())
-        policies = os.path.join(self.dir, "policies")
-        os.makedirs(policies)
-        self.port = free_port()
-        self.metrics_port = free_port()
-        while self.metrics_port == self.port:
-            self.metrics_port = free_port()
-        self.config_path = os.path.join(self.dir, "nackguard.yaml")
-        with open(self.config_path, "w") as f:
-            f.write(
-                "# Generated by tests/integration/harness.py\n"
-                f"listen:   {{address: 127.0.0.1, port: {self.port}}}\n"
-                f"upstream: {{host: {self.upstream_host}, port: {self.upstream_port}}}\n"
-                f"threads: {self.threads}\n"
-                f"policies_dir: {policies}\n"
-                f"metrics:  {{address: 127.0.0.1, port: {self.metrics_port}}}\n"
-                f"log:      {{level: {PROXY_LOG_LEVEL}, format: text}}\n")
-        self.log_path = os.path.join(self.dir, "proxy.log")
-        self._log_file = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [PROXY_BIN, "--config", self.config_path],
-            stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
-            start_new_session=True)
-        _live_proxies.add(self)
-        if not wait_for_port(self.port, PROXY_READY_TIMEOUT, alive=self.alive):
-            code = self.process.poll()
-            self.stop()
-            self.keep_dir = True
-            state = (f"exited with code {code}" if code is not None
-                     else f"did not accept TCP on 127.0.0.1:{self.port} within "
-                          f"{PROXY_READY_TIMEOUT:.0f}s")
-            raise ProxyError(f"{self.name} ({PROXY_BIN} --config {self.config_path}) {state}; "
-                             f"its output:\n{self.log_text()}")
-        return self
-
-    def alive(self):
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self):
-        """SIGTERM, then SIGKILL after 5 s. Returns the exit code (negative: signal)."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(PROXY_STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                print(f"note: {self.name} did not exit within {PROXY_STOP_GRACE:.0f}s of "
-                      "SIGTERM; sending SIGKILL", file=sys.stderr)
-                self.process.kill()
-                self.process.wait()
-        self.exit_code = self.process.returncode
-        _live_proxies.discard(self)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        return self.exit_code
-
-    def cleanup(self):
-        self.stop()
-        if self.dir and not self.keep_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def log_text(self, max_lines=200):
-        if not self.log_path or not os.path.exists(self.log_path):
-            return "(no log)"
-        with open(self.log_path, "rb") as f:
-            lines = f.read().decode(errors="replace").splitlines()
-        if len(lines) > max_lines:
-            lines = [f"... ({len(lines) - max_lines} earlier lines in {self.log_path})"] + \
-                    lines[-max_lines:]
-        return "\n".join(lines) if lines else "(empty)"
 
 
 # ---------------------------------------------------------------- pika helpers
@@ -483,23 +300,17 @@ class IntegrationTest(unittest.TestCase):
 
     # Print every proxy's log when a test fails or errors.
     def run(self, result=None):
-        if result is None:
-            return super().run(result)
-        before = len(result.failures) + len(result.errors)
-        outcome = super().run(result)
-        if len(result.failures) + len(result.errors) > before:
-            self._print_proxy_logs()
+        outcome, _ = run_showing_logs(self, result, super().run, self._proxies_to_show)
+        # Only now, with the logs of a failed test shown and kept, may the directories go.
+        for proxy in getattr(self, "_test_proxies", []):
+            proxy.remove_dir()
         return outcome
 
-    def _print_proxy_logs(self):
+    def _proxies_to_show(self):
         proxies = list(getattr(self, "_test_proxies", []))
         if self.shared_proxy is not None:
             proxies.insert(0, self.shared_proxy)
-        for proxy in proxies:
-            proxy.keep_dir = True  # keep the config and the whole log for a look later
-            print(f"\n----- {proxy.name} log ({proxy.log_path}) after {self.id()} -----\n"
-                  f"{proxy.log_text()}\n----- end of {proxy.name} log -----",
-                  file=sys.stderr)
+        return proxies
 
     @property
     def proxy_port(self):

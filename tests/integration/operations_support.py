@@ -2,13 +2,7 @@
 
 What is here (on top of harness.py and redelivery_support.py, which it uses and does not
 change):
-  parse_metrics()    a parser of the Prometheus text format 0.0.4 that checks what it reads
-                     (HELP/TYPE before the samples, one TYPE per family, contiguous families,
-                     histogram suffixes, label escapes, no duplicate series) and returns a
-                     MetricsPage
-  MetricsPage        value(name, **labels), series(name), labels_of(name, label)
-  http_get()         one GET through http.client: (status, content type, body text)
-  raw_http()         raw bytes to a port, the whole answer back: (status or None, raw bytes)
+  parse_metrics(), MetricsPage, http_get(), raw_http()  from metrics_page.py, re-exported
   OpsProxy           a nackguard process (a redelivery_support.GuardProxy) with any config
                      keys set, stdout and stderr kept apart (log_path is stderr), and helpers:
                      metrics(), wait_metric(), readyz(), signal(), write_policy(), ...
@@ -20,299 +14,17 @@ change):
 
 import http.client
 import json
-import math
 import os
 import re
-import socket
 import subprocess
-import tempfile
 import time
 
 import harness
 import redelivery_support as rs
 
-# ---------------------------------------------------------------- the text format 0.0.4
+from metrics_page import (  # noqa: F401  (re-exported: the tests say ops.X)
+    MetricsFormatError, MetricsPage, check_histogram, http_get, parse_metrics, raw_http)
 
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_NAME_RE = re.compile(_NAME)
-_LABEL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_HELP_RE = re.compile(rf"^# HELP ({_NAME})(?: (.*))?$")
-_TYPE_RE = re.compile(rf"^# TYPE ({_NAME}) (counter|gauge|histogram|summary|untyped)$")
-_TYPES_WITH_SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"),
-                        "summary": ("_sum", "_count")}
-
-
-class MetricsFormatError(Exception):
-    pass
-
-
-class Family:
-    def __init__(self, name):
-        self.name = name
-        self.help = None
-        self.type = None
-        self.samples = []  # (sample name, {label: value}, float value)
-
-
-def _unescape(text, allow_quote, where):
-    out = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        if i + 1 >= len(text):
-            raise MetricsFormatError(f"{where}: a lone backslash at the end")
-        n = text[i + 1]
-        if n == "\\":
-            out.append("\\")
-        elif n == "n":
-            out.append("\n")
-        elif n == '"' and allow_quote:
-            out.append('"')
-        else:
-            raise MetricsFormatError(f"{where}: unknown escape \\{n}")
-        i += 2
-    return "".join(out)
-
-
-def _parse_value(text, where):
-    if text in ("NaN", "+Inf", "-Inf", "Inf"):
-        return float(text.replace("Inf", "inf").replace("NaN", "nan"))
-    try:
-        return float(text)
-    except ValueError:
-        raise MetricsFormatError(f"{where}: not a number: {text!r}") from None
-
-
-def _parse_labels(text, pos, where):
-    """Parses `{a="x",b="y"}` starting at text[pos] == '{'; returns (labels, next pos)."""
-    labels = {}
-    pos += 1
-    while True:
-        while pos < len(text) and text[pos] in " \t":
-            pos += 1
-        if pos < len(text) and text[pos] == "}":
-            return labels, pos + 1
-        m = _LABEL_NAME_RE.match(text, pos)
-        if not m:
-            raise MetricsFormatError(f"{where}: expected a label name at column {pos + 1}")
-        name = m.group(0)
-        pos = m.end()
-        while pos < len(text) and text[pos] in " \t":
-            pos += 1
-        if text[pos:pos + 2] != '="':
-            raise MetricsFormatError(f"{where}: expected =\" after label {name}")
-        pos += 2
-        start = pos
-        while pos < len(text) and text[pos] != '"':
-            pos += 2 if text[pos] == "\\" else 1
-        if pos >= len(text):
-            raise MetricsFormatError(f"{where}: unterminated value of label {name}")
-        if name in labels:
-            raise MetricsFormatError(f"{where}: label {name} given twice")
-        labels[name] = _unescape(text[start:pos], True, where)
-        pos += 1
-        while pos < len(text) and text[pos] in " \t":
-            pos += 1
-        if pos < len(text) and text[pos] == ",":
-            pos += 1
-            continue
-        if pos < len(text) and text[pos] == "}":
-            return labels, pos + 1
-        raise MetricsFormatError(f"{where}: expected , or }} after label {name}")
-
-
-def _family_of(sample_name, families):
-    """The family a sample belongs to: its own name, or the name without a histogram or
-    summary suffix when such a family was declared."""
-    if sample_name in families and families[sample_name].type not in _TYPES_WITH_SUFFIXES:
-        return sample_name
-    for base_type, suffixes in _TYPES_WITH_SUFFIXES.items():
-        for suffix in suffixes:
-            if sample_name.endswith(suffix):
-                base = sample_name[:-len(suffix)]
-                if base in families and families[base].type == base_type:
-                    return base
-    return sample_name
-
-
-class MetricsPage:
-    """A parsed /metrics page: `families` by name, in page order."""
-
-    def __init__(self, text, families):
-        self.text = text
-        self.families = families
-
-    def names(self):
-        return list(self.families)
-
-    def series(self, name):
-        """[(labels, value)] of every sample named exactly `name` (e.g. "x_bucket")."""
-        family = self.families.get(_family_of(name, self.families))
-        if family is None:
-            return []
-        return [(labels, value) for sample, labels, value in family.samples if sample == name]
-
-    def value(self, name, **labels):
-        """The value of the sample `name` with exactly these labels; None if absent."""
-        for sample_labels, value in self.series(name):
-            if sample_labels == labels:
-                return value
-        return None
-
-    def labels_of(self, name, label):
-        """The values of `label` over the samples named `name`, as a set."""
-        return {labels[label] for labels, _ in self.series(name) if label in labels}
-
-    def counters(self):
-        """{(sample name, sorted label items): value} of every counter and histogram sample."""
-        out = {}
-        for family in self.families.values():
-            if family.type in ("counter", "histogram"):
-                for sample, labels, value in family.samples:
-                    out[(sample, tuple(sorted(labels.items())))] = value
-        return out
-
-
-def parse_metrics(text):
-    """Parses and checks a page in the Prometheus text format 0.0.4.
-
-    Raises MetricsFormatError naming the line for: a malformed line, a HELP or TYPE given
-    twice, a TYPE after the family's first sample, a family whose samples are not
-    contiguous, a histogram sample without its suffix (or a _bucket without le), a
-    duplicate series, a page not ending in a newline.
-    """
-    if text and not text.endswith("\n"):
-        raise MetricsFormatError("the page does not end with a newline")
-    families = {}
-    order = []  # family names in the order their samples appear
-    seen_series = set()
-    for number, line in enumerate(text.split("\n")[:-1] if text else [], start=1):
-        where = f"line {number} ({line[:120]!r})"
-        if not line.strip():
-            continue
-        if line.startswith("#"):
-            m = _HELP_RE.match(line)
-            if m:
-                family = families.setdefault(m.group(1), Family(m.group(1)))
-                if family.help is not None:
-                    raise MetricsFormatError(f"{where}: second HELP for {m.group(1)}")
-                family.help = _unescape(m.group(2) or "", False, where)
-                continue
-            if line.startswith("# TYPE "):
-                m = _TYPE_RE.match(line)
-                if not m:
-                    raise MetricsFormatError(f"{where}: malformed TYPE line")
-                family = families.setdefault(m.group(1), Family(m.group(1)))
-                if family.type is not None:
-                    raise MetricsFormatError(f"{where}: second TYPE for {m.group(1)}")
-                if family.samples:
-                    raise MetricsFormatError(f"{where}: TYPE after samples of {m.group(1)}")
-                family.type = m.group(2)
-                continue
-            if line.startswith("# HELP"):
-                raise MetricsFormatError(f"{where}: malformed HELP line")
-            continue  # a comment
-        m = _NAME_RE.match(line)
-        if not m:
-            raise MetricsFormatError(f"{where}: expected a metric name")
-        sample_name = m.group(0)
-        pos = m.end()
-        labels = {}
-        if pos < len(line) and line[pos] == "{":
-            labels, pos = _parse_labels(line, pos, where)
-        rest = line[pos:]
-        if not rest.startswith((" ", "\t")):
-            raise MetricsFormatError(f"{where}: expected a space before the value")
-        fields = rest.split()
-        if len(fields) not in (1, 2):
-            raise MetricsFormatError(f"{where}: expected a value and an optional timestamp")
-        value = _parse_value(fields[0], where)
-        if len(fields) == 2 and not re.fullmatch(r"-?[0-9]+", fields[1]):
-            raise MetricsFormatError(f"{where}: bad timestamp {fields[1]!r}")
-        base = _family_of(sample_name, families)
-        family = families.setdefault(base, Family(base))
-        if family.type in _TYPES_WITH_SUFFIXES:
-            if sample_name == base:
-                raise MetricsFormatError(f"{where}: {family.type} sample without a suffix")
-            if sample_name.endswith("_bucket") and "le" not in labels:
-                raise MetricsFormatError(f"{where}: _bucket sample without le")
-        if order and order[-1] != base:
-            if base in order:
-                raise MetricsFormatError(f"{where}: samples of {base} are not contiguous")
-        if not order or order[-1] != base:
-            order.append(base)
-        key = (sample_name, tuple(sorted(labels.items())))
-        if key in seen_series:
-            raise MetricsFormatError(f"{where}: duplicate series")
-        seen_series.add(key)
-        family.samples.append((sample_name, labels, value))
-    return MetricsPage(text, families)
-
-
-def check_histogram(page, name):
-    """Checks the invariants of a histogram without labels beyond le: buckets cumulative and
-    sorted, a +Inf bucket equal to _count. Returns {le: count}."""
-    buckets = page.series(f"{name}_bucket")
-    if not buckets:
-        raise MetricsFormatError(f"{name}: no buckets")
-    bounds = [(_parse_value(labels["le"], name), value) for labels, value in buckets]
-    if [b for b, _ in bounds] != sorted(b for b, _ in bounds):
-        raise MetricsFormatError(f"{name}: buckets not in increasing order of le")
-    if not math.isinf(bounds[-1][0]):
-        raise MetricsFormatError(f"{name}: no +Inf bucket")
-    counts = [v for _, v in bounds]
-    if counts != sorted(counts):
-        raise MetricsFormatError(f"{name}: bucket counts not cumulative: {counts}")
-    if page.value(f"{name}_count") != counts[-1]:
-        raise MetricsFormatError(f"{name}: _count {page.value(f'{name}_count')} != +Inf bucket "
-                                 f"{counts[-1]}")
-    return {labels["le"]: value for labels, value in buckets}
-
-
-# ---------------------------------------------------------------- HTTP
-
-def http_get(port, path, timeout=5.0, host="127.0.0.1"):
-    """GET http://host:port/path; returns (status, content type, body as text)."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        body = response.read().decode("utf-8", errors="replace")
-        return response.status, response.getheader("Content-Type"), body
-    finally:
-        conn.close()
-
-
-def raw_http(port, data, timeout=5.0, host="127.0.0.1"):
-    """Sends `data` on a fresh connection and reads until the server closes (or `timeout`
-    passes). Returns (status code or None, everything received)."""
-    received = b""
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        deadline = time.monotonic() + timeout
-        try:
-            s.sendall(data)
-        except OSError:
-            pass  # the server may answer and close before taking all of it
-        while time.monotonic() < deadline:
-            s.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                chunk = s.recv(65536)
-            except socket.timeout:
-                break
-            except OSError:
-                break
-            if not chunk:
-                break
-            received += chunk
-    m = re.match(rb"HTTP/1\.[01] ([0-9]{3}) ", received)
-    return (int(m.group(1)) if m else None), received
-
-
-# ---------------------------------------------------------------- the proxy
 
 def proxy_version():
     """The version `$NACKGUARD_BIN --version` prints ("nackguard X" -> "X")."""
@@ -358,9 +70,6 @@ class OpsProxy(rs.GuardProxy):
         super().__init__(policies, name=name, upstream_port=upstream_port,
                          upstream_host=upstream_host)
         self.config = dict(config or {})
-        self.stdout_path = None
-        self._stdout_file = None
-        self.policies_dir = None
 
     def config_text(self):
         sections = {
@@ -379,53 +88,13 @@ class OpsProxy(rs.GuardProxy):
         return ("# Generated by tests/integration/operations_support.py\n" +
                 "".join(f"{key}: {_yaml_value(value)}\n" for key, value in sections.items()))
 
-    def write_config(self):
-        with open(self.config_path, "w") as f:
-            f.write(self.config_text())
+    SEPARATE_STDOUT = True
+    # Ready once /healthz answers: both ports are bound by then (the AMQP port before the
+    # metrics port), and no TCP connection is made to the AMQP port, which would count as a
+    # client connection (and, with the broker down, as an upstream connect failure).
+    READY = "answering /healthz"
 
-    def policy_path(self, file_name):
-        return os.path.join(self.policies_dir, file_name)
-
-    def write_policy(self, file_name, text):
-        with open(self.policy_path(file_name), "w") as f:
-            f.write(text)
-
-    def start(self):
-        if not os.path.isfile(harness.PROXY_BIN) or not os.access(harness.PROXY_BIN, os.X_OK):
-            raise harness.ProxyError(f"proxy executable {harness.PROXY_BIN} is missing")
-        self.dir = tempfile.mkdtemp(prefix=f"{self.name}-", dir=harness.tmp_root())
-        self.policies_dir = os.path.join(self.dir, "policies")
-        os.makedirs(self.policies_dir)
-        for file_name, text in self.policies.items():
-            self.write_policy(file_name, text)
-        self.port = harness.free_port()
-        self.metrics_port = harness.free_port()
-        while self.metrics_port == self.port:
-            self.metrics_port = harness.free_port()
-        self.config_path = os.path.join(self.dir, "nackguard.yaml")
-        self.write_config()
-        self.log_path = os.path.join(self.dir, "stderr.log")
-        self.stdout_path = os.path.join(self.dir, "stdout.log")
-        self._log_file = open(self.log_path, "wb")
-        self._stdout_file = open(self.stdout_path, "wb")
-        self.process = subprocess.Popen(
-            [harness.PROXY_BIN, "--config", self.config_path],
-            stdin=subprocess.DEVNULL, stdout=self._stdout_file, stderr=self._log_file,
-            start_new_session=True)
-        harness._live_proxies.add(self)  # so the harness watchdog stops it
-        # Ready once /healthz answers: both ports are bound by then (the AMQP port before the
-        # metrics port), and no TCP connection is made to the AMQP port, which would count as
-        # a client connection (and, with the broker down, as an upstream connect failure).
-        if not self._wait_healthy(harness.PROXY_READY_TIMEOUT):
-            code = self.process.poll()
-            self.stop()
-            self.keep_dir = True
-            raise harness.ProxyError(f"{self.name} ({harness.PROXY_BIN} --config "
-                                     f"{self.config_path}) did not start (exit code {code}); "
-                                     f"its output:\n{self.log_text()}")
-        return self
-
-    def _wait_healthy(self, timeout):
+    def wait_started(self, timeout):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.alive():
             try:
@@ -435,13 +104,6 @@ class OpsProxy(rs.GuardProxy):
                 pass
             time.sleep(0.05)
         return False
-
-    def stop(self):
-        code = super().stop()
-        if self._stdout_file is not None:
-            self._stdout_file.close()
-            self._stdout_file = None
-        return code
 
     def stdout_text(self):
         if not self.stdout_path or not os.path.exists(self.stdout_path):
@@ -476,31 +138,6 @@ class OpsProxy(rs.GuardProxy):
                 return lines
             time.sleep(0.05)
 
-    # -- HTTP
-
-    def get(self, path, timeout=5.0):
-        return http_get(self.metrics_port, path, timeout=timeout)
-
-    def metrics(self):
-        status, content_type, body = self.get("/metrics")
-        if status != 200:
-            raise AssertionError(f"GET /metrics answered {status}: {body[:500]}")
-        page = parse_metrics(body)
-        page.content_type = content_type
-        return page
-
-    def wait_metric(self, name, want, timeout=5.0, **labels):
-        """Scrapes until value(name, **labels) == want (or `want` is a callable that accepts
-        the value); returns the last page."""
-        deadline = time.monotonic() + timeout
-        while True:
-            page = self.metrics()
-            value = page.value(name, **labels)
-            ok = want(value) if callable(want) else value == want
-            if ok or time.monotonic() >= deadline:
-                return page
-            time.sleep(0.05)
-
     def wait_ready(self, want_status, timeout):
         """Polls /readyz until it answers `want_status`; returns the last (status, body)."""
         deadline = time.monotonic() + timeout
@@ -531,13 +168,6 @@ def log_json_lines(text):
 class OpsTest(rs.RedeliveryTest):
     """Each test starts its own OpsProxy processes; queues from queue_name() are deleted
     afterwards (with their .dlq and the given delay queues)."""
-
-    def run(self, result=None):
-        outcome = super().run(result)
-        for proxy in getattr(self, "_test_proxies", []):
-            if isinstance(proxy, OpsProxy):
-                proxy.remove_dir()  # (kept when the test failed: keep_dir)
-        return outcome
 
     def queue_name(self, tag, delay_ttls_ms=()):
         name = f"nackguard-it.ops-{tag}.{os.urandom(5).hex()}"

@@ -18,7 +18,6 @@ import unittest
 
 import harness
 import hung_consumer
-import operations_support as ops
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
@@ -27,11 +26,6 @@ INNOCENT = [f"innocent-{i}" for i in range(10)]
 
 
 class AckTimeoutTest(rs.RedeliveryTest):
-
-    def metric(self, proxy, name, **labels):
-        status, _, body = ops.http_get(proxy.metrics_port, "/metrics")
-        self.assertEqual(status, 200)
-        return ops.parse_metrics(body).value(name, **labels)
 
     def test_a_hung_consumer_is_closed_and_only_the_poison_counted(self):
         queue = self.queue_name("ack-timeout")
@@ -69,8 +63,8 @@ class AckTimeoutTest(rs.RedeliveryTest):
         headers = copies[0][1].headers or {}
         self.assertEqual(headers.get("x-nackguard-reason"), "consumer_timeout")
         self.assertEqual(headers.get("x-nackguard-returns"), 2)
-        self.assertEqual(self.metric(proxy, "nackguard_returns_total", queue=queue), 2.0)
-        self.assertEqual(self.metric(proxy, "nackguard_ack_timeouts_total", queue=queue), 2.0)
+        self.assertEqual(proxy.metrics().value("nackguard_returns_total", queue=queue), 2.0)
+        self.assertEqual(proxy.metrics().value("nackguard_ack_timeouts_total", queue=queue), 2.0)
         self.assertEqual(self.broker.message_count(queue), 0)
         lines = proxy.log_lines(f"dead-lettered: queue={queue} ")
         self.assertEqual(len(lines), 1, lines)

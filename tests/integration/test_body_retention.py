@@ -16,7 +16,6 @@ deliveries of 64 KiB unacked:
 import unittest
 
 import harness
-import operations_support as ops
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
@@ -31,13 +30,8 @@ def body_of(label):
 
 class BodyRetentionTest(rs.RedeliveryTest):
 
-    def metrics(self, proxy):
-        status, _, body = ops.http_get(proxy.metrics_port, "/metrics")
-        self.assertEqual(status, 200)
-        return ops.parse_metrics(body)
-
     def retained(self, proxy):
-        return self.metrics(proxy).value("nackguard_retained_body_bytes")
+        return proxy.metrics().value("nackguard_retained_body_bytes")
 
     def hold_first_deliveries(self, tag, **policy):
         """Publishes HELD messages of BODY_SIZE, has a consumer hold them all unacked through
@@ -108,7 +102,7 @@ class BodyRetentionTest(rs.RedeliveryTest):
         self.assertEqual(p.headers.get("x-nackguard-returns"), 4)
         self.assertEqual(p.headers.get("x-nackguard-reason"), "max_redeliveries")
         self.assertEqual(self.broker.message_count(queue), 0)
-        page = self.metrics(proxy)
+        page = proxy.metrics()
         self.assertEqual(sum(v for _, v in page.series("nackguard_fallbacks_total")), 0,
                          f"fallbacks: {page.series('nackguard_fallbacks_total')}")
         self.assertEqual(page.value("nackguard_requeues_total", queue=queue, action="forwarded"),

@@ -46,7 +46,6 @@ from pika.exceptions import AMQPChannelError
 
 import harness
 import hung_consumer
-import operations_support as ops
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
@@ -172,9 +171,7 @@ class ConsumerTimeoutTest(rs.RedeliveryTest):
                         f"{CONSUMER_TIMEOUT_MS} ms after the poison's delivery, within a "
                         f"tick (500 ms, {NODE_DIR}/advanced.config); events: {events}")
         self.assertEqual(result.deliveries_of(POISON), 2, f"poison deliveries: {events}")
-        status, _, body = ops.http_get(proxy.metrics_port, "/metrics")
-        self.assertEqual(status, 200, body[:500])
-        page = ops.parse_metrics(body)
+        page = proxy.metrics()
         self.assertEqual(page.value("nackguard_returns_total", queue=queue), 2.0,
                          f"returns counted: only the poison's two timeouts (events: {events})")
         # Each time the poison arrived, every innocent message delivered before it on that

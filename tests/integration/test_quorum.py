@@ -29,7 +29,6 @@ import time
 import uuid
 
 import harness
-import operations_support as ops
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
@@ -50,11 +49,6 @@ class QuorumQueueTest(rs.RedeliveryTest):
                                   queue_type="quorum")
         finally:
             harness.close_connection(conn)
-
-    def metric(self, proxy, name, **labels):
-        status, _, body = ops.http_get(proxy.metrics_port, "/metrics")
-        self.assertEqual(status, 200)
-        return ops.parse_metrics(body).value(name, **labels)
 
     def queue_info(self, name):
         """(type, arguments text) of a queue, from rabbitmqctl."""
@@ -120,7 +114,7 @@ class QuorumQueueTest(rs.RedeliveryTest):
         self.assertEqual(consumer.delivered(POISON), 31, "max_redeliveries + 1 deliveries")
         self.check_dlq(queue, 31, "max_redeliveries")
         republished = 1 if harness.broker_version() >= (4,) else 0
-        self.assertEqual(self.metric(proxy, "nackguard_requeues_total", queue=queue,
+        self.assertEqual(proxy.metrics().value("nackguard_requeues_total", queue=queue,
                                      action="republished"), republished)
         if harness.broker_version() >= (4,):
             # No delivery reached the consumer at the broker's limit, where a crash would end it.
@@ -135,7 +129,7 @@ class QuorumQueueTest(rs.RedeliveryTest):
         consumer = self.nack_loop(queue, proxy)
         self.assertEqual(consumer.delivered(POISON), 11, "max_redeliveries + 1 deliveries")
         self.check_dlq(queue, 11, "max_redeliveries")
-        self.assertEqual(self.metric(proxy, "nackguard_requeues_total", queue=queue,
+        self.assertEqual(proxy.metrics().value("nackguard_requeues_total", queue=queue,
                                      action="republished"), 2)
 
     # ------------------------------------------------------------ (c) crash attribution

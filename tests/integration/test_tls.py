@@ -25,7 +25,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import unittest
 import uuid
@@ -89,16 +88,9 @@ class TlsTest(unittest.TestCase):
         self.addCleanup(watchdog.cancel)
 
     def run(self, result=None):
-        if result is None:
-            return super().run(result)
-        before = len(result.failures) + len(result.errors)
-        outcome = super().run(result)
-        failed = len(result.failures) + len(result.errors) > before
+        outcome, _ = harness.run_showing_logs(self, result, super().run,
+                                              lambda: getattr(self, "_proxies", []))
         for proxy in getattr(self, "_proxies", []):
-            if failed:
-                proxy.keep_dir = True
-                print(f"\n----- {proxy.name} log ({proxy.log_path}) after {self.id()} -----\n"
-                      f"{proxy.log_text()}\n----- end -----", file=sys.stderr)
             proxy.cleanup()
         return outcome
 
@@ -337,7 +329,7 @@ class TlsConfigErrors(unittest.TestCase):
         # The same at a real start, not only with --check-config.
         proxy = TlsProxy(harness.BROKER_PORT, listen_tls=listen_tls(
             key_file=PKI.path("client.key")), name="mismatch-proxy")
-        config = proxy.write_config()
+        config = proxy.prepare()
         try:
             result = subprocess.run([harness.PROXY_BIN, "--config", config],
                                     capture_output=True, text=True, timeout=30)
