@@ -7,11 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <variant>
 #include <vector>
 
-#include "proxy/amqp/constants.hpp"
 #include "proxy/amqp/methods.hpp"
 #include "proxy/amqp/table.hpp"
 
@@ -34,60 +32,6 @@ struct TypeList {
   // Calls f.template operator()<M>() for every M, in order.
   static void for_each(auto&& f) { (f.template operator()<Ms>(), ...); }
 };
-
-// The spec's "class.method" name of a method key, or "" for a key not in the table.
-inline std::string_view method_name(std::uint32_t key) {
-  struct Named {
-    std::uint32_t key;
-    std::string_view name;
-  };
-  static constexpr Named kNames[] = {
-      {mid::connection_start, "connection.start"},
-      {mid::connection_start_ok, "connection.start-ok"},
-      {mid::connection_secure, "connection.secure"},
-      {mid::connection_secure_ok, "connection.secure-ok"},
-      {mid::connection_tune, "connection.tune"},
-      {mid::connection_tune_ok, "connection.tune-ok"},
-      {mid::connection_open, "connection.open"},
-      {mid::connection_open_ok, "connection.open-ok"},
-      {mid::connection_close, "connection.close"},
-      {mid::connection_close_ok, "connection.close-ok"},
-      {mid::connection_blocked, "connection.blocked"},
-      {mid::connection_unblocked, "connection.unblocked"},
-      {mid::channel_open, "channel.open"},
-      {mid::channel_open_ok, "channel.open-ok"},
-      {mid::channel_flow, "channel.flow"},
-      {mid::channel_flow_ok, "channel.flow-ok"},
-      {mid::channel_close, "channel.close"},
-      {mid::channel_close_ok, "channel.close-ok"},
-      {mid::queue_declare, "queue.declare"},
-      {mid::queue_declare_ok, "queue.declare-ok"},
-      {mid::basic_qos, "basic.qos"},
-      {mid::basic_qos_ok, "basic.qos-ok"},
-      {mid::basic_consume, "basic.consume"},
-      {mid::basic_consume_ok, "basic.consume-ok"},
-      {mid::basic_cancel, "basic.cancel"},
-      {mid::basic_cancel_ok, "basic.cancel-ok"},
-      {mid::basic_publish, "basic.publish"},
-      {mid::basic_return, "basic.return"},
-      {mid::basic_deliver, "basic.deliver"},
-      {mid::basic_get, "basic.get"},
-      {mid::basic_get_ok, "basic.get-ok"},
-      {mid::basic_get_empty, "basic.get-empty"},
-      {mid::basic_ack, "basic.ack"},
-      {mid::basic_reject, "basic.reject"},
-      {mid::basic_recover_async, "basic.recover-async"},
-      {mid::basic_recover, "basic.recover"},
-      {mid::basic_recover_ok, "basic.recover-ok"},
-      {mid::basic_nack, "basic.nack"},
-      {mid::confirm_select, "confirm.select"},
-      {mid::confirm_select_ok, "confirm.select-ok"},
-  };
-  for (const auto& named : kNames) {
-    if (named.key == key) return named.name;
-  }
-  return {};
-}
 
 // A method's fields in wire order. Tables are kept as their encoding, so floats inside them
 // compare bit for bit: a NaN equals itself, and 0.0 differs from -0.0.

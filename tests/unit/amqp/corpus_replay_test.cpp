@@ -14,6 +14,7 @@
 #include "amqp/all_methods.hpp"
 #include "amqp/codec_invariants.hpp"
 #include "amqp/codec_test_support.hpp"
+#include "proxy/amqp/method_name.hpp"
 
 namespace nackguard::amqp {
 namespace {
@@ -100,7 +101,7 @@ TEST(CorpusReplay, CapturedMethodSeedsAreNamedAfterTheirMethod) {
     if (!captured(seed.name)) continue;
     std::optional<std::uint32_t> key = peek_method_key(seed.bytes);
     ASSERT_TRUE(key.has_value()) << seed.name;
-    std::string name(test::method_name(*key));
+    std::string name(method_name(*key));
     std::string after_side = seed.name.substr(seed.name.find('-') + 1);
     bool named_right = after_side == name + ".bin";
     if (!named_right && after_side.starts_with(name + "-") && after_side.ends_with(".bin")) {

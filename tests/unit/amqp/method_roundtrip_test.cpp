@@ -12,6 +12,7 @@
 #include "amqp/all_methods.hpp"
 #include "amqp/codec_test_support.hpp"
 #include "proxy/amqp/method_codec.hpp"
+#include "proxy/amqp/method_name.hpp"
 
 namespace nackguard::amqp {
 namespace {
@@ -52,7 +53,7 @@ class EveryMethod : public ::testing::Test {};
 struct MethodTypeName {
   template <typename M>
   static std::string GetName(int) {
-    std::string name(test::method_name(M::kKey));
+    std::string name(method_name(M::kKey));
     std::replace_if(
         name.begin(), name.end(), [](char c) { return c == '.' || c == '-'; }, '_');
     return name;
@@ -158,7 +159,7 @@ TEST(MethodList, NamesEveryMethodOnce) {
   test::AllMethods<test::TypeList>::for_each([&]<typename M>() { keys.push_back(M::kKey); });
   std::sort(keys.begin(), keys.end());
   EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end()) << "a method twice";
-  for (std::uint32_t key : keys) EXPECT_FALSE(test::method_name(key).empty()) << key;
+  for (std::uint32_t key : keys) EXPECT_FALSE(method_name(key).empty()) << key;
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/method_codec.hpp"
+#include "proxy/amqp/method_name.hpp"
 #include "proxy/retry/decision.hpp"
 #include "proxy/retry/policy.hpp"
 #include "proxy/retry/policy_set.hpp"
@@ -57,45 +58,11 @@ struct Wire {
   bool operator==(const Wire&) const = default;
 };
 
-inline std::string_view method_label(std::uint32_t key) {
-  switch (key) {
-    case mid::channel_open:
-      return "channel.open";
-    case mid::channel_open_ok:
-      return "channel.open-ok";
-    case mid::channel_close:
-      return "channel.close";
-    case mid::channel_close_ok:
-      return "channel.close-ok";
-    case mid::queue_declare:
-      return "queue.declare";
-    case mid::queue_declare_ok:
-      return "queue.declare-ok";
-    case mid::confirm_select:
-      return "confirm.select";
-    case mid::confirm_select_ok:
-      return "confirm.select-ok";
-    case mid::basic_publish:
-      return "basic.publish";
-    case mid::basic_return:
-      return "basic.return";
-    case mid::basic_deliver:
-      return "basic.deliver";
-    case mid::basic_ack:
-      return "basic.ack";
-    case mid::basic_nack:
-      return "basic.nack";
-    case mid::basic_reject:
-      return "basic.reject";
-    default:
-      return "method";
-  }
-}
-
 inline void PrintTo(const Wire& frame, std::ostream* os) {
   *os << "ch" << frame.channel << ' ';
   if (auto key = frame.key()) {
-    *os << method_label(*key) << '(' << (*key >> 16) << '.' << (*key & 0xFFFF) << ')';
+    std::string_view name = amqp::method_name(*key);
+    *os << (name.empty() ? "method" : name) << '(' << (*key >> 16) << '.' << (*key & 0xFFFF) << ')';
   } else {
     *os << (frame.type == 2 ? "header" : frame.type == 3 ? "body" : "frame");
   }

@@ -17,6 +17,7 @@
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/method_codec.hpp"
+#include "proxy/amqp/method_name.hpp"
 #include "proxy/session/session.hpp"
 #include "session/recording_observer.hpp"
 
@@ -47,69 +48,15 @@ struct WireFrame {
   bool operator==(const WireFrame&) const = default;
 };
 
-inline std::string_view method_name(std::uint32_t key) {
-  namespace mid = amqp::mid;
-  switch (key) {
-    case mid::connection_start:
-      return "connection.start";
-    case mid::connection_start_ok:
-      return "connection.start-ok";
-    case mid::connection_tune:
-      return "connection.tune";
-    case mid::connection_tune_ok:
-      return "connection.tune-ok";
-    case mid::connection_open:
-      return "connection.open";
-    case mid::connection_open_ok:
-      return "connection.open-ok";
-    case mid::connection_close:
-      return "connection.close";
-    case mid::connection_close_ok:
-      return "connection.close-ok";
-    case mid::channel_open:
-      return "channel.open";
-    case mid::channel_open_ok:
-      return "channel.open-ok";
-    case mid::channel_close:
-      return "channel.close";
-    case mid::channel_close_ok:
-      return "channel.close-ok";
-    case mid::queue_declare:
-      return "queue.declare";
-    case mid::queue_declare_ok:
-      return "queue.declare-ok";
-    case mid::basic_consume:
-      return "basic.consume";
-    case mid::basic_consume_ok:
-      return "basic.consume-ok";
-    case mid::basic_publish:
-      return "basic.publish";
-    case mid::basic_deliver:
-      return "basic.deliver";
-    case mid::basic_get:
-      return "basic.get";
-    case mid::basic_get_ok:
-      return "basic.get-ok";
-    case mid::basic_get_empty:
-      return "basic.get-empty";
-    case mid::basic_ack:
-      return "basic.ack";
-    case mid::basic_nack:
-      return "basic.nack";
-    case mid::basic_reject:
-      return "basic.reject";
-    default:
-      return "method";
-  }
-}
-
 inline void PrintTo(const WireFrame& frame, std::ostream* os) {
   *os << "ch" << frame.channel << ' ';
   switch (frame.type) {
     case 1: {
       auto key = frame.key();
       if (key) {
-        *os << method_name(*key) << '(' << (*key >> 16) << '.' << (*key & 0xFFFF) << ')';
+        std::string_view name = amqp::method_name(*key);
+        *os << (name.empty() ? "method" : name) << '(' << (*key >> 16) << '.' << (*key & 0xFFFF)
+            << ')';
       } else {
         *os << "method(short)";
       }
