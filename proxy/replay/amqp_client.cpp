@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "proxy/amqp/method_name.hpp"
 #include "proxy/replay/client_internal.hpp"
 #include "proxy/replay/errors.hpp"
 #include "proxy/replay/rabbitmq_properties.hpp"
@@ -75,7 +76,7 @@ std::optional<Delivery> Client::get(const std::string& queue) {
   while (on_publisher_event(unit)) unit = next_or_throw(deadline, "basic.get-ok");
   if (unit.method == AMQP_BASIC_GET_EMPTY_METHOD) return std::nullopt;
   if (unit.method != AMQP_BASIC_GET_OK_METHOD) {
-    throw Failure(endpoint() + " answered basic.get with " + amqp_method_name(unit.method));
+    throw Failure(endpoint() + " answered basic.get with " + amqp::describe_method(unit.method));
   }
   Delivery delivery;
   delivery.delivery_tag = unit.tag;
@@ -90,7 +91,7 @@ void Client::idle_until(Clock::time_point until, const std::function<bool()>& st
   for (auto now = Clock::now(); now < until && !(stop && stop()); now = Clock::now()) {
     std::optional<Inbound> unit = next(std::min(until, now + kIdleSlice));
     if (unit && !on_publisher_event(*unit)) {
-      throw Failure(endpoint() + " sent " + amqp_method_name(unit->method) +
+      throw Failure(endpoint() + " sent " + amqp::describe_method(unit->method) +
                     " while nothing was awaited");
     }
   }
@@ -127,7 +128,7 @@ void Client::check_write(int status, const std::string& doing) {
 void Client::send_method(std::uint16_t channel, std::uint32_t method, void* decoded) {
   auto armed = arm_write();
   check_write(amqp_send_method(connection_, channel, method, decoded),
-              std::string("sending ") + amqp_method_name(method));
+              std::string("sending ") + amqp::describe_method(method));
 }
 
 bool Client::wait_frame(void* frame, Clock::time_point deadline) {
@@ -173,7 +174,7 @@ std::optional<Client::Inbound> Client::next(Clock::time_point deadline) {
         break;
     }
     if (frame.channel != kChannel) {
-      throw Failure(endpoint() + " sent " + amqp_method_name(unit.method) + " on channel " +
+      throw Failure(endpoint() + " sent " + amqp::describe_method(unit.method) + " on channel " +
                     std::to_string(frame.channel));
     }
     switch (unit.method) {
@@ -263,7 +264,7 @@ Client::Inbound Client::next_or_throw(Clock::time_point deadline, const char* wa
 Client::Inbound Client::expect(std::uint32_t method, const char* waiting_for) {
   Inbound unit = next_or_throw(reply_deadline(), waiting_for);
   if (unit.method != method) {
-    throw Failure(endpoint() + " sent " + amqp_method_name(unit.method) + " instead of " +
+    throw Failure(endpoint() + " sent " + amqp::describe_method(unit.method) + " instead of " +
                   waiting_for);
   }
   return unit;

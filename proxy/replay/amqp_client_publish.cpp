@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "proxy/amqp/method_name.hpp"
 #include "proxy/amqp/properties.hpp"
 #include "proxy/replay/amqp_client.hpp"
 #include "proxy/replay/client_internal.hpp"
@@ -51,7 +52,7 @@ std::vector<Confirmation> Client::confirms(bool wait) {
                     (blocked_ ? " (it has blocked publishing: a memory or disk alarm)" : ""));
     }
     if (!on_publisher_event(*unit)) {
-      throw Failure(endpoint() + " sent " + amqp_method_name(unit->method) +
+      throw Failure(endpoint() + " sent " + amqp::describe_method(unit->method) +
                     " while publisher confirms were awaited");
     }
   }
