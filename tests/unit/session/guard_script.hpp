@@ -9,11 +9,9 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <iomanip>
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +27,7 @@
 #include "proxy/session/guard.hpp"
 #include "proxy/session/guard_context.hpp"
 #include "proxy/session/session.hpp"
+#include "session/script.hpp"
 
 namespace nackguard::session::guard_test {
 
@@ -44,100 +43,28 @@ inline constexpr const char* kQueue = "q";
 inline constexpr const char* kConsumer = "c1";
 
 // ---- frames ----
+// Built and read with the session tests' own helpers (script.hpp), under the names these
+// tests use.
 
-struct Wire {
-  std::uint8_t type = 0;
-  std::uint16_t channel = 0;
-  Bytes payload;
-
-  std::optional<std::uint32_t> key() const {
-    if (type != static_cast<std::uint8_t>(FrameType::method)) return std::nullopt;
-    return amqp::peek_method_key(payload);
-  }
-  bool is(std::uint32_t method_key) const { return key() == method_key; }
-  bool operator==(const Wire&) const = default;
-};
-
-inline void PrintTo(const Wire& frame, std::ostream* os) {
-  *os << "ch" << frame.channel << ' ';
-  if (auto key = frame.key()) {
-    std::string_view name = amqp::method_name(*key);
-    *os << (name.empty() ? "method" : name) << '(' << (*key >> 16) << '.' << (*key & 0xFFFF) << ')';
-  } else {
-    *os << (frame.type == 2 ? "header" : frame.type == 3 ? "body" : "frame");
-  }
-  std::ostringstream hex;
-  for (std::size_t i = 0; i < frame.payload.size() && i < 64; ++i) {
-    hex << ' ' << std::hex << std::setw(2) << std::setfill('0') << int{frame.payload[i]};
-  }
-  if (frame.payload.size() > 64) hex << " ... (" << std::dec << frame.payload.size() << " bytes)";
-  *os << hex.str();
-}
-
-inline std::ostream& operator<<(std::ostream& os, const Wire& frame) {
-  PrintTo(frame, &os);
-  return os;
-}
-
-// Every frame of `bytes`; bytes that are not whole frames fail the test.
-inline std::vector<Wire> decode_frames(ByteView bytes) {
-  std::vector<Wire> out;
-  amqp::FrameDecoder decoder(1u << 30);
-  while (!bytes.empty()) {
-    amqp::FrameResult r = decoder.decode(bytes);
-    if (r.status != amqp::FrameResult::Status::frame) {
-      ADD_FAILURE() << "not whole frames: " << bytes.size() << " bytes left after " << out.size()
-                    << " frames";
-      break;
-    }
-    out.push_back(
-        Wire{r.frame.type, r.frame.channel, Bytes(r.frame.payload.begin(), r.frame.payload.end())});
-    bytes = bytes.subspan(r.frame.raw.size());
-  }
-  return out;
-}
-
-inline Bytes cat(std::initializer_list<Bytes> parts) {
-  Bytes out;
-  for (const Bytes& part : parts) out.insert(out.end(), part.begin(), part.end());
-  return out;
-}
-
-// Expected frames, written as the bytes that encode them.
-inline std::vector<Wire> frames(std::initializer_list<Bytes> parts) {
-  return decode_frames(cat(parts));
-}
-
-template <typename M>
-Bytes method(std::uint16_t channel, const M& m) {
-  Bytes out;
-  EXPECT_TRUE(amqp::append_method_frame(out, channel, m));
-  return out;
-}
+using Wire = test::WireFrame;
+using test::cat;
+using test::decode_frames;
+using test::frames;
+using test::method;
 
 // The frame decoded as method M; a frame that is not M fails the test.
 template <typename M>
 M as(const Wire& frame) {
-  M m;
-  amqp::MethodError e = amqp::decode_method(frame.payload, m);
-  EXPECT_EQ(e, amqp::MethodError::none) << amqp::to_string(e) << " in " << frame;
-  return m;
+  return test::decode_as<M>(frame);
 }
 
 inline Bytes content_header(std::uint16_t channel, std::uint64_t body_size,
                             const amqp::BasicProperties& properties) {
-  amqp::ContentHeader h;
-  h.body_size = body_size;
-  h.properties = properties;
-  Bytes out;
-  EXPECT_TRUE(amqp::append_content_header_frame(out, channel, h));
-  return out;
+  return test::header(channel, body_size, properties);
 }
 
 inline Bytes body_frame(std::uint16_t channel, std::string_view data) {
-  Bytes out;
-  amqp::append_frame(out, FrameType::body, channel, amqp::as_bytes(data));
-  return out;
+  return test::body(channel, data);
 }
 
 inline Bytes ack(std::uint64_t tag, bool multiple = false, std::uint16_t channel = kCh) {

@@ -1,7 +1,8 @@
 #pragma once
 // Scripted frames for the session tests. Frames are built with the codec's own encoders, fed
 // to a Session, and the session's output is decoded back into frames the tests compare. A
-// WireFrame prints as "ch1 basic.ack(60.80) 00 00 ..." so a failed comparison reads as AMQP.
+// WireFrame prints as "ch1 basic.ack(60.80) 00 00 ..." so a failed comparison reads as AMQP
+// (at most 64 payload bytes, then the size).
 
 #include <gtest/gtest.h>
 
@@ -76,8 +77,10 @@ inline void PrintTo(const WireFrame& frame, std::ostream* os) {
       break;
   }
   std::ostringstream hex;
-  for (std::uint8_t b : frame.payload)
-    hex << ' ' << std::hex << std::setw(2) << std::setfill('0') << int{b};
+  for (std::size_t i = 0; i < frame.payload.size() && i < 64; ++i) {
+    hex << ' ' << std::hex << std::setw(2) << std::setfill('0') << int{frame.payload[i]};
+  }
+  if (frame.payload.size() > 64) hex << " ... (" << std::dec << frame.payload.size() << " bytes)";
   *os << hex.str();
 }
 
