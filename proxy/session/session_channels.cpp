@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "proxy/amqp/method_codec.hpp"
+#include "proxy/amqp/method_name.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
@@ -38,9 +39,9 @@ void append_settle(amqp::Bytes& out, std::uint16_t channel, SettleKind kind, std
 
 void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
                                            std::uint32_t key) {
-  auto malformed = [&](const char* what) {
+  auto malformed = [&] {
     protocol_error(Side::client, reply::frame_error,
-                   std::string("FRAME_ERROR - malformed ") + what);
+                   "FRAME_ERROR - malformed " + std::string(amqp::method_name(key)));
   };
   switch (key) {
     case mid::basic_publish:
@@ -49,28 +50,28 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     case mid::basic_ack: {
       amqp::BasicAck m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("basic.ack");
+        return malformed();
       settle_from_client(ch, frame, SettleKind::ack, m.delivery_tag, m.multiple, false);
       return;
     }
     case mid::basic_nack: {
       amqp::BasicNack m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("basic.nack");
+        return malformed();
       settle_from_client(ch, frame, SettleKind::nack, m.delivery_tag, m.multiple, m.requeue);
       return;
     }
     case mid::basic_reject: {
       amqp::BasicReject m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("basic.reject");
+        return malformed();
       settle_from_client(ch, frame, SettleKind::reject, m.delivery_tag, false, m.requeue);
       return;
     }
     case mid::basic_consume: {
       amqp::BasicConsume m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("basic.consume");
+        return malformed();
       std::string queue = m.queue.empty() ? ch.last_declared_queue : m.queue;
       if (m.no_wait) {
         ch.consumers[m.consumer_tag] = Consumer{queue, m.no_ack};
@@ -82,7 +83,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     case mid::basic_cancel: {
       amqp::BasicCancel m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("basic.cancel");
+        return malformed();
       // The consumer's deliveries in flight still arrive until cancel-ok; forget it then, or
       // with no-wait keep it among the recently cancelled.
       if (m.no_wait) ch.forget_consumer(m.consumer_tag);
@@ -91,7 +92,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     case mid::basic_get: {
       amqp::BasicGet m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("basic.get");
+        return malformed();
       ch.pending_gets.push_back(
           PendingGet{m.queue.empty() ? ch.last_declared_queue : m.queue, m.no_ack});
       break;
@@ -103,7 +104,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       bool ok = key == mid::basic_recover
                     ? amqp::decode_method(frame.payload, m) == amqp::MethodError::none
                     : amqp::decode_method(frame.payload, async) == amqp::MethodError::none;
-      if (!ok) return malformed("basic.recover");
+      if (!ok) return malformed();
       // The broker requeues everything unacked on the channel, the proxy's own included.
       if (key == mid::basic_recover ? m.requeue : async.requeue) {
         return_all(ch, ReturnCause::recover);
@@ -117,7 +118,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     case mid::queue_declare: {
       amqp::QueueDeclare m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("queue.declare");
+        return malformed();
       if (m.no_wait) ch.last_declared_queue = m.queue;
       if (!m.passive) observer_->on_queue_declare(m);
       break;
@@ -244,16 +245,16 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
 
 void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
                                            std::uint32_t key) {
-  auto malformed = [&](const char* what) {
+  auto malformed = [&] {
     protocol_error(Side::broker, reply::frame_error,
-                   std::string("FRAME_ERROR - malformed ") + what);
+                   "FRAME_ERROR - malformed " + std::string(amqp::method_name(key)));
   };
   switch (key) {
     case mid::basic_deliver: {
       // Decoded into buffers that served earlier deliveries: no allocation per delivery.
       amqp::BasicDeliver& m = deliver_scratch_;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("basic.deliver");
+        return malformed();
       Delivery d = ch.fresh_delivery();
       if (const Consumer* consumer = ch.find_consumer(m.consumer_tag)) {
         d.queue = consumer->queue;
@@ -270,7 +271,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     case mid::basic_get_ok: {
       amqp::BasicGetOk m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("basic.get-ok");
+        return malformed();
       Delivery d = ch.fresh_delivery();
       if (!ch.pending_gets.empty()) {
         d.queue = ch.pending_gets.front().queue;
@@ -295,7 +296,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     case mid::basic_consume_ok: {
       amqp::BasicConsumeOk m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("basic.consume-ok");
+        return malformed();
       Consumer consumer;
       if (!ch.pending_consumes.empty()) {
         consumer.queue = ch.pending_consumes.front().queue;
@@ -310,14 +311,14 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       // The same fields either way; a broker-sent cancel has a no-wait bit after the tag.
       amqp::ByteReader in(frame.payload.subspan(4));
       std::string tag = in.shortstr();
-      if (!in.ok()) return malformed("basic.cancel");
+      if (!in.ok()) return malformed();
       ch.forget_consumer(tag);
       break;
     }
     case mid::queue_declare_ok: {
       amqp::QueueDeclareOk m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed("queue.declare-ok");
+        return malformed();
       ch.last_declared_queue = m.queue;
       break;
     }

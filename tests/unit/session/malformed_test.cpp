@@ -295,5 +295,30 @@ TEST(SessionMalformedStream, BadFrameSplitAcrossReadsIsCaughtOnce) {
   EXPECT_TRUE(link.broker_bytes().empty());
 }
 
+// The close names the malformed method as the codec does (amqp::method_name), the variant
+// the peer sent included: basic.recover-async is not basic.recover, nor cancel-ok a cancel.
+TEST(SessionMalformedNames, TheCloseNamesTheMethodThatWasSent) {
+  struct Named {
+    Side offender;
+    Bytes frame;
+    const char* text;
+  };
+  const Named cases[] = {
+      {Side::client, raw_method(1, 60, 100), "FRAME_ERROR - malformed basic.recover-async"},
+      {Side::client, raw_method(1, 60, 110), "FRAME_ERROR - malformed basic.recover"},
+      {Side::client, raw_method(1, 60, 80, Bytes{0}), "FRAME_ERROR - malformed basic.ack"},
+      {Side::broker, raw_method(1, 60, 31, Bytes{200}), "FRAME_ERROR - malformed basic.cancel-ok"},
+      {Side::broker, raw_method(1, 60, 71, Bytes{0, 0, 0}), "FRAME_ERROR - malformed basic.get-ok"},
+  };
+  for (const Named& c : cases) {
+    Link link;
+    handshake(link);
+    link.session.feed(c.offender, c.frame);
+    std::vector<WireFrame> to_offender = decode_frames(link.bytes_to(c.offender));
+    ASSERT_EQ(to_offender.size(), 1u) << c.text;
+    EXPECT_EQ(decode_as<amqp::ConnectionClose>(to_offender[0]).reply_text, c.text);
+  }
+}
+
 }  // namespace
 }  // namespace nackguard::session::test
