@@ -37,6 +37,7 @@ import subprocess
 import time
 
 import harness
+import private_node
 import operations_support as ops
 import redelivery_support as rs
 from reconnecting_consumer import ReconnectingConsumer
@@ -105,12 +106,10 @@ def _run(args, env=None, timeout=NODE_TIMEOUT, want_stderr=False):
 def _node_env(node):
     """tests/rabbitmq-node.sh's variables for `node`, whatever the run set for the main test
     node (its environment wins over the settings saved in the node's directory)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NACKGUARD_TEST_RABBITMQ_CONF_EXTRA", "NACKGUARD_TEST_RABBITMQ_FRESH")}
-    env.update(NACKGUARD_TEST_NODE=node.name, NACKGUARD_TEST_BROKER_PORT=str(node.port),
-               NACKGUARD_TEST_DIST_PORT=str(node.dist_port),
-               NACKGUARD_TEST_EPMD_PORT=str(EPMD_PORT), NACKGUARD_TEST_RABBITMQ_VERSION="3.10")
-    return env
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("NACKGUARD_TEST_RABBITMQ_CONF_EXTRA", "NACKGUARD_TEST_RABBITMQ_FRESH")}
+    return private_node.node_env(node.name, node.port, node.dist_port, EPMD_PORT,
+                                 version="3.10", base=base)
 
 
 # The nodes' ports and names are fixed, so two runs at once (the main suite and the

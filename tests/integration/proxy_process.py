@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import json
 import traceback
 
 import metrics_page
@@ -109,6 +110,27 @@ class Watchdog:
         out.flush()
         os._exit(3)
 
+
+
+def yaml_str(value):
+    return json.dumps(value)  # a JSON string is a valid double-quoted YAML scalar
+
+
+def policy_yaml(queue, max_redeliveries=5, identity=None, requeue="immediate", backoff=None,
+                rate=None, dead_letter=None, ack_timeout=None, queue_type=None):
+    """One policy file. backoff/rate/dead_letter are dicts of already-YAML-ready values."""
+    lines = [f"queue: {yaml_str(queue)}", f"max_redeliveries: {max_redeliveries}"]
+    if queue_type:
+        lines.append(f"queue_type: {queue_type}")
+    if ack_timeout is not None:
+        lines.append(f"ack_timeout: {ack_timeout}")
+    if identity:
+        lines.append("identity: [" + ", ".join(identity) + "]")
+    lines.append(f"requeue: {requeue}")
+    for key, value in (("backoff", backoff), ("rate", rate), ("dead_letter", dead_letter)):
+        if value:
+            lines.append(f"{key}: {{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}")
+    return "\n".join(lines) + "\n"
 
 class Proxy:
     """One nackguard process with a generated config and policy files, on free ports.

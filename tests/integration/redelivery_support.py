@@ -16,7 +16,6 @@ What is here (on top of harness.py, which it uses and does not change):
 """
 
 import collections
-import json
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ import pika
 from pika.exceptions import ChannelClosedByBroker
 
 import harness
+import proxy_process
 
 # Headers the proxy adds to a copy it republishes (to a delay queue or a dead-letter queue).
 PROXY_HEADERS = ("x-nackguard-returns", "x-nackguard-deliveries", "x-nackguard-first-return",
@@ -44,23 +44,8 @@ CRASH_EXIT_CODE = 17
 
 # ---------------------------------------------------------------- policies and proxies
 
-def _yaml_str(value):
-    return json.dumps(value)  # a JSON string is a valid double-quoted YAML scalar
-
-
-def policy_yaml(queue, max_redeliveries=5, identity=None, requeue="immediate", backoff=None,
-                rate=None, dead_letter=None, ack_timeout=None):
-    """One policy file. backoff/rate/dead_letter are dicts of already-YAML-ready values."""
-    lines = [f"queue: {_yaml_str(queue)}", f"max_redeliveries: {max_redeliveries}"]
-    if ack_timeout is not None:
-        lines.append(f"ack_timeout: {ack_timeout}")
-    if identity is not None:
-        lines.append("identity: [" + ", ".join(identity) + "]")
-    lines.append(f"requeue: {requeue}")
-    for key, value in (("backoff", backoff), ("rate", rate), ("dead_letter", dead_letter)):
-        if value:
-            lines.append(f"{key}: {{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}")
-    return "\n".join(lines) + "\n"
+_yaml_str = proxy_process.yaml_str
+policy_yaml = proxy_process.policy_yaml
 
 
 # Rate settings for tests that count exact deliveries under `requeue: immediate`: no

@@ -37,7 +37,6 @@ NACKGUARD_TEST_QUEUE_TYPE does not apply.
 """
 
 import os
-import subprocess
 import sys
 import unittest
 import uuid
@@ -46,10 +45,10 @@ from pika.exceptions import AMQPChannelError
 
 import harness
 import hung_consumer
+import private_node
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
-NODE_SCRIPT = os.path.join(harness.REPO_ROOT, "tests", "rabbitmq-node.sh")
 VERSION = os.environ.get("NACKGUARD_TEST_RABBITMQ_VERSION") or "3.10"
 SUFFIX = "40" if VERSION == "4.0" else ""
 NODE_DIR = os.path.join(harness.BUILD_DIR, "rabbitmq-consumer-timeout" +
@@ -57,19 +56,12 @@ NODE_DIR = os.path.join(harness.BUILD_DIR, "rabbitmq-consumer-timeout" +
 NODE_PORT, DIST_PORT, EPMD_PORT = (30772, 30773, 30469) if VERSION == "4.0" else \
     (30672, 30673, 30369)
 CONSUMER_TIMEOUT_MS = 2000
-NODE_ENV = {
-    "NACKGUARD_TEST_RABBITMQ_VERSION": VERSION,
-    "NACKGUARD_TEST_NODE": f"nackguard-ctimeout{SUFFIX}@localhost",
-    "NACKGUARD_TEST_BROKER_PORT": str(NODE_PORT),
-    "NACKGUARD_TEST_DIST_PORT": str(DIST_PORT),
-    "NACKGUARD_TEST_EPMD_PORT": str(EPMD_PORT),
-    "NACKGUARD_TEST_RABBITMQ_CONF_EXTRA": f"consumer_timeout = {CONSUMER_TIMEOUT_MS}",
+NODE_ENV = private_node.node_env(
+    f"nackguard-ctimeout{SUFFIX}@localhost", NODE_PORT, DIST_PORT, EPMD_PORT, version=VERSION,
+    fresh=True, start_timeout=120, conf_extra=f"consumer_timeout = {CONSUMER_TIMEOUT_MS}",
     # RabbitMQ checks consumer_timeout on each channel tick (rabbit_channel), once a minute
     # by default; rabbitmq.conf has no key for the interval.
-    "NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG": "[{rabbit, [{channel_tick_interval, 500}]}].",
-    "NACKGUARD_TEST_RABBITMQ_FRESH": "1",
-    "NACKGUARD_TEST_START_TIMEOUT": "120",
-}
+    advanced_config="[{rabbit, [{channel_tick_interval, 500}]}].")
 NODE_LOCK = f"/tmp/nackguard-test-ctimeout{SUFFIX}-node.lock"
 POISON = "poison"
 INNOCENT = [f"innocent-{i}" for i in range(10)]
@@ -78,10 +70,7 @@ SCENARIO_LIMIT = 60.0  # s for the whole scenario (expected: about 5 s)
 
 
 def node(action, timeout=60):
-    env = dict(os.environ)
-    env.update(NODE_ENV)
-    return subprocess.run(["bash", NODE_SCRIPT, action, NODE_DIR], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return private_node.node_script(action, NODE_DIR, NODE_ENV, timeout)
 
 
 class ConsumerTimeoutTest(rs.RedeliveryTest):
@@ -101,7 +90,7 @@ class ConsumerTimeoutTest(rs.RedeliveryTest):
         started = node("start", 240)
         if started.returncode != 0:
             cls._lock.close()
-            raise RuntimeError(f"{NODE_SCRIPT} start {NODE_DIR} failed:\n{started.stdout}"
+            raise RuntimeError(f"{private_node.NODE_SCRIPT} start {NODE_DIR} failed:\n{started.stdout}"
                                f"{started.stderr}")
 
     @classmethod
@@ -109,7 +98,7 @@ class ConsumerTimeoutTest(rs.RedeliveryTest):
         try:
             stopped = node("stop", 180)
             if stopped.returncode != 0:
-                print(f"warning: {NODE_SCRIPT} stop {NODE_DIR}: {stopped.stderr}",
+                print(f"warning: {private_node.NODE_SCRIPT} stop {NODE_DIR}: {stopped.stderr}",
                       file=sys.stderr)
         finally:
             cls._lock.close()  # releases the flock

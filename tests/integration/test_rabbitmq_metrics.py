@@ -14,7 +14,6 @@ and a quorum DLQ hold 3 and 1 messages, no consumer; then one consumer on the qu
 """
 import os
 import re
-import subprocess
 import time
 import unittest
 import urllib.request
@@ -23,8 +22,8 @@ import pika
 import yaml
 
 import harness
+import private_node
 
-NODE_SCRIPT = os.path.join(harness.REPO_ROOT, "tests", "rabbitmq-node.sh")
 V40 = os.environ.get("NACKGUARD_TEST_RABBITMQ_VERSION") == "4.0"
 BASE = 25772 if V40 else 25672
 AMQP_PORT, DIST_PORT, EPMD_PORT, METRICS_PORT = BASE, BASE + 1, BASE - 303, BASE + 20
@@ -61,15 +60,10 @@ class RabbitMQMetricsTest(unittest.TestCase):
         build = os.environ.get("NACKGUARD_BUILD_DIR") or os.path.join(harness.REPO_ROOT, "build")
         cls.dir = os.path.join(build, "rabbitmq-metrics-4.0" if V40 else "rabbitmq-metrics")
         os.makedirs(cls.dir, exist_ok=True)
-        cls.env = dict(os.environ, NACKGUARD_TEST_NODE="nackguard-metrics@localhost",
-                       NACKGUARD_TEST_BROKER_PORT=str(AMQP_PORT),
-                       NACKGUARD_TEST_DIST_PORT=str(DIST_PORT),
-                       NACKGUARD_TEST_EPMD_PORT=str(EPMD_PORT),
-                       NACKGUARD_TEST_RABBITMQ_FRESH="1",
-                       NACKGUARD_TEST_RABBITMQ_PLUGINS="rabbitmq_prometheus",
-                       NACKGUARD_TEST_RABBITMQ_CONF_EXTRA=(
-                           f"prometheus.tcp.port = {METRICS_PORT}\n"
-                           "prometheus.tcp.ip = 127.0.0.1"))
+        cls.env = private_node.node_env(
+            "nackguard-metrics@localhost", AMQP_PORT, DIST_PORT, EPMD_PORT, fresh=True,
+            plugins="rabbitmq_prometheus",
+            conf_extra=f"prometheus.tcp.port = {METRICS_PORT}\nprometheus.tcp.ip = 127.0.0.1")
         started = cls.node("start", timeout=240)
         if started.returncode != 0:
             cls.node("stop")
@@ -85,8 +79,7 @@ class RabbitMQMetricsTest(unittest.TestCase):
 
     @classmethod
     def node(cls, action, timeout=180):
-        return subprocess.run(["bash", NODE_SCRIPT, action, cls.dir], env=cls.env,
-                              capture_output=True, text=True, timeout=timeout)
+        return private_node.node_script(action, cls.dir, cls.env, timeout)
 
     def wait_for(self, path, expected):
         """Scrapes until every expected sample has its value (the plugin's figures are a few

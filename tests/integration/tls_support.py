@@ -26,9 +26,9 @@ import time
 import pika
 
 import harness
+import private_node
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NODE_SCRIPT = os.path.join(harness.REPO_ROOT, "tests", "rabbitmq-node.sh")
 
 CLIENT_CN = "nackguard-tls-client"
 
@@ -244,17 +244,11 @@ class TlsBroker:
         self.started = False
 
     def _env(self):
-        env = dict(os.environ)
         cert_dir = self.pki.dir
-        env.update({
-            "NACKGUARD_TEST_NODE": TLS_NODE,
-            "NACKGUARD_TEST_BROKER_PORT": str(TLS_NODE_AMQP_PORT),
-            "NACKGUARD_TEST_DIST_PORT": str(TLS_NODE_DIST_PORT),
-            "NACKGUARD_TEST_EPMD_PORT": str(TLS_NODE_EPMD_PORT),
-            "NACKGUARD_TEST_RABBITMQ_FRESH": "1",
-            "NACKGUARD_TEST_START_TIMEOUT": str(TLS_NODE_START_TIMEOUT),
-            "NACKGUARD_TEST_RABBITMQ_PLUGINS": "rabbitmq_auth_mechanism_ssl",
-            "NACKGUARD_TEST_RABBITMQ_CONF_EXTRA": "\n".join([
+        return private_node.node_env(
+            TLS_NODE, TLS_NODE_AMQP_PORT, TLS_NODE_DIST_PORT, TLS_NODE_EPMD_PORT, fresh=True,
+            start_timeout=TLS_NODE_START_TIMEOUT, plugins="rabbitmq_auth_mechanism_ssl",
+            conf_extra="\n".join([
                 f"listeners.ssl.default = 127.0.0.1:{TLS_NODE_TLS_PORT}",
                 f"ssl_options.cacertfile = {cert_dir}/ca.pem",
                 f"ssl_options.certfile = {cert_dir}/server.pem",
@@ -265,13 +259,10 @@ class TlsBroker:
                 "auth_mechanisms.2 = PLAIN",
                 "auth_mechanisms.3 = AMQPLAIN",
                 "ssl_cert_login_from = common_name",
-            ]),
-        })
-        return env
+            ]))
 
     def _node(self, action, timeout):
-        return subprocess.run(["bash", NODE_SCRIPT, action, self.dir], env=self._env(),
-                              capture_output=True, text=True, timeout=timeout)
+        return private_node.node_script(action, self.dir, self._env(), timeout)
 
     def start(self):
         os.makedirs(self.dir, exist_ok=True)
