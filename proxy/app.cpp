@@ -25,8 +25,8 @@ std::string host_name() {
   return name;
 }
 
-session::GuardSettings guard_settings(const config::Config& cfg) {
-  session::GuardSettings settings;
+retry::GuardSettings guard_settings(const config::Config& cfg) {
+  retry::GuardSettings settings;
   settings.tracker_max_entries = cfg.tracker_max_entries;
   settings.tracker_idle_ttl = cfg.tracker_idle_ttl;
   settings.retained_body_bytes = cfg.retained_body_bytes;
@@ -55,7 +55,7 @@ metrics::RegistryOptions registry_options(const config::Config& cfg) {
   return options;
 }
 
-net::RelayOptions relay_options(const config::Config& cfg, session::GuardContext& guard) {
+net::RelayOptions relay_options(const config::Config& cfg, retry::GuardContext& guard) {
   net::RelayOptions options;
   options.upstreams = std::make_shared<net::Upstreams>(
       config::upstream_targets(cfg),
@@ -160,7 +160,7 @@ App::App(config::Config config, retry::PolicySet policies)
   metrics::watch_guard_context(registry_, guard_);
   registry_.set_source(metrics::Metric::accept_failures_total,
                        [this] { return static_cast<double>(server_->accept_failures()); });
-  session::BodyBudget& budget = guard_.budget();
+  retry::BodyBudget& budget = guard_.budget();
   registry_.set_source(metrics::Metric::retained_body_refusals_total,
                        [&budget] { return static_cast<double>(budget.refusals()); });
   registry_.set_source(metrics::Metric::untracked_deliveries_total,

@@ -19,8 +19,8 @@
 #include "proxy/net/config_watcher.hpp"
 #include "proxy/net/log_listener.hpp"
 #include "proxy/net/server.hpp"
+#include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/policy_set.hpp"
-#include "proxy/session/guard_context.hpp"
 #include "proxy/status/status_board.hpp"
 
 namespace nackguard {
@@ -48,7 +48,7 @@ class App {
   net::LogListener log_listener_;
   metrics::Registry registry_;
   metrics::MetricsListener metrics_listener_;
-  session::GuardContext guard_;
+  retry::GuardContext guard_;
   boost::asio::io_context io_;
   std::unique_ptr<net::Server> server_;
   std::unique_ptr<status::StatusBoard> status_;

@@ -44,9 +44,9 @@ void MetricsListener::on_notice(std::string_view queue, std::string_view what) {
   if (next_) next_->on_notice(queue, what);
 }
 
-void watch_guard_context(Registry& registry, session::GuardContext& context) {
+void watch_guard_context(Registry& registry, retry::GuardContext& context) {
   retry::Tracker& tracker = context.tracker();
-  session::BodyBudget& budget = context.budget();
+  retry::BodyBudget& budget = context.budget();
   registry.set_source(Metric::tracker_entries,
                       [&tracker] { return static_cast<double>(tracker.stats().entries); });
   registry.set_source(Metric::tracker_evictions_total,

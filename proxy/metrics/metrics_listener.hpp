@@ -3,14 +3,14 @@
 // log listener), so one GuardContext listener feeds both.
 
 #include "proxy/metrics/registry.hpp"
-#include "proxy/session/guard_context.hpp"
+#include "proxy/retry/guard_context.hpp"
 
 namespace nackguard::metrics {
 
-class MetricsListener : public session::GuardListener {
+class MetricsListener : public retry::GuardListener {
  public:
   // `next` (may be null) receives every event after it is counted; it must outlive this.
-  explicit MetricsListener(Registry& registry, session::GuardListener* next = nullptr)
+  explicit MetricsListener(Registry& registry, retry::GuardListener* next = nullptr)
       : registry_(registry), next_(next) {}
 
   void on_delivery(std::string_view queue) override;
@@ -27,12 +27,12 @@ class MetricsListener : public session::GuardListener {
 
  private:
   Registry& registry_;
-  session::GuardListener* next_;
+  retry::GuardListener* next_;
 };
 
 // Points the scrape-time metrics at the context: tracker_entries, tracker_evictions_total,
 // tracker_expiries_total, retained_body_bytes and retained_body_bytes_limit. `context` must
 // outlive every later Registry::render().
-void watch_guard_context(Registry& registry, session::GuardContext& context);
+void watch_guard_context(Registry& registry, retry::GuardContext& context);
 
 }  // namespace nackguard::metrics

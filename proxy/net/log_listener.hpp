@@ -8,11 +8,11 @@
 #include <string>
 #include <utility>
 
-#include "proxy/session/guard_context.hpp"
+#include "proxy/retry/guard_context.hpp"
 
 namespace nackguard::net {
 
-class LogListener : public session::GuardListener {
+class LogListener : public retry::GuardListener {
  public:
   void on_dead_letter(std::string_view queue, std::string_view identity, std::uint32_t returns,
                       retry::DeadLetterReason reason) override;

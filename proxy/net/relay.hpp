@@ -32,7 +32,7 @@ struct RelayOptions {
   std::size_t buffer_bytes = 1 << 20;
   session::SessionOptions session;
   // Shared by every connection's guard; nullptr: forward everything, bound nothing.
-  session::GuardContext* guard_context = nullptr;
+  retry::GuardContext* guard_context = nullptr;
   metrics::Registry* metrics = nullptr;  // nullptr: nothing counted
   // The io_context runs on one thread only (`threads: 1`): a connection's handlers cannot run
   // at once, so they need no strand, and skip its lock and queue on every completion.

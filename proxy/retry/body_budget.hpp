@@ -10,7 +10,7 @@
 
 #include "proxy/amqp/bytes.hpp"
 
-namespace nackguard::session {
+namespace nackguard::retry {
 
 class BodyBudget {
  public:
@@ -127,4 +127,4 @@ class RetainedBody {
   std::uint64_t reserved_;
 };
 
-}  // namespace nackguard::session
+}  // namespace nackguard::retry

@@ -1,6 +1,6 @@
-#include "proxy/session/guard_context.hpp"
+#include "proxy/retry/guard_context.hpp"
 
-namespace nackguard::session {
+namespace nackguard::retry {
 
 namespace {
 
@@ -18,11 +18,10 @@ GuardClocks complete(GuardClocks clocks) {
 
 }  // namespace
 
-GuardContext::GuardContext(const GuardSettings& settings,
-                           std::shared_ptr<const retry::PolicySet> policies,
+GuardContext::GuardContext(const GuardSettings& settings, std::shared_ptr<const PolicySet> policies,
                            GuardListener* listener, GuardClocks clocks)
     : settings_(settings),
-      policies_(policies ? std::move(policies) : std::make_shared<retry::PolicySet>()),
+      policies_(policies ? std::move(policies) : std::make_shared<PolicySet>()),
       listener_(listener ? listener : &null_listener_),
       clocks_(complete(std::move(clocks))),
       tracker_(settings.tracker_max_entries, settings.tracker_idle_ttl),
@@ -31,7 +30,7 @@ GuardContext::GuardContext(const GuardSettings& settings,
       queue_facts_(settings.max_queue_facts),
       budget_(settings.retained_body_bytes) {}
 
-std::shared_ptr<const retry::PolicySet> GuardContext::policies() const {
+std::shared_ptr<const PolicySet> GuardContext::policies() const {
   std::lock_guard lock(mutex_);
   return policies_;
 }
@@ -64,7 +63,7 @@ void GuardContext::notice_once(std::string_view key, std::string_view queue,
   listener_->on_notice(queue, what);
 }
 
-void GuardContext::set_policies(std::shared_ptr<const retry::PolicySet> policies) {
+void GuardContext::set_policies(std::shared_ptr<const PolicySet> policies) {
   {
     std::lock_guard lock(mutex_);
     policies_ = std::move(policies);
@@ -72,4 +71,4 @@ void GuardContext::set_policies(std::shared_ptr<const retry::PolicySet> policies
   version_.fetch_add(1, std::memory_order_acq_rel);
 }
 
-}  // namespace nackguard::session
+}  // namespace nackguard::retry

@@ -14,15 +14,15 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "proxy/retry/body_budget.hpp"
 #include "proxy/retry/decision.hpp"
 #include "proxy/retry/health.hpp"
 #include "proxy/retry/policy_set.hpp"
 #include "proxy/retry/queue_facts.hpp"
 #include "proxy/retry/tracker.hpp"
 #include "proxy/retry/tracker_names.hpp"
-#include "proxy/session/body_budget.hpp"
 
-namespace nackguard::session {
+namespace nackguard::retry {
 
 // Receives what the guard did, for logs and metrics. Called from worker threads.
 class GuardListener {
@@ -32,11 +32,9 @@ class GuardListener {
   // The consumer gave a message back (nack, reject, recover, or a crash).
   virtual void on_return(std::string_view queue) { (void)queue; }
   // What became of a return: forwarded, delayed or dead_lettered.
-  virtual void on_requeue(std::string_view queue, retry::Action action) {
-    (void)queue, (void)action;
-  }
+  virtual void on_requeue(std::string_view queue, Action action) { (void)queue, (void)action; }
   virtual void on_dead_letter(std::string_view queue, std::string_view identity,
-                              std::uint32_t returns, retry::DeadLetterReason reason) {
+                              std::uint32_t returns, DeadLetterReason reason) {
     (void)queue, (void)identity, (void)returns, (void)reason;
   }
   // The proxy could not complete a republish or dead-letter and gave the message back to the
@@ -83,11 +81,11 @@ struct GuardClocks {
 
 class GuardContext {
  public:
-  GuardContext(const GuardSettings& settings, std::shared_ptr<const retry::PolicySet> policies,
+  GuardContext(const GuardSettings& settings, std::shared_ptr<const PolicySet> policies,
                GuardListener* listener = nullptr, GuardClocks clocks = {});
 
-  std::shared_ptr<const retry::PolicySet> policies() const;
-  void set_policies(std::shared_ptr<const retry::PolicySet> policies);
+  std::shared_ptr<const PolicySet> policies() const;
+  void set_policies(std::shared_ptr<const PolicySet> policies);
   std::uint64_t policies_version() const { return version_.load(std::memory_order_acquire); }
 
   // For durations and deadlines.
@@ -103,29 +101,29 @@ class GuardContext {
   GuardListener& listener() { return *listener_; }
   // Passes `what` to the listener's on_notice the first time `key` is seen (bounded).
   void notice_once(std::string_view key, std::string_view queue, std::string_view what);
-  retry::QueueFactsRegistry& queue_facts() { return queue_facts_; }
-  retry::Tracker& tracker() { return tracker_; }
+  QueueFactsRegistry& queue_facts() { return queue_facts_; }
+  Tracker& tracker() { return tracker_; }
   // The names behind the tracker's most recently counted keys, for /status.
-  retry::TrackerNames& tracker_names() { return tracker_names_; }
-  retry::QueueHealth& health() { return health_; }
+  TrackerNames& tracker_names() { return tracker_names_; }
+  QueueHealth& health() { return health_; }
   BodyBudget& budget() { return budget_; }
   const GuardSettings& settings() const { return settings_; }
 
  private:
   GuardSettings settings_;
   mutable std::mutex mutex_;
-  std::shared_ptr<const retry::PolicySet> policies_;
+  std::shared_ptr<const PolicySet> policies_;
   std::unordered_map<std::string, std::int64_t> failing_until_;  // guarded by mutex_
   std::unordered_set<std::string> noticed_;                      // guarded by mutex_
   std::atomic<std::uint64_t> version_{1};
   GuardListener null_listener_;
   GuardListener* listener_;
   GuardClocks clocks_;
-  retry::Tracker tracker_;
-  retry::TrackerNames tracker_names_;
-  retry::QueueHealth health_;
-  retry::QueueFactsRegistry queue_facts_;
+  Tracker tracker_;
+  TrackerNames tracker_names_;
+  QueueHealth health_;
+  QueueFactsRegistry queue_facts_;
   BodyBudget budget_;
 };
 
-}  // namespace nackguard::session
+}  // namespace nackguard::retry

@@ -26,7 +26,7 @@ std::string_view to_string(ReturnCause cause) {
 
 BodyHash::operator std::uint64_t() const {
   if (!source_.expired()) {
-    if (std::shared_ptr<const RetainedBody> body = source_.lock()) {
+    if (std::shared_ptr<const retry::RetainedBody> body = source_.lock()) {
       value_ = XXH3_64bits(body->bytes.data(), body->bytes.size());
     }
     source_.reset();

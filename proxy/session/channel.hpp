@@ -91,7 +91,7 @@ class ChannelState {
     // Client frames after its close-ok (a channel.open of the same number, ...), handled once
     // the broker's close-ok is in.
     amqp::Bytes queued;
-    std::vector<std::shared_ptr<RetainedBody>> reservations;
+    std::vector<std::shared_ptr<retry::RetainedBody>> reservations;
   };
   AckClose ack_close;
   // A delivery the client settled in its open transaction (tx.settled): its record stays
@@ -112,7 +112,7 @@ class ChannelState {
   enum class Route { forward, withhold, buffer };
   Route incoming_route = Route::forward;
   amqp::Bytes incoming_frames;  // for Route::buffer: method, header and body frames so far
-  std::shared_ptr<RetainedBody> incoming_buffer_reservation;
+  std::shared_ptr<retry::RetainedBody> incoming_buffer_reservation;
   std::unique_ptr<BodyHasher> hasher;  // reused across deliveries
 
   // A delivery the client holds alone (exclusive): later ones wait in `held` until it is
@@ -122,7 +122,7 @@ class ChannelState {
   struct HeldDelivery {
     Delivery delivery;
     amqp::Bytes frames;  // method (unpatched), header and body frames, as received
-    std::shared_ptr<RetainedBody> reservation;
+    std::shared_ptr<retry::RetainedBody> reservation;
   };
   std::deque<HeldDelivery> held;
 
@@ -141,9 +141,9 @@ class ChannelState {
   // unacked or withheld: the record and its map node, its content header and its strings.
   static std::uint64_t record_cost(const Delivery& delivery);
   // Charges the records from now on to `budget` (set once, before the first record).
-  void use_budget(BodyBudget* budget) {
+  void use_budget(retry::BodyBudget* budget) {
     if (!records_charge_.budget() && records_charge_.bytes() == 0) {
-      records_charge_ = BudgetCharge(budget);
+      records_charge_ = retry::BudgetCharge(budget);
     }
   }
   // A delivery kept with no more than its tags (the budget was full): no header, no names.
@@ -227,7 +227,7 @@ class ChannelState {
   std::vector<std::map<std::uint64_t, Record>::node_type> spare_nodes_;
   std::vector<Delivery> spare_deliveries_;
   std::map<std::uint64_t, Record> withheld_;  // by broker tag
-  BudgetCharge records_charge_;
+  retry::BudgetCharge records_charge_;
   struct UntrackedRun {
     std::uint64_t last_client_tag = 0;
     std::uint64_t offset = 0;  // broker tag minus client tag, modulo 2^64

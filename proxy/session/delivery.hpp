@@ -7,7 +7,7 @@
 
 #include "proxy/amqp/bytes.hpp"
 #include "proxy/amqp/properties.hpp"
-#include "proxy/session/body_budget.hpp"
+#include "proxy/retry/body_budget.hpp"
 
 namespace nackguard::session {
 
@@ -25,7 +25,7 @@ class BodyHash {
     return *this;
   }
   // The hash of `body`'s bytes, computed when first read.
-  void defer_to(const std::shared_ptr<RetainedBody>& body) {
+  void defer_to(const std::shared_ptr<retry::RetainedBody>& body) {
     source_ = body;
     known_ = true;
   }
@@ -42,7 +42,7 @@ class BodyHash {
   bool known_ = true;
   mutable std::uint64_t value_ = 0;
   // Weak: the hash must not keep a body alive, and so out of the body budget's count.
-  mutable std::weak_ptr<const RetainedBody> source_;
+  mutable std::weak_ptr<const retry::RetainedBody> source_;
 };
 
 struct Delivery {
@@ -65,8 +65,8 @@ struct Delivery {
   std::uint64_t body_size = 0;
   BodyHash body_hash;  // XXH3-64 of the body, valid once body_complete
   bool body_complete = false;
-  std::shared_ptr<RetainedBody> body;  // the body, when the observer asked to retain it
-  std::uint64_t cookie = 0;            // the observer's own per-delivery value
+  std::shared_ptr<retry::RetainedBody> body;  // the body, when the observer asked to retain it
+  std::uint64_t cookie = 0;                   // the observer's own per-delivery value
   // When it was handed to the client (the session's last tick, Session::on_tick's clock);
   // -1 before the first tick.
   std::int64_t handed_out_ms = -1;

@@ -35,8 +35,8 @@ std::uint64_t message_hash(const retry::TrackerKey& key) {
 
 // Tells the listener what a health event changed: an outage's start or end, and an outage
 // that lasted rate.max_outage (its returns count again from now on).
-void report_health(GuardListener& listener, std::string_view queue, const retry::RateLimits& rate,
-                   const retry::HealthChange& change) {
+void report_health(retry::GuardListener& listener, std::string_view queue,
+                   const retry::RateLimits& rate, const retry::HealthChange& change) {
   if (change.changed) listener.on_outage(queue, change.outage, change.ratio);
   if (change.became_overdue) {
     listener.on_notice(queue, "in outage for " + std::to_string(change.outage_ms / 1000) +
@@ -49,7 +49,7 @@ void report_health(GuardListener& listener, std::string_view queue, const retry:
 
 }  // namespace
 
-Guard::Guard(GuardContext& context, std::uint64_t seed)
+Guard::Guard(retry::GuardContext& context, std::uint64_t seed)
     : context_(context),
       rng_(seed),
       proxy_(

@@ -14,7 +14,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "proxy/session/guard_context.hpp"
+#include "proxy/retry/guard_context.hpp"
 #include "proxy/session/observer.hpp"
 #include "proxy/session/proxy_channel.hpp"
 #include "proxy/session/session.hpp"
@@ -23,7 +23,7 @@ namespace nackguard::session {
 
 class Guard final : public SessionObserver {
  public:
-  Guard(GuardContext& context, std::uint64_t seed);
+  Guard(retry::GuardContext& context, std::uint64_t seed);
 
   // The session this guard observes; set before any byte is fed.
   void attach(Session& session) { session_ = &session; }
@@ -113,7 +113,7 @@ class Guard final : public SessionObserver {
                  std::string_view detail);
   static bool needs_copy(const Intent& intent);
 
-  GuardContext& context_;
+  retry::GuardContext& context_;
   Session* session_ = nullptr;
   int broker_major_ = 0;  // RabbitMQ's major version from connection.start, 0 if unknown
   std::mt19937_64 rng_;

@@ -16,7 +16,7 @@
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/properties.hpp"
-#include "proxy/session/body_budget.hpp"
+#include "proxy/retry/body_budget.hpp"
 
 namespace nackguard::session {
 
@@ -40,7 +40,7 @@ struct PublishRequest {
   // When not empty: the property flags and list as they are sent, instead of header.properties
   // encoded (a copy whose headers table the codec cannot encode; see raw_properties.hpp).
   amqp::Bytes raw_properties;
-  std::shared_ptr<RetainedBody> body;
+  std::shared_ptr<retry::RetainedBody> body;
   std::int64_t deadline_ms = 0;  // no confirm by then: failed
 };
 

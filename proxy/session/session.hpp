@@ -35,7 +35,7 @@ struct SessionOptions {
   // The largest frame_max the two sides may negotiate; the broker's offer is lowered to it.
   std::uint32_t max_frame_bytes = 1048576;
   // Retained bodies and held deliveries count against this; nullptr means no limit.
-  BodyBudget* body_budget = nullptr;
+  retry::BodyBudget* body_budget = nullptr;
   // A client that keeps an exclusive delivery (a crash suspect) this long without settling it
   // gets the deliveries held behind it anyway: it may be waiting for a batch before it acks.
   std::int64_t exclusive_hold_ms = 10000;
@@ -220,7 +220,7 @@ class Session {
   // Keeps a client frame for later in `queued`, its bytes counted against the body budget;
   // past the budget the client's connection is closed (506), naming what it waited for.
   void keep_client_frame(const amqp::Frame& frame, amqp::Bytes& queued,
-                         std::vector<std::shared_ptr<RetainedBody>>& reservations,
+                         std::vector<std::shared_ptr<retry::RetainedBody>>& reservations,
                          std::string_view waiting_for);
   // Handles client frames kept for later (behind a commit, or a close), in order.
   void replay_client_frames(const amqp::Bytes& queued);

@@ -40,7 +40,7 @@ std::uint64_t buffered_frames_cost(std::uint64_t method_and_header, std::uint64_
 }
 
 // Whether the record of `d` fits within the body budget (no budget: always).
-bool admit_record(ChannelState& ch, const Delivery& d, BodyBudget* budget) {
+bool admit_record(ChannelState& ch, const Delivery& d, retry::BodyBudget* budget) {
   ch.use_budget(budget);
   if (!budget || budget->has_room(ChannelState::record_cost(d))) return true;
   budget->note_untracked();
@@ -135,7 +135,7 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
   if (plan.action == DeliveryPlan::Action::need_body) {
     std::uint64_t frames_size =
         buffered_frames_cost(ch.incoming_method_frame.size() + frame.raw.size(), d.body_size);
-    ch.incoming_buffer_reservation = RetainedBody::make(options_.body_budget, frames_size);
+    ch.incoming_buffer_reservation = retry::RetainedBody::make(options_.body_budget, frames_size);
     if (ch.incoming_buffer_reservation) {
       ch.incoming_route = ChannelState::Route::buffer;
       ch.incoming_frames = std::move(ch.incoming_method_frame);
@@ -152,7 +152,7 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
   }
   ch.incoming_hashed = plan.hash_body;
   if (plan.retain_body) {
-    d.body = RetainedBody::make(options_.body_budget, d.body_size);
+    d.body = retry::RetainedBody::make(options_.body_budget, d.body_size);
     // Within the budget just reserved; without a budget the size is the broker's word only.
     if (d.body && options_.body_budget) d.body->bytes.reserve(d.body_size);
   }
@@ -281,7 +281,7 @@ void Session::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes frames
   d.held = false;
   BufferedParts parts = split_buffered(frames, plan.retain_body);
   if (plan.retain_body) {
-    d.body = RetainedBody::make(options_.body_budget, parts.body.size());
+    d.body = retry::RetainedBody::make(options_.body_budget, parts.body.size());
     if (d.body) d.body->bytes = std::move(parts.body);
   }
   if (plan.action == DeliveryPlan::Action::withhold) {

@@ -79,9 +79,9 @@ void Session::queue_behind_commit(ChannelState& ch, const Frame& frame) {
 }
 
 void Session::keep_client_frame(const Frame& frame, amqp::Bytes& queued,
-                                std::vector<std::shared_ptr<RetainedBody>>& reservations,
+                                std::vector<std::shared_ptr<retry::RetainedBody>>& reservations,
                                 std::string_view waiting_for) {
-  auto reservation = RetainedBody::make(options_.body_budget, frame.raw.size());
+  auto reservation = retry::RetainedBody::make(options_.body_budget, frame.raw.size());
   if (!reservation) {
     protocol_error(Side::client, reply::resource_error,
                    "RESOURCE_ERROR - nackguard: channel " + std::to_string(frame.channel) +

@@ -20,7 +20,7 @@
 
 #include "proxy/amqp/bytes.hpp"
 #include "proxy/amqp/constants.hpp"
-#include "proxy/session/body_budget.hpp"
+#include "proxy/retry/body_budget.hpp"
 #include "proxy/session/delivery.hpp"
 
 namespace nackguard::session {
@@ -61,7 +61,7 @@ struct ChannelTx {
   // The client's frames on the channel that came after the held commit, whole and in order,
   // with their bytes counted against the body budget.
   amqp::Bytes queued;
-  std::vector<std::shared_ptr<RetainedBody>> queued_reservations;
+  std::vector<std::shared_ptr<retry::RetainedBody>> queued_reservations;
 
   // The proxy's own settlements written on the channel since the last commit: the broker drops
   // them at a rollback, so they are written again after it.

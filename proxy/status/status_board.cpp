@@ -10,7 +10,7 @@ namespace nackguard::status {
 
 namespace json = boost::json;
 
-StatusBoard::StatusBoard(session::GuardContext& guard, const metrics::Registry& registry,
+StatusBoard::StatusBoard(retry::GuardContext& guard, const metrics::Registry& registry,
                          std::string version, std::string host)
     : guard_(guard),
       registry_(registry),
@@ -39,7 +39,7 @@ void StatusBoard::tick() {
 namespace {
 
 json::object queue_json(const QueueCounts& total, const std::optional<QueueCounts>& window,
-                        session::GuardContext& guard, const retry::PolicySet& policies,
+                        retry::GuardContext& guard, const retry::PolicySet& policies,
                         std::string_view policies_dir) {
   json::object out;
   out["queue"] = total.queue;
@@ -103,7 +103,7 @@ std::string StatusBoard::json() {
                    {"reloads", std::move(reload)}, {"last_reload", std::move(last)}};
 
   const retry::TrackerStats tracker = guard_.tracker().stats();
-  session::BodyBudget& budget = guard_.budget();
+  retry::BodyBudget& budget = guard_.budget();
   doc["limits"] = {{"tracker_entries", tracker.entries},
                    {"tracker_max_entries", guard_.tracker().max_entries()},
                    {"tracker_evictions", tracker.evictions},

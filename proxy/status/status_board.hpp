@@ -11,8 +11,8 @@
 #include <string>
 
 #include "proxy/metrics/registry.hpp"
+#include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/tracker_names.hpp"
-#include "proxy/session/guard_context.hpp"
 #include "proxy/status/queue_window.hpp"
 
 namespace nackguard::status {
@@ -38,7 +38,7 @@ struct ReloadRecord {
 
 class StatusBoard {
  public:
-  StatusBoard(session::GuardContext& guard, const metrics::Registry& registry, std::string version,
+  StatusBoard(retry::GuardContext& guard, const metrics::Registry& registry, std::string version,
               std::string host);
 
   void set_config(const StatusConfig& config);
@@ -49,7 +49,7 @@ class StatusBoard {
   std::string json();
 
  private:
-  session::GuardContext& guard_;
+  retry::GuardContext& guard_;
   const metrics::Registry& registry_;
   const std::string version_;
   const std::string host_;

@@ -5,7 +5,7 @@
 
 #include "proxy/metrics/metric_list.hpp"
 #include "proxy/retry/decision.hpp"
-#include "proxy/session/guard_context.hpp"
+#include "proxy/retry/guard_context.hpp"
 
 namespace nackguard::status {
 
@@ -70,7 +70,7 @@ json::object decision_json(const retry::Decision& decision, std::string_view whe
 // crash, from nackguard's own count), or what its next delivery carries out when a crash left
 // a decision pending.
 json::object next_json(const retry::TrackerEntry& entry, std::string_view queue,
-                       session::GuardContext& guard, const retry::PolicySet& policies,
+                       retry::GuardContext& guard, const retry::PolicySet& policies,
                        std::string_view policies_dir) {
   const retry::Policy& policy = policies.match(queue);
   if (entry.pending_action != 0) {
@@ -95,7 +95,7 @@ json::object next_json(const retry::TrackerEntry& entry, std::string_view queue,
 
 json::object message_json(const retry::Tracker::Sampled& sampled,
                           const std::optional<retry::TrackerName>& name, bool show_identities,
-                          session::GuardContext& guard, const retry::PolicySet& policies,
+                          retry::GuardContext& guard, const retry::PolicySet& policies,
                           std::string_view policies_dir) {
   const retry::TrackerEntry& entry = sampled.entry;
   json::object out;

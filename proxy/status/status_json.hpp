@@ -13,7 +13,7 @@
 #include "proxy/retry/tracker_names.hpp"
 #include "proxy/status/queue_window.hpp"
 
-namespace nackguard::session {
+namespace nackguard::retry {
 class GuardContext;
 }
 
@@ -34,7 +34,7 @@ std::string policy_file(const retry::Policy& policy, std::string_view policies_d
 // `next` says what its next return (or delivery, for a crash's pending decision) will bring.
 boost::json::object message_json(const retry::Tracker::Sampled& sampled,
                                  const std::optional<retry::TrackerName>& name,
-                                 bool show_identities, session::GuardContext& guard,
+                                 bool show_identities, retry::GuardContext& guard,
                                  const retry::PolicySet& policies, std::string_view policies_dir);
 
 }  // namespace nackguard::status

@@ -22,9 +22,9 @@
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/method_codec.hpp"
 #include "proxy/amqp/methods.hpp"
+#include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/policy_set.hpp"
 #include "proxy/session/guard.hpp"
-#include "proxy/session/guard_context.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
@@ -196,7 +196,8 @@ bool open_session(Session& session) {
 
 // The production observer and everything it shares, with the default policy.
 struct GuardRig {
-  GuardContext context{GuardSettings{}, std::make_shared<const retry::PolicySet>(), nullptr};
+  retry::GuardContext context{retry::GuardSettings{}, std::make_shared<const retry::PolicySet>(),
+                              nullptr};
   Guard guard{context, 1};
 };
 

@@ -8,7 +8,7 @@
 namespace nackguard::metrics {
 namespace {
 
-class RecordingListener : public session::GuardListener {
+class RecordingListener : public retry::GuardListener {
  public:
   void on_delivery(std::string_view queue) override { events.push_back("delivery " + s(queue)); }
   void on_return(std::string_view queue) override { events.push_back("return " + s(queue)); }
@@ -39,7 +39,7 @@ bool has_line(const std::string& page, const std::string& line) {
   return page.find("\n" + line + "\n") != std::string::npos;
 }
 
-void send_every_event(session::GuardListener& listener) {
+void send_every_event(retry::GuardListener& listener) {
   listener.on_delivery("orders");
   listener.on_return("orders");
   listener.on_requeue("orders", retry::Action::delay);
@@ -85,10 +85,10 @@ TEST(MetricsListener, WorksWithoutANextListener) {
 }
 
 TEST(WatchGuardContext, ReadsTrackerAndBudgetAtScrapeTime) {
-  session::GuardSettings settings;
+  retry::GuardSettings settings;
   settings.tracker_max_entries = 1;  // one shard: evictions are deterministic
   settings.retained_body_bytes = 1000;
-  session::GuardContext context(settings, nullptr);
+  retry::GuardContext context(settings, nullptr);
   Registry registry;
   watch_guard_context(registry, context);
 

@@ -104,7 +104,7 @@ class ProxyChannelEncode : public ::testing::Test {
     r.job = job;
     r.routing_key = queue;
     r.ensure = QueueSpec{queue, false, {}, -1};
-    r.body = RetainedBody::make(nullptr, 4);
+    r.body = retry::RetainedBody::make(nullptr, 4);
     r.body->bytes = bytes_of("copy");
     r.deadline_ms = kT0 + 30000;
     return r;

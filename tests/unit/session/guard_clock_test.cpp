@@ -84,7 +84,7 @@ TEST_F(GuardClock, DeclareRetryAndCopiesFailingWindowHoldAcrossTheStep) {
 }
 
 TEST_F(GuardClock, TrackerEntriesOutliveTheStepAndHeadersFollowTheWallClock) {
-  GuardSettings settings;
+  retry::GuardSettings settings;
   settings.tracker_idle_ttl = std::chrono::minutes(10);
   start(policy(1), settings);
   deliver_passes(delivery(1, message("m1")));

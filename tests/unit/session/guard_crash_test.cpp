@@ -2,7 +2,7 @@
 // without a nack. The guard counts them, hands each out alone at its next delivery (so a
 // second crash names the culprit), and carries out a crash's decision at that delivery:
 // withheld from the client and dead-lettered or delayed. Each connection is a new Session
-// and Guard on the same GuardContext, as the relay makes them.
+// and Guard on the same retry::GuardContext, as the relay makes them.
 
 #include <gtest/gtest.h>
 
@@ -253,7 +253,7 @@ TEST_F(GuardCrash, HeldDeliveriesAreReleasedAfterTheExclusiveHold) {
 TEST_F(GuardCrash, SuspectsThatCannotBeHeldWithinTheBudgetAreHandedOut) {
   // Room for the deliveries' records (counted in the budget too), not for a 4000-byte body.
   constexpr std::uint64_t kLimit = 2048;
-  GuardSettings settings;
+  retry::GuardSettings settings;
   settings.retained_body_bytes = kLimit;
   start(policy(5), settings, /*sessions_use_budget=*/true);
   auto big = [](Message m) {

@@ -287,7 +287,7 @@ class GuardDeadLetterConsumer : public GuardTest {
     retry::Policy p = policy(0);
     p.dead_letter.exchange = "dlx";  // nothing to declare
     client_properties.set("connection_name", amqp::FieldValue::string(connection_name));
-    GuardSettings settings;
+    retry::GuardSettings settings;
     settings.host_name = host;
     start(p, settings);
     deliver_passes(delivery(1, message("m1")));

@@ -208,7 +208,7 @@ Message with_big_body(Message m) {
 }
 
 TEST_F(GuardFallback, BodyOverTheBudgetIsNotRetainedAndTheNackPasses) {
-  GuardSettings settings;
+  retry::GuardSettings settings;
   settings.retained_body_bytes = kRoomForARecordOnly;
   start(policy(0), settings, /*sessions_use_budget=*/true);
   deliver_passes(delivery(1, with_big_body(message("m1"))));
@@ -224,7 +224,7 @@ TEST_F(GuardFallback, BodyOverTheBudgetIsNotRetainedAndTheNackPasses) {
 // A republish ahead of the broker's limit (a limit of 0: the first return passes it) without
 // its body: the fallback says the broker may now end the message, not that nothing is lost.
 TEST_F(GuardFallback, RepublishAtTheBrokersLimitWithoutItsBodyFallsBackAsAtBrokerLimit) {
-  GuardSettings settings;
+  retry::GuardSettings settings;
   settings.retained_body_bytes = kRoomForARecordOnly;
   retry::Policy p = policy(10);
   p.broker_delivery_limit = {retry::BrokerDeliveryLimit::Kind::fixed, 0};
@@ -239,7 +239,7 @@ TEST_F(GuardFallback, RepublishAtTheBrokersLimitWithoutItsBodyFallsBackAsAtBroke
 }
 
 TEST_F(GuardFallback, ViaRejectNeedsNoBodyAndIgnoresTheBodyBudget) {
-  GuardSettings settings;
+  retry::GuardSettings settings;
   settings.retained_body_bytes = kRoomForARecordOnly;
   retry::Policy p = policy(0);
   p.dead_letter.via = retry::DeadLetter::Via::reject;

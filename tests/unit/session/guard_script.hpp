@@ -22,10 +22,10 @@
 #include "proxy/amqp/method_codec.hpp"
 #include "proxy/amqp/method_name.hpp"
 #include "proxy/retry/decision.hpp"
+#include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/policy.hpp"
 #include "proxy/retry/policy_set.hpp"
 #include "proxy/session/guard.hpp"
-#include "proxy/session/guard_context.hpp"
 #include "proxy/session/session.hpp"
 #include "session/script.hpp"
 
@@ -255,7 +255,7 @@ inline retry::Policy policy(std::uint32_t max_redeliveries) {
 
 // ---- what the guard reported ----
 
-class RecordingListener : public GuardListener {
+class RecordingListener : public retry::GuardListener {
  public:
   struct DeadLettered {
     std::string queue;
@@ -313,7 +313,7 @@ inline void PrintTo(const RecordingListener::DeadLettered& d, std::ostream* os) 
 // One client connection: the session and the guard observing it. Constructing it runs
 // nothing; GuardTest::connect drives the handshake.
 struct Connection {
-  Connection(GuardContext& context, SessionOptions options, std::uint64_t seed)
+  Connection(retry::GuardContext& context, SessionOptions options, std::uint64_t seed)
       : guard(context, seed), session(options, &guard) {
     guard.attach(session);
   }
@@ -324,11 +324,11 @@ struct Connection {
 class GuardTest : public ::testing::Test {
  protected:
   // A shared context with `p` as the only policy, and a first connection.
-  void start(const retry::Policy& p, GuardSettings settings = {},
+  void start(const retry::Policy& p, retry::GuardSettings settings = {},
              bool sessions_use_budget = false) {
-    context = std::make_unique<GuardContext>(
+    context = std::make_unique<retry::GuardContext>(
         settings, std::make_shared<const retry::PolicySet>(std::vector<retry::Policy>{p}),
-        &listener, GuardClocks{[this] { return now; }, [this] { return now + wall_step; }});
+        &listener, retry::GuardClocks{[this] { return now; }, [this] { return now + wall_step; }});
     if (sessions_use_budget) options.body_budget = &context->budget();
     connect();
   }
@@ -487,7 +487,7 @@ class GuardTest : public ::testing::Test {
   }();
   RecordingListener listener;
   SessionOptions options;
-  std::unique_ptr<GuardContext> context;
+  std::unique_ptr<retry::GuardContext> context;
   std::unique_ptr<Connection> conn;
 
  private:

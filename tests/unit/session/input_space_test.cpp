@@ -131,7 +131,7 @@ TEST_F(ForwardedRun, ComesBeforeWhatIsQueuedAfterIt) {
 }
 
 TEST(BodyHash, DeferredToARetainedBodyEqualsTheStreamedHash) {
-  auto body = RetainedBody::make(nullptr, 5);
+  auto body = retry::RetainedBody::make(nullptr, 5);
   body->bytes = {'h', 'e', 'l', 'l', 'o'};
   BodyHash hash;
   hash.defer_to(body);

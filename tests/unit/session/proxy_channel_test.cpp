@@ -51,7 +51,7 @@ class ProxyChannelTest : public ::testing::Test {
     spec.arguments.set("x-message-ttl", amqp::FieldValue::i64(1000));
     r.ensure = std::move(spec);
     r.header.properties.message_id = "m" + std::to_string(job);
-    r.body = RetainedBody::make(nullptr, body.size());
+    r.body = retry::RetainedBody::make(nullptr, body.size());
     ByteView view = amqp::as_bytes(body);
     r.body->bytes.assign(view.begin(), view.end());
     r.deadline_ms = now + 30000;
@@ -449,7 +449,7 @@ TEST_F(ProxyChannelTest, LargeBodyIsSplitByFrameMax) {
   std::string body(10000, '\0');
   for (std::size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>(i * 7);
   PublishRequest r = to_exchange(1, "big");
-  r.body = RetainedBody::make(nullptr, body.size());
+  r.body = retry::RetainedBody::make(nullptr, body.size());
   ByteView view = amqp::as_bytes(body);
   r.body->bytes.assign(view.begin(), view.end());
   publish(r);
@@ -471,7 +471,7 @@ TEST_F(ProxyChannelTest, FrameMaxBelowTheMinimumIsRaisedToIt) {
   channel.configure(kProxyChannel, 512);
   PublishRequest r = to_exchange(1, "big");
   std::string body(5000, 'b');
-  r.body = RetainedBody::make(nullptr, body.size());
+  r.body = retry::RetainedBody::make(nullptr, body.size());
   ByteView view = amqp::as_bytes(body);
   r.body->bytes.assign(view.begin(), view.end());
   publish(r);

@@ -46,7 +46,7 @@ class RecordBudget : public ::testing::Test {
   void unfill_budget() { budget.release(std::exchange(filled, 0)); }
   const ChannelState& ch() { return *link.session.channel(1); }
 
-  BodyBudget budget;
+  retry::BodyBudget budget;
   Link link;
   std::uint64_t filled = 0;
 };
@@ -229,7 +229,7 @@ class NeedsBody : public RecordingObserver {
 };
 
 TEST(HostileBodySize, ABodySizeThatWouldWrapTheBufferCostIsForwardedNotBuffered) {
-  BodyBudget budget(kLimit);
+  retry::BodyBudget budget(kLimit);
   SessionOptions o;
   o.body_budget = &budget;
   NeedsBody observer;
@@ -278,7 +278,7 @@ class FirstExclusive : public RecordingObserver {
 // multiple ack of client tag 2 must not reach the broker as a multiple ack of broker tag 4,
 // which would settle 2 and 3 too: the client has not acked them.
 TEST(Reordered, AMultipleAckTakesOnlyWhatTheClientNamedAfterAHeldDeliveryWasPassed) {
-  BodyBudget budget(kLimit);
+  retry::BodyBudget budget(kLimit);
   SessionOptions o;
   o.body_budget = &budget;
   FirstExclusive observer;

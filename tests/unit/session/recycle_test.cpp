@@ -149,8 +149,8 @@ TEST(ChannelRecycle, AFreshDeliveryTakesASettledOnesBuffersEmptyAndWithoutItsBod
   Delivery d = heap_delivery(200);
   d.broker_tag = 7;
   d.redelivered = true;
-  d.body = RetainedBody::make(nullptr, 6);
-  std::shared_ptr<RetainedBody> body = d.body;
+  d.body = retry::RetainedBody::make(nullptr, 6);
+  std::shared_ptr<retry::RetainedBody> body = d.body;
   const char* tag_buffer = d.consumer_tag.data();
   ch.recycle(std::move(d));
   EXPECT_EQ(body.use_count(), 1) << "a spare delivery must not keep its body";

@@ -24,9 +24,9 @@ class StatusBoardTest : public testing::Test {
     orders.rate.per_message = 1000;
     orders.source = "/etc/nackguard/policies/orders.yaml";
     settings.tracker_max_entries = 200000;  // room for 100,000 whatever their shards
-    context = std::make_unique<session::GuardContext>(
+    context = std::make_unique<retry::GuardContext>(
         settings, std::make_shared<const retry::PolicySet>(std::vector{orders}), nullptr,
-        session::GuardClocks{[this] { return steady; }, [this] { return kWall + steady; }});
+        retry::GuardClocks{[this] { return steady; }, [this] { return kWall + steady; }});
     board = std::make_unique<StatusBoard>(*context, registry, "1.2.3", "pod-7");
     StatusConfig config;
     config.file = "/etc/nackguard/nackguard.yaml";
@@ -55,9 +55,9 @@ class StatusBoardTest : public testing::Test {
   json::object status() { return json::parse(board->json()).as_object(); }
 
   std::int64_t steady = 1000;
-  session::GuardSettings settings;
+  retry::GuardSettings settings;
   metrics::Registry registry;
-  std::unique_ptr<session::GuardContext> context;
+  std::unique_ptr<retry::GuardContext> context;
   std::unique_ptr<StatusBoard> board;
 };
 
