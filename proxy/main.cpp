@@ -38,6 +38,27 @@ namespace {
   std::abort();
 }
 
+// Runs the proxy until it is drained after a signal; its exit code.
+int run_proxy(config::Config cfg, retry::PolicySet policies) {
+  try {
+    setup_logging(cfg.log_level, cfg.log_format);
+    for (const std::string& warning : config::policy_warnings(policies))
+      spdlog::warn("{}", warning);
+    // Whatever still ends the process through std::terminate says why in the log first.
+    std::set_terminate(log_and_abort);
+    App app(std::move(cfg), std::move(policies));
+    return app.run();
+  } catch (const std::exception& e) {
+    spdlog::critical("{}", e.what());
+    std::cerr << "nackguard: " << e.what() << "\n";
+    return 1;
+  } catch (...) {
+    spdlog::critical("stopped by an exception that is not a std::exception");
+    std::cerr << "nackguard: stopped by an exception that is not a std::exception\n";
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,21 +112,5 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  try {
-    setup_logging(cfg.log_level, cfg.log_format);
-    for (const std::string& warning : config::policy_warnings(policies))
-      spdlog::warn("{}", warning);
-    // Whatever still ends the process through std::terminate says why in the log first.
-    std::set_terminate(log_and_abort);
-    App app(std::move(cfg), std::move(policies));
-    return app.run();
-  } catch (const std::exception& e) {
-    spdlog::critical("{}", e.what());
-    std::cerr << "nackguard: " << e.what() << "\n";
-    return 1;
-  } catch (...) {
-    spdlog::critical("stopped by an exception that is not a std::exception");
-    std::cerr << "nackguard: stopped by an exception that is not a std::exception\n";
-    return 1;
-  }
+  return run_proxy(std::move(cfg), std::move(policies));
 }

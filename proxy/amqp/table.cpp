@@ -77,77 +77,84 @@ TableError decode_table_body(ByteReader& in, FieldTable& out, DecodeState& state
 TableError decode_array_body(ByteReader& in, FieldArray& out, DecodeState& state,
                              std::size_t depth);
 
-TableError decode_value(ByteReader& in, FieldValue& out, DecodeState& state, std::size_t depth) {
-  if (++state.values > state.limits.max_values) return TableError::too_many_values;
-  out.type = static_cast<char>(in.u8());
-  switch (out.type) {
+// A value of fixed size or a string, for `type`; false if `type` is another letter.
+bool decode_scalar(char type, ByteReader& in, FieldValue::Storage& value) {
+  switch (type) {
     case 't':
-      out.value = in.u8() != 0;
-      break;
+      value = in.u8() != 0;
+      return true;
     case 'b':
-      out.value = static_cast<std::int8_t>(in.u8());
-      break;
+      value = static_cast<std::int8_t>(in.u8());
+      return true;
     case 'B':
-      out.value = in.u8();
-      break;
+      value = in.u8();
+      return true;
     case 's':
-      out.value = static_cast<std::int16_t>(in.u16());
-      break;
+      value = static_cast<std::int16_t>(in.u16());
+      return true;
     case 'u':
-      out.value = in.u16();
-      break;
+      value = in.u16();
+      return true;
     case 'I':
-      out.value = static_cast<std::int32_t>(in.u32());
-      break;
+      value = static_cast<std::int32_t>(in.u32());
+      return true;
     case 'i':
-      out.value = in.u32();
-      break;
+      value = in.u32();
+      return true;
     case 'l':
-      out.value = static_cast<std::int64_t>(in.u64());
-      break;
+      value = static_cast<std::int64_t>(in.u64());
+      return true;
     case 'T':
-      out.value = in.u64();
-      break;
+      value = in.u64();
+      return true;
     case 'f':
-      out.value = std::bit_cast<float>(in.u32());
-      break;
+      value = std::bit_cast<float>(in.u32());
+      return true;
     case 'd':
-      out.value = std::bit_cast<double>(in.u64());
-      break;
+      value = std::bit_cast<double>(in.u64());
+      return true;
     case 'D': {
       Decimal d;
       d.scale = in.u8();
       d.value = in.u32();
-      out.value = d;
-      break;
+      value = d;
+      return true;
     }
     case 'S':
     case 'x':
-      out.value = in.longstr();
-      break;
+      value = in.longstr();
+      return true;
     case 'V':
-      out.value = std::monostate{};
-      break;
-    case 'A': {
-      if (depth + 1 > state.limits.max_depth) return TableError::too_deep;
-      FieldArray array;
-      if (auto e = decode_array_body(in, array, state, depth + 1); e != TableError::none) return e;
-      out.value = std::move(array);
-      break;
-    }
-    case 'F': {
-      if (depth + 1 > state.limits.max_depth) return TableError::too_deep;
-      FieldTable table;
-      if (auto e = decode_table_body(in, table, state, depth + 1); e != TableError::none) return e;
-      out.value = std::move(table);
-      break;
-    }
+      value = std::monostate{};
+      return true;
     default:
-      // An unknown letter has an unknown length: skipping it would desynchronise the parse.
-      if (!in.ok()) return TableError::truncated;
-      return TableError::unknown_type;
+      return false;
   }
-  return in.ok() ? TableError::none : TableError::truncated;
+}
+
+TableError decode_value(ByteReader& in, FieldValue& out, DecodeState& state, std::size_t depth) {
+  if (++state.values > state.limits.max_values) return TableError::too_many_values;
+  out.type = static_cast<char>(in.u8());
+  if (decode_scalar(out.type, in, out.value)) {
+    return in.ok() ? TableError::none : TableError::truncated;
+  }
+  if (out.type == 'A') {
+    if (depth + 1 > state.limits.max_depth) return TableError::too_deep;
+    FieldArray array;
+    if (auto e = decode_array_body(in, array, state, depth + 1); e != TableError::none) return e;
+    out.value = std::move(array);
+    return in.ok() ? TableError::none : TableError::truncated;
+  }
+  if (out.type == 'F') {
+    if (depth + 1 > state.limits.max_depth) return TableError::too_deep;
+    FieldTable table;
+    if (auto e = decode_table_body(in, table, state, depth + 1); e != TableError::none) return e;
+    out.value = std::move(table);
+    return in.ok() ? TableError::none : TableError::truncated;
+  }
+  // An unknown letter has an unknown length: skipping it would desynchronise the parse.
+  if (!in.ok()) return TableError::truncated;
+  return TableError::unknown_type;
 }
 
 // Reads the 32-bit length and returns a reader over exactly that many bytes.
@@ -211,8 +218,9 @@ const T* holds(const FieldValue& field) {
   return std::get_if<T>(&field.value);
 }
 
-bool encode_value(ByteWriter& out, const FieldValue& field) {
-  out.u8(static_cast<std::uint8_t>(field.type));
+// A value of fixed size for `field`'s letter; false if the letter is not one of those, or does
+// not match the stored value.
+bool encode_fixed(ByteWriter& out, const FieldValue& field) {
   switch (field.type) {
     case 't':
       if (auto v = holds<bool>(field)) return out.u8(*v ? 1 : 0), true;
@@ -254,25 +262,35 @@ bool encode_value(ByteWriter& out, const FieldValue& field) {
         return true;
       }
       break;
+    default:
+      break;
+  }
+  return false;
+}
+
+bool encode_value(ByteWriter& out, const FieldValue& field) {
+  out.u8(static_cast<std::uint8_t>(field.type));
+  switch (field.type) {
     case 'S':
     case 'x':
       if (auto v = holds<std::string>(field)) {
         out.longstr(*v);
         return out.ok();
       }
-      break;
+      return false;
     case 'V':
       return true;
     case 'A':
       if (auto v = holds<FieldArray>(field)) return encode_array(out, *v);
-      break;
+      return false;
     case 'F':
       if (auto v = holds<FieldTable>(field)) return encode_table(out, *v);
-      break;
+      return false;
     default:
-      break;
+      // A fixed-size letter; false for an unknown letter, or one that does not match the
+      // stored value.
+      return encode_fixed(out, field);
   }
-  return false;  // unknown letter, or a letter that does not match the stored value
 }
 
 }  // namespace

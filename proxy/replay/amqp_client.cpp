@@ -151,67 +151,75 @@ std::optional<Client::Inbound> Client::next(Clock::time_point deadline) {
     Inbound unit;
     unit.method = frame.payload.method.id;
     const void* decoded = frame.payload.method.decoded;
-    switch (unit.method) {
-      case AMQP_CONNECTION_BLOCKED_METHOD:
-        blocked_ = true;
-        continue;
-      case AMQP_CONNECTION_UNBLOCKED_METHOD:
-        blocked_ = false;
-        continue;
-      case AMQP_CONNECTION_CLOSE_METHOD: {
-        const auto* m = static_cast<const amqp_connection_close_t*>(decoded);
-        unit.code = m->reply_code;
-        unit.text = text_of(m->reply_text);
-        on_close(unit);
-      }
-      case AMQP_CHANNEL_CLOSE_METHOD: {
-        const auto* m = static_cast<const amqp_channel_close_t*>(decoded);
-        unit.code = m->reply_code;
-        unit.text = text_of(m->reply_text);
-        on_close(unit);
-      }
-      default:
-        break;
-    }
+    if (take_connection_method(unit, decoded)) continue;
     if (frame.channel != kChannel) {
       throw Failure(endpoint() + " sent " + amqp::describe_method(unit.method) + " on channel " +
                     std::to_string(frame.channel));
     }
-    switch (unit.method) {
-      case AMQP_QUEUE_DECLARE_OK_METHOD:
-        unit.count = static_cast<const amqp_queue_declare_ok_t*>(decoded)->message_count;
-        break;
-      case AMQP_BASIC_ACK_METHOD: {
-        const auto* m = static_cast<const amqp_basic_ack_t*>(decoded);
-        unit.tag = m->delivery_tag;
-        unit.flag = m->multiple != 0;
-        break;
-      }
-      case AMQP_BASIC_NACK_METHOD: {
-        const auto* m = static_cast<const amqp_basic_nack_t*>(decoded);
-        unit.tag = m->delivery_tag;
-        unit.flag = m->multiple != 0;
-        break;
-      }
-      case AMQP_BASIC_GET_OK_METHOD: {
-        const auto* m = static_cast<const amqp_basic_get_ok_t*>(decoded);
-        unit.tag = m->delivery_tag;
-        unit.flag = m->redelivered != 0;
-        unit.count = m->message_count;
-        read_content(unit, deadline);
-        break;
-      }
-      case AMQP_BASIC_RETURN_METHOD: {
-        const auto* m = static_cast<const amqp_basic_return_t*>(decoded);
-        unit.code = m->reply_code;
-        unit.text = text_of(m->reply_text);
-        read_content(unit, deadline);
-        break;
-      }
-      default:
-        break;
-    }
+    take_fields(unit, decoded, deadline);
     return unit;
+  }
+}
+
+bool Client::take_connection_method(Inbound& unit, const void* decoded) {
+  switch (unit.method) {
+    case AMQP_CONNECTION_BLOCKED_METHOD:
+      blocked_ = true;
+      return true;
+    case AMQP_CONNECTION_UNBLOCKED_METHOD:
+      blocked_ = false;
+      return true;
+    case AMQP_CONNECTION_CLOSE_METHOD: {
+      const auto* m = static_cast<const amqp_connection_close_t*>(decoded);
+      unit.code = m->reply_code;
+      unit.text = text_of(m->reply_text);
+      on_close(unit);
+    }
+    case AMQP_CHANNEL_CLOSE_METHOD: {
+      const auto* m = static_cast<const amqp_channel_close_t*>(decoded);
+      unit.code = m->reply_code;
+      unit.text = text_of(m->reply_text);
+      on_close(unit);
+    }
+    default:
+      return false;
+  }
+}
+
+void Client::take_fields(Inbound& unit, const void* decoded, Clock::time_point deadline) {
+  switch (unit.method) {
+    case AMQP_QUEUE_DECLARE_OK_METHOD:
+      unit.count = static_cast<const amqp_queue_declare_ok_t*>(decoded)->message_count;
+      break;
+    case AMQP_BASIC_ACK_METHOD: {
+      const auto* m = static_cast<const amqp_basic_ack_t*>(decoded);
+      unit.tag = m->delivery_tag;
+      unit.flag = m->multiple != 0;
+      break;
+    }
+    case AMQP_BASIC_NACK_METHOD: {
+      const auto* m = static_cast<const amqp_basic_nack_t*>(decoded);
+      unit.tag = m->delivery_tag;
+      unit.flag = m->multiple != 0;
+      break;
+    }
+    case AMQP_BASIC_GET_OK_METHOD: {
+      const auto* m = static_cast<const amqp_basic_get_ok_t*>(decoded);
+      unit.tag = m->delivery_tag;
+      unit.flag = m->redelivered != 0;
+      unit.count = m->message_count;
+      read_content(unit, deadline);
+      break;
+    }
+    case AMQP_BASIC_RETURN_METHOD: {
+      const auto* m = static_cast<const amqp_basic_return_t*>(decoded);
+      unit.code = m->reply_code;
+      unit.text = text_of(m->reply_text);
+      read_content(unit, deadline);
+      break;
+    }
+    default:
+      break;
   }
 }
 

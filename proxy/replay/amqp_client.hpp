@@ -117,11 +117,19 @@ class Client {
 
   void connect_socket();
   void login();
+  // Throws what a failed login means for the user (`rpc_reply`: rabbitmq-c's amqp_rpc_reply_t).
+  [[noreturn]] void login_failed(const void* rpc_reply);
   // The next method from the broker (with its content), after heartbeats and
   // connection.blocked; nullopt when `deadline` passes. Throws on a closed channel or
   // connection.
   std::optional<Inbound> next(Clock::time_point deadline);
   Inbound next_or_throw(Clock::time_point deadline, const char* waiting_for);
+  // Methods on channel 0: connection.blocked and unblocked are noted (true: read on); a
+  // connection.close or channel.close throws.
+  bool take_connection_method(Inbound& unit, const void* decoded);
+  // The fields the replay reads from a method on its channel; get-ok and return bring their
+  // content.
+  void take_fields(Inbound& unit, const void* decoded, Clock::time_point deadline);
   Inbound expect(std::uint32_t method, const char* waiting_for);
   void read_content(Inbound& unit, Clock::time_point deadline);
   // One frame; false when the deadline passes.

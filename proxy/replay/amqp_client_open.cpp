@@ -89,7 +89,12 @@ void Client::login() {
           : amqp_login_with_properties(connection_, upstream.vhost.c_str(), 0, kWantedFrameMax,
                                        settings_.max_heartbeat, &properties, AMQP_SASL_METHOD_PLAIN,
                                        upstream.user.c_str(), upstream.password.c_str());
-  if (reply.reply_type == AMQP_RESPONSE_NORMAL) return;
+  if (reply.reply_type != AMQP_RESPONSE_NORMAL) login_failed(&reply);
+}
+
+void Client::login_failed(const void* rpc_reply) {
+  const auto& reply = *static_cast<const amqp_rpc_reply_t*>(rpc_reply);
+  const Upstream& upstream = settings_.upstream;
   const std::string who =
       upstream.external ? "the client certificate (SASL EXTERNAL)" : "user '" + upstream.user + "'";
   if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&

@@ -59,6 +59,38 @@ json::object queue_json(const QueueCounts& total, const std::optional<QueueCount
   return out;
 }
 
+// "config": the files in force, and the reloads.
+json::object config_json(const StatusConfig& config, const std::optional<ReloadRecord>& last_reload,
+                         const metrics::Registry& registry) {
+  json::object reload = {{"ok", registry.policy_reloads(true)},
+                         {"error", registry.policy_reloads(false)}};
+  json::value last = nullptr;
+  if (last_reload) {
+    last = json::object{{"at", iso_time_ms(last_reload->wall_ms)},
+                        {"result", last_reload->ok ? "ok" : "error"},
+                        {"message", last_reload->message}};
+  }
+  return {{"file", config.file},          {"policies_dir", config.policies_dir},
+          {"policies", config.policies},  {"show_identities", config.show_identities},
+          {"reloads", std::move(reload)}, {"last_reload", std::move(last)}};
+}
+
+// "limits": each bound with what it holds now.
+json::object limits_json(const StatusConfig& config, std::size_t queues, retry::GuardContext& guard,
+                         const metrics::Registry& registry) {
+  const retry::TrackerStats tracker = guard.tracker().stats();
+  retry::BodyBudget& budget = guard.budget();
+  return {{"tracker_entries", tracker.entries},
+          {"tracker_max_entries", guard.tracker().max_entries()},
+          {"tracker_evictions", tracker.evictions},
+          {"retained_body_bytes", budget.used()},
+          {"retained_body_bytes_limit", budget.limit()},
+          {"retained_body_refusals", budget.refusals()},
+          {"client_connections", registry.client_connections()},
+          {"queues", queues},
+          {"max_queue_labels", config.max_queue_labels}};
+}
+
 }  // namespace
 
 std::string StatusBoard::json() {
@@ -90,29 +122,8 @@ std::string StatusBoard::json() {
                       {"host", host_},
                       {"started_at", iso_time_ms(started_wall_ms_)},
                       {"now", iso_time_ms(wall)}};
-  json::object reload = {{"ok", registry_.policy_reloads(true)},
-                         {"error", registry_.policy_reloads(false)}};
-  json::value last = nullptr;
-  if (last_reload) {
-    last = json::object{{"at", iso_time_ms(last_reload->wall_ms)},
-                        {"result", last_reload->ok ? "ok" : "error"},
-                        {"message", last_reload->message}};
-  }
-  doc["config"] = {{"file", config.file},          {"policies_dir", config.policies_dir},
-                   {"policies", config.policies},  {"show_identities", config.show_identities},
-                   {"reloads", std::move(reload)}, {"last_reload", std::move(last)}};
-
-  const retry::TrackerStats tracker = guard_.tracker().stats();
-  retry::BodyBudget& budget = guard_.budget();
-  doc["limits"] = {{"tracker_entries", tracker.entries},
-                   {"tracker_max_entries", guard_.tracker().max_entries()},
-                   {"tracker_evictions", tracker.evictions},
-                   {"retained_body_bytes", budget.used()},
-                   {"retained_body_bytes_limit", budget.limit()},
-                   {"retained_body_refusals", budget.refusals()},
-                   {"client_connections", registry_.client_connections()},
-                   {"queues", totals.size()},
-                   {"max_queue_labels", config.max_queue_labels}};
+  doc["config"] = config_json(config, last_reload, registry_);
+  doc["limits"] = limits_json(config, totals.size(), guard_, registry_);
 
   doc["window_seconds"] = window_seconds;
   json::array queue_rows;
