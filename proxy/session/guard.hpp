@@ -13,10 +13,12 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "proxy/retry/guard_context.hpp"
 #include "proxy/session/observer.hpp"
 #include "proxy/session/proxy_channel.hpp"
+#include "proxy/session/raw_properties.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
@@ -97,6 +99,18 @@ class Guard final : public SessionObserver {
   // (`why` then names the fallback cause).
   bool build_copy(const Delivery& delivery, Intent& intent, PublishRequest& request,
                   const char*& cause, const char*& detail);
+  // The two kinds of copy build_copy makes, each with its own headers and address: a
+  // dead-letter (to the policy's exchange, or its dead-letter queue, declared if missing), and
+  // a delayed copy (to the delay queue of the policy's backoff, declared if missing).
+  void build_dead_letter(const Intent& intent, std::vector<HeaderEdit>& edits,
+                         PublishRequest& request, retry::QueueType type,
+                         std::int64_t last_return_ms);
+  static void build_delayed(const Intent& intent, PublishRequest& request, retry::QueueType type);
+  // The copy's content header: the message's properties with `edits` applied; false if it
+  // cannot be made (`cause` and `detail` then say why).
+  bool build_copy_header(const Delivery& delivery, RawProperties& props,
+                         const std::vector<HeaderEdit>& edits, PublishRequest& request,
+                         const char*& cause, const char*& detail);
   bool identify(const Delivery& delivery, Identified& out);
   // on_delivery's plan; `seen` is set to the message's hash when it may have been delivered
   // before (for the queue's health), `first` when it is a first delivery (not redelivered,

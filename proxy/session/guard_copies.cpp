@@ -113,17 +113,7 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
       retry::declared_queue_type(policy.queue_type, context_.queue_facts().find(intent.queue));
   switch (intent.decision.action) {
     case retry::Action::dead_letter:
-      edits.push_back({kReasonHeader, amqp::FieldValue::string(
-                                          std::string(retry::to_string(intent.decision.reason)))});
-      edits.push_back({kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return))});
-      edits.push_back({kQueueHeader, amqp::FieldValue::string(intent.queue)});
-      edits.push_back(
-          {kConsumerHeader, amqp::FieldValue::string(consumer_label(
-                                session_->client_name(), context_.settings().host_name))});
-      request.exchange = policy.dead_letter.exchange;
-      request.routing_key = retry::dead_letter_routing_key(policy.dead_letter, intent.queue);
-      if (request.exchange.empty())
-        request.ensure = dead_letter_queue_spec(request.routing_key, type, broker_major_);
+      build_dead_letter(intent, edits, request, type, last_return);
       break;
     case retry::Action::republish:
       // Back to the tail of its own queue, which exists: it was just delivered from it.
@@ -132,11 +122,38 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
       break;
     case retry::Action::delay:
     case retry::Action::forward:
-      request.ensure = delay_queue_spec(intent.queue, intent.decision.delay, type);
-      request.exchange = "";
-      request.routing_key = request.ensure->name;
+      build_delayed(intent, request, type);
       break;
   }
+  return build_copy_header(d, props, edits, request, cause, detail);
+}
+
+void Guard::build_dead_letter(const Intent& intent, std::vector<HeaderEdit>& edits,
+                              PublishRequest& request, retry::QueueType type,
+                              std::int64_t last_return_ms) {
+  const retry::Policy& policy = *intent.policy;
+  edits.push_back({kReasonHeader, amqp::FieldValue::string(
+                                      std::string(retry::to_string(intent.decision.reason)))});
+  edits.push_back({kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return_ms))});
+  edits.push_back({kQueueHeader, amqp::FieldValue::string(intent.queue)});
+  edits.push_back({kConsumerHeader, amqp::FieldValue::string(consumer_label(
+                                        session_->client_name(), context_.settings().host_name))});
+  request.exchange = policy.dead_letter.exchange;
+  request.routing_key = retry::dead_letter_routing_key(policy.dead_letter, intent.queue);
+  if (request.exchange.empty()) {
+    request.ensure = dead_letter_queue_spec(request.routing_key, type, broker_major_);
+  }
+}
+
+void Guard::build_delayed(const Intent& intent, PublishRequest& request, retry::QueueType type) {
+  request.ensure = delay_queue_spec(intent.queue, intent.decision.delay, type);
+  request.exchange = "";
+  request.routing_key = request.ensure->name;
+}
+
+bool Guard::build_copy_header(const Delivery& d, RawProperties& props,
+                              const std::vector<HeaderEdit>& edits, PublishRequest& request,
+                              const char*& cause, const char*& detail) {
   request.header = std::move(props.header);
   if (!props.opaque) {
     amqp::BasicProperties& properties = request.header.properties;
