@@ -202,16 +202,7 @@ void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::i
       pump(now_ms);
       return;
     case mid::queue_declare_ok:
-      if (!declaring_.empty()) {
-        QueueInfo& info = queues_[declaring_.front()];
-        info.status = QueueStatus::declared;
-        info.declared_at_ms = now_ms;
-        if (info.as_is && !info.as_is_told) {
-          info.as_is_told = true;
-          if (notice_) notice_(declaring_.front(), info.failure);
-        }
-        declaring_.pop_front();
-      }
+      on_declare_ok(now_ms);
       pump(now_ms);
       return;
     case mid::basic_ack: {
@@ -230,24 +221,9 @@ void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::i
       }
       return;
     }
-    case mid::basic_return: {
-      amqp::BasicReturn returned;
-      if (amqp::decode_method(frame.payload, returned) == amqp::MethodError::none) {
-        // The broker routes a channel's publishes in order and sends a publish's basic.return
-        // before its basic.ack, so a return belongs to the oldest publish in flight to that
-        // exchange and routing key not returned yet; later ones with the same address may
-        // still route (a binding added between them).
-        for (auto& [seq, flight] : in_flight_) {
-          if (!flight.returned && flight.exchange == returned.exchange &&
-              flight.routing_key == returned.routing_key) {
-            flight.returned = true;
-            break;
-          }
-        }
-      }
-      skip_header_ = true;
+    case mid::basic_return:
+      on_return(frame);
       return;
-    }
     case mid::channel_close: {
       amqp::ChannelClose close;
       (void)amqp::decode_method(frame.payload, close);
@@ -258,6 +234,36 @@ void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::i
     default:
       return;
   }
+}
+
+void ProxyChannel::on_declare_ok(std::int64_t now_ms) {
+  if (declaring_.empty()) return;
+  QueueInfo& info = queues_[declaring_.front()];
+  info.status = QueueStatus::declared;
+  info.declared_at_ms = now_ms;
+  if (info.as_is && !info.as_is_told) {
+    info.as_is_told = true;
+    if (notice_) notice_(declaring_.front(), info.failure);
+  }
+  declaring_.pop_front();
+}
+
+void ProxyChannel::on_return(const amqp::Frame& frame) {
+  amqp::BasicReturn returned;
+  if (amqp::decode_method(frame.payload, returned) == amqp::MethodError::none) {
+    // The broker routes a channel's publishes in order and sends a publish's basic.return
+    // before its basic.ack, so a return belongs to the oldest publish in flight to that
+    // exchange and routing key not returned yet; later ones with the same address may
+    // still route (a binding added between them).
+    for (auto& [seq, flight] : in_flight_) {
+      if (!flight.returned && flight.exchange == returned.exchange &&
+          flight.routing_key == returned.routing_key) {
+        flight.returned = true;
+        break;
+      }
+    }
+  }
+  skip_header_ = true;  // the returned message's content follows
 }
 
 void ProxyChannel::confirm(std::uint64_t tag, bool multiple, bool ack) {

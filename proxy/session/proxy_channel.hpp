@@ -98,6 +98,10 @@ class ProxyChannel {
   bool ensure_queue(const QueueSpec& spec, std::int64_t now_ms, std::string& why);
   void send_publish(PublishRequest& request);
   void on_method(const amqp::Frame& frame, std::uint32_t key, std::int64_t now_ms);
+  // queue.declare-ok: the queue at the front of the declarations is declared.
+  void on_declare_ok(std::int64_t now_ms);
+  // basic.return: marks the publish in flight it belongs to; its content is skipped.
+  void on_return(const amqp::Frame& frame);
   void on_channel_closed(std::uint16_t code, const std::string& text, std::int64_t now_ms);
   void confirm(std::uint64_t tag, bool multiple, bool ack);
   void finish(std::uint64_t job, bool ok, const std::string& why);
