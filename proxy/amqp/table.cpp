@@ -132,26 +132,26 @@ bool decode_scalar(char type, ByteReader& in, FieldValue::Storage& value) {
   }
 }
 
+// An array or a table, one level deeper than `depth`.
+template <typename Nested>
+TableError decode_nested(ByteReader& in, FieldValue& out, DecodeState& state, std::size_t depth,
+                         TableError (*decode_body)(ByteReader&, Nested&, DecodeState&,
+                                                   std::size_t)) {
+  if (depth + 1 > state.limits.max_depth) return TableError::too_deep;
+  Nested nested;
+  if (auto e = decode_body(in, nested, state, depth + 1); e != TableError::none) return e;
+  out.value = std::move(nested);
+  return in.ok() ? TableError::none : TableError::truncated;
+}
+
 TableError decode_value(ByteReader& in, FieldValue& out, DecodeState& state, std::size_t depth) {
   if (++state.values > state.limits.max_values) return TableError::too_many_values;
   out.type = static_cast<char>(in.u8());
   if (decode_scalar(out.type, in, out.value)) {
     return in.ok() ? TableError::none : TableError::truncated;
   }
-  if (out.type == 'A') {
-    if (depth + 1 > state.limits.max_depth) return TableError::too_deep;
-    FieldArray array;
-    if (auto e = decode_array_body(in, array, state, depth + 1); e != TableError::none) return e;
-    out.value = std::move(array);
-    return in.ok() ? TableError::none : TableError::truncated;
-  }
-  if (out.type == 'F') {
-    if (depth + 1 > state.limits.max_depth) return TableError::too_deep;
-    FieldTable table;
-    if (auto e = decode_table_body(in, table, state, depth + 1); e != TableError::none) return e;
-    out.value = std::move(table);
-    return in.ok() ? TableError::none : TableError::truncated;
-  }
+  if (out.type == 'A') return decode_nested<FieldArray>(in, out, state, depth, decode_array_body);
+  if (out.type == 'F') return decode_nested<FieldTable>(in, out, state, depth, decode_table_body);
   // An unknown letter has an unknown length: skipping it would desynchronise the parse.
   if (!in.ok()) return TableError::truncated;
   return TableError::unknown_type;
