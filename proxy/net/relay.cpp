@@ -44,7 +44,6 @@ Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
       session_(options_.session, guard_.get()),
       started_(Clock::now()) {
   client_.stream.tcp() = std::move(client);
-  if (guard_) guard_->attach(session_);
 }
 
 asio::awaitable<void> Relay::run() {
@@ -298,7 +297,6 @@ asio::awaitable<void> Relay::watchdog() {
     session_.on_tick(
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
             .count());
-    if (guard_) guard_->on_tick();
     if (shutdown_at_ && !close_sent_at_ && now_ready_to_close()) {
       session_.close_gracefully(amqp::reply::connection_forced,
                                 "CONNECTION_FORCED - nackguard is shutting down");

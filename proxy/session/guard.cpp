@@ -53,10 +53,12 @@ Guard::Guard(retry::GuardContext& context, std::uint64_t seed)
     : context_(context),
       rng_(seed),
       proxy_(
-          [this](amqp::Bytes frames) { session_->inject(Side::broker, std::move(frames)); },
+          [this](amqp::Bytes frames) {
+            actions_.push_back({ObserverAction::Kind::send, std::move(frames), {}});
+          },
           [this](std::uint64_t job, bool ok, const std::string& why) { finish_job(job, ok, why); },
           [this](const std::string& queue, const std::string& why) {
-            context_.notice_once(session_->vhost() + '\n' + queue, queue,
+            context_.notice_once(facts_.vhost + '\n' + queue, queue,
                                  "exists with other arguments than nackguard declares; used "
                                  "as it is (" +
                                      why + ")");
@@ -76,13 +78,15 @@ const retry::Policy& Guard::policy_for(const std::string& queue) {
   return policy;
 }
 
-void Guard::on_open(const std::string&) {
-  proxy_.configure(session_->reserved_channel(), session_->frame_max());
-  broker_major_ = major_version(session_->broker_version());
+void Guard::on_open(const ConnectionFacts& facts) {
+  facts_ = facts;
+  proxy_.configure(facts_.reserved_channel, facts_.frame_max);
+  broker_major_ = major_version(facts_.broker_version);
 }
 
-void Guard::on_tick() {
+ObserverActions Guard::on_tick() {
   proxy_.on_tick(context_.steady_ms());
+  return take_actions();
 }
 
 void Guard::on_connection_end() {
@@ -93,10 +97,12 @@ void Guard::on_connection_end() {
   intents_.clear();
   jobs_.clear();
   proxy_.fail_all("the connection closed");
+  actions_.clear();
 }
 
-void Guard::on_proxy_channel_frame(const amqp::Frame& frame) {
+ObserverActions Guard::on_proxy_channel_frame(const amqp::Frame& frame) {
   proxy_.on_frame(frame, context_.steady_ms());
+  return take_actions();
 }
 
 bool Guard::identify(const Delivery& d, Identified& out) {
@@ -227,8 +233,9 @@ bool Guard::decide_before_holding(const Delivery& d) {
   return at_broker_limit(d, policy_for(d.queue), header.properties);
 }
 
-void Guard::on_withheld(const Delivery& d) {
+ObserverActions Guard::on_withheld(const Delivery& d) {
   if (intents_.count({d.channel, d.broker_tag})) execute(d);
+  return take_actions();
 }
 
 void Guard::on_settled(const Delivery& d, SettleKind) {
@@ -327,7 +334,7 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
                          "at its delivery; set broker_delivery_limit: 0 in the queue's policy "
                          "to keep every body"
                        : "the body could not be kept within limits.retained_body_bytes";
-    } else if (!session_->reserved_channel()) {
+    } else if (!facts_.reserved_channel) {
       cause_label = "no_channel";
       detail = "the broker's channel_max leaves no channel for the proxy";
     } else if (decision.action != retry::Action::republish &&
@@ -353,8 +360,9 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   return ReturnAction::take_over;
 }
 
-void Guard::on_taken_over(const Delivery& d) {
+ObserverActions Guard::on_taken_over(const Delivery& d) {
   execute(d);
+  return take_actions();
 }
 
 void Guard::on_takeover_dropped(const Delivery& d) {

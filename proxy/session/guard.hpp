@@ -3,7 +3,8 @@
 // return in the shared tracker, and per the queue's policy lets a requeue through, turns it
 // into a delayed republish, or dead-letters the message. It acks an original upstream only
 // after the broker confirmed its copy; whatever it cannot complete, it gives back to the
-// broker as the consumer asked.
+// broker as the consumer asked. It never calls the session: what it sends and settles, it
+// returns as ObserverActions, which the session applies.
 
 #include <cstdint>
 #include <map>
@@ -27,26 +28,25 @@ class Guard final : public SessionObserver {
  public:
   Guard(retry::GuardContext& context, std::uint64_t seed);
 
-  // The session this guard observes; set before any byte is fed.
-  void attach(Session& session) { session_ = &session; }
-  // Called about once a second: confirms that never came fall back.
-  void on_tick();
   // The connection is gone: pending republishes are abandoned (the broker requeues them).
   void on_connection_end();
   // Republishes and dead-letters still waiting for the broker's confirm.
   std::size_t outstanding() const { return proxy_.outstanding(); }
 
-  void on_open(const std::string& vhost) override;
+  void on_open(const ConnectionFacts& facts) override;
+  // Called about once a second: confirms that never came fall back.
+  ObserverActions on_tick() override;
   DeliveryPlan on_delivery(const Delivery& delivery) override;
   bool decide_before_holding(const Delivery& delivery) override;
-  void on_withheld(const Delivery& delivery) override;
+  ObserverActions on_withheld(const Delivery& delivery) override;
   void on_settled(const Delivery& delivery, SettleKind kind) override;
   ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) override;
-  void on_taken_over(const Delivery& delivery) override;
+  ObserverActions on_taken_over(const Delivery& delivery) override;
+  void on_settle_applied(const Settle& settle, bool sent) override;
   void on_takeover_dropped(const Delivery& delivery) override;
   void on_returned(const Delivery& delivery, ReturnCause cause) override;
   void on_returns_done() override;
-  void on_proxy_channel_frame(const amqp::Frame& frame) override;
+  ObserverActions on_proxy_channel_frame(const amqp::Frame& frame) override;
   void on_queue_declare(const amqp::QueueDeclare& declare) override;
   // The policy's ack_timeout (guard_timeout.cpp).
   std::int64_t ack_timeout_ms(const Delivery& delivery) override;
@@ -67,6 +67,9 @@ class Guard final : public SessionObserver {
     std::int64_t last_return_ms = 0;
     SettleKind fallback = SettleKind::nack;  // how to give it back if the copy fails
     std::uint64_t job = 0;
+    // The ack after the copy's confirm (or the reject of `via: reject`) is asked for: the
+    // outcome is recorded once on_settle_applied says it went out.
+    bool settling = false;
   };
 
   struct Identified {
@@ -123,13 +126,18 @@ class Guard final : public SessionObserver {
                                bool recover, Intent& intent, bool consumer_timeout = false);
   void execute(const Delivery& delivery);
   void finish_job(std::uint64_t job, bool ok, const std::string& why);
+  // Asks the session to settle a withheld delivery (an ObserverAction::settle).
+  void settle(const DeliveryKey& key, SettleKind kind, bool requeue);
+  // The actions gathered since the last call, for an entry point to return.
+  ObserverActions take_actions() { return std::exchange(actions_, {}); }
   void give_back(const DeliveryKey& key, const Intent& intent, std::string_view cause,
                  std::string_view detail);
   static bool needs_copy(const Intent& intent);
 
   retry::GuardContext& context_;
-  Session* session_ = nullptr;
-  int broker_major_ = 0;  // RabbitMQ's major version from connection.start, 0 if unknown
+  ConnectionFacts facts_;    // from on_open
+  ObserverActions actions_;  // for the entry point running now to return
+  int broker_major_ = 0;     // RabbitMQ's major version from connection.start, 0 if unknown
   std::mt19937_64 rng_;
   std::shared_ptr<const retry::PolicySet> policies_;
   std::uint64_t policies_version_ = 0;

@@ -38,7 +38,7 @@ bool Guard::at_broker_limit(const Delivery& d, const retry::Policy& policy,
   std::uint32_t broker_count = carried_count(properties).broker;
   return broker_count != 0 &&
          retry::next_return_passes(broker_count, broker_limit(policy, d.queue)) &&
-         session_->reserved_channel().has_value();
+         facts_.reserved_channel.has_value();
 }
 
 bool Guard::first_return_passes_broker_limit(const retry::Policy& policy,

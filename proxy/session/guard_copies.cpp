@@ -137,7 +137,7 @@ void Guard::build_dead_letter(const Intent& intent, std::vector<HeaderEdit>& edi
   edits.push_back({kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return_ms))});
   edits.push_back({kQueueHeader, amqp::FieldValue::string(intent.queue)});
   edits.push_back({kConsumerHeader, amqp::FieldValue::string(consumer_label(
-                                        session_->client_name(), context_.settings().host_name))});
+                                        facts_.client_name, context_.settings().host_name))});
   request.exchange = policy.dead_letter.exchange;
   request.routing_key = retry::dead_letter_routing_key(policy.dead_letter, intent.queue);
   if (request.exchange.empty()) {
@@ -165,9 +165,8 @@ bool Guard::build_copy_header(const Delivery& d, RawProperties& props,
   // proxy's headers edited in at the top level only.
   constexpr std::size_t kHeaderFixed = 12;  // class, weight, body size
   if (!copy_properties(d.header_payload, props, edits, request.raw_properties) ||
-      (session_->frame_max() != 0 &&
-       kHeaderFixed + request.raw_properties.size() + amqp::kFrameOverhead >
-           session_->frame_max())) {
+      (facts_.frame_max != 0 &&
+       kHeaderFixed + request.raw_properties.size() + amqp::kFrameOverhead > facts_.frame_max)) {
     cause = "malformed_properties";
     detail = "the message's properties could not be copied into one content header frame";
     return false;
@@ -183,17 +182,9 @@ void Guard::execute(const Delivery& d) {
   bool dead_letter = intent.decision.action == retry::Action::dead_letter;
 
   if (dead_letter && intent.policy->dead_letter.via == retry::DeadLetter::Via::reject) {
-    // No reject went out (the connection is closing): the broker keeps the message and
-    // delivers it again, so it was not dead-lettered and its count stays.
-    if (!session_->settle_withheld(d.channel, d.broker_tag, SettleKind::reject, false)) {
-      intents_.erase(it);
-      return;
-    }
-    context_.tracker().erase(intent.key);
-    context_.listener().on_requeue(intent.queue, retry::Action::dead_letter);
-    context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
-                                       intent.decision.reason);
-    intents_.erase(it);
+    // The broker's own dead-lettering: recorded once the reject went out (on_settle_applied).
+    intent.settling = true;
+    settle(dkey, SettleKind::reject, false);
     return;
   }
   if (!d.body || d.body->bytes.size() != d.body_size) {
@@ -230,24 +221,36 @@ void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
     give_back(dkey, intent, "republish_failed", why);
     return;
   }
-  if (!session_->settle_withheld(dkey.first, dkey.second, SettleKind::ack, false)) {
-    // The original could not be acked (the connection is closing, say): the broker delivers
-    // it again, so the copy is a duplicate and nothing is recorded; the count stays.
-    intents_.erase(it);
-    return;
-  }
-  context_.listener().on_requeue(intent.queue, intent.decision.action);
-  if (intent.decision.action == retry::Action::dead_letter) {
-    context_.tracker().erase(intent.key);
-    context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
-                                       intent.decision.reason);
+  // The copy is the broker's: the original is acked, and the outcome recorded once the ack
+  // went out (on_settle_applied).
+  intent.settling = true;
+  settle(dkey, SettleKind::ack, false);
+}
+
+void Guard::settle(const DeliveryKey& key, SettleKind kind, bool requeue) {
+  actions_.push_back({ObserverAction::Kind::settle, {}, {key.first, key.second, kind, requeue}});
+}
+
+void Guard::on_settle_applied(const Settle& s, bool sent) {
+  auto it = intents_.find({s.channel, s.broker_tag});
+  if (it == intents_.end() || !it->second.settling) return;  // a give_back's: recorded there
+  const Intent& intent = it->second;
+  // Not sent (the connection is closing, say): the broker delivers the original again, so it
+  // was not dead-lettered, a copy confirmed is a duplicate, and the count stays.
+  if (sent) {
+    context_.listener().on_requeue(intent.queue, intent.decision.action);
+    if (intent.decision.action == retry::Action::dead_letter) {
+      context_.tracker().erase(intent.key);
+      context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
+                                         intent.decision.reason);
+    }
   }
   intents_.erase(it);
 }
 
 void Guard::give_back(const DeliveryKey& dkey, const Intent& intent, std::string_view cause,
                       std::string_view detail) {
-  session_->settle_withheld(dkey.first, dkey.second, intent.fallback, true);
+  settle(dkey, intent.fallback, true);
   if (intent.decision.action == retry::Action::republish) {
     // The republish was to keep the message from the broker's own limit, which this return
     // may now pass: said as a cause of its own.

@@ -2,21 +2,54 @@
 // The narrow interface through which the session reports what it tracks. The redelivery
 // logic implements it; the session itself decides nothing about policies.
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/methods.hpp"
 #include "proxy/session/delivery.hpp"
 
 namespace nackguard::session {
 
+// What the connection agreed on, complete when connection.open-ok arrives.
+struct ConnectionFacts {
+  std::string vhost;
+  // The channel the proxy keeps for itself; none when the broker's channel_max left none.
+  std::optional<std::uint16_t> reserved_channel;
+  std::uint32_t frame_max = 0;
+  std::string broker_version;  // the broker's "version" server property; empty if none
+  std::string client_name;     // Session::client_name()
+};
+
+// A settlement, by the proxy, of a delivery it took over.
+struct Settle {
+  std::uint16_t channel = 0;
+  std::uint64_t broker_tag = 0;
+  SettleKind kind = SettleKind::ack;
+  bool requeue = false;
+};
+
+// One thing the observer asks the session to do. The observer never calls into the session:
+// its calls return these, and the session applies them in order once the call has returned.
+struct ObserverAction {
+  enum class Kind : std::uint8_t { send, settle };
+  Kind kind = Kind::send;
+  amqp::Bytes frames;  // send: whole frames for the broker, on the proxy's channel
+  Settle settle;       // settle: whether it went out is told to on_settle_applied
+};
+using ObserverActions = std::vector<ObserverAction>;
+
 class SessionObserver {
  public:
   virtual ~SessionObserver() = default;
 
-  // The connection reached connection.open-ok; `vhost` is the client's virtual host.
-  virtual void on_open(const std::string& vhost) { (void)vhost; }
+  // The connection reached connection.open-ok.
+  virtual void on_open(const ConnectionFacts& facts) { (void)facts; }
   // A delivery's content header arrived (or, after need_body, its whole body). A withheld
-  // delivery never reaches the client; the proxy owns it and settles it with
-  // Session::settle_withheld. A held delivery is offered again when it is released.
+  // delivery never reaches the client; the proxy owns it and settles it with a Settle action.
+  // A held delivery is offered again when it is released.
   virtual DeliveryPlan on_delivery(const Delivery& delivery) {
     (void)delivery;
     return {};
@@ -29,17 +62,27 @@ class SessionObserver {
     return false;
   }
   // A withheld delivery's body is complete (its retained body, if asked for, is in place).
-  virtual void on_withheld(const Delivery& delivery) { (void)delivery; }
+  virtual ObserverActions on_withheld(const Delivery& delivery) {
+    (void)delivery;
+    return {};
+  }
   // The client acked, or nacked or rejected without requeue: the delivery is settled.
   virtual void on_settled(const Delivery& delivery, SettleKind kind) { (void)delivery, (void)kind; }
   // The client nacked or rejected with requeue=true (one call per delivery, multiple
   // expanded). take_over keeps the frame from the broker: the delivery becomes withheld and
-  // on_taken_over follows.
+  // on_taken_over follows, once the client's settlement has been gone through (or, in a
+  // transaction, at its commit): its actions publish the copy.
   virtual ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) {
     (void)delivery, (void)cause;
     return ReturnAction::forward;
   }
-  virtual void on_taken_over(const Delivery& delivery) { (void)delivery; }
+  virtual ObserverActions on_taken_over(const Delivery& delivery) {
+    (void)delivery;
+    return {};
+  }
+  // A Settle action was applied: `sent` is false when the session could not send it (the
+  // channel or the connection is closing, or the delivery is no longer withheld).
+  virtual void on_settle_applied(const Settle& settle, bool sent) { (void)settle, (void)sent; }
   // On a channel in transaction mode, a requeue taken over (on_client_return) is carried out
   // only at the client's tx.commit (on_taken_over then follows). A tx.rollback first drops it:
   // the delivery is the client's, unacked, again.
@@ -66,7 +109,12 @@ class SessionObserver {
     (void)delivery, (void)held_ms;
   }
   // A frame from the broker on the channel the proxy reserved for itself.
-  virtual void on_proxy_channel_frame(const amqp::Frame& frame) { (void)frame; }
+  virtual ObserverActions on_proxy_channel_frame(const amqp::Frame& frame) {
+    (void)frame;
+    return {};
+  }
+  // About once a second (Session::on_tick): for work with deadlines of its own.
+  virtual ObserverActions on_tick() { return {}; }
 };
 
 }  // namespace nackguard::session

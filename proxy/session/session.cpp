@@ -190,6 +190,7 @@ void Session::on_tick(std::int64_t now_ms) {
   }
   if (phase_ == Phase::open && proxy_close_ == ProxyClose::none) check_ack_timeouts(now_ms);
   clock_ms_ = now_ms;
+  apply(observer_->on_tick());
 }
 
 bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
@@ -311,7 +312,7 @@ void Session::handle_broker_frame(const Frame& frame) {
     return;
   }
   if (reserved_channel_ && frame.channel == *reserved_channel_) {
-    observer_->on_proxy_channel_frame(frame);
+    apply(observer_->on_proxy_channel_frame(frame));
     return;
   }
   if (frame.channel == 0) {

@@ -62,7 +62,8 @@ class Session {
   void commit_input(Side from, std::size_t n);
   // `side` is gone: its TCP connection closed or failed, or its heartbeats stopped.
   void on_eof(Side side);
-  // Called about once a second with a monotonic time: releases deliveries held too long.
+  // Called about once a second with a monotonic time: releases deliveries held too long,
+  // closes channels past their ack timeout, and gives the observer its tick.
   void on_tick(std::int64_t now_ms);
   // The proxy closes the connection itself (shutdown): connection.close(code, text) to the
   // client, then, after its close-ok, connection.close to the broker. Deliveries the client
@@ -90,9 +91,11 @@ class Session {
   }
 
   // Queues whole frames for `to`, written at the next frame boundary that is not inside a
-  // content sequence of any channel in that direction.
+  // content sequence of any channel in that direction. The observer's frames come this way
+  // (ObserverAction::send).
   void inject(Side to, amqp::Bytes frames);
-  // Acks, nacks or rejects a delivery the proxy withheld from the client. False if unknown.
+  // Acks, nacks or rejects a delivery the proxy withheld from the client (ObserverAction::
+  // settle). False if unknown, already settling, or its channel or the connection is closing.
   bool settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
                        bool requeue);
 
@@ -233,6 +236,8 @@ class Session {
   void returned(const Delivery& delivery, ReturnCause cause);
 
   void emit(Side to, amqp::ByteView bytes);
+  // Carries out what an observer's call returned, in order.
+  void apply(ObserverActions actions);
   // connection.close (channel 0, no failing method) to `to`.
   void emit_connection_close(Side to, std::uint16_t code, std::string text);
   void flush_injections(Side to);

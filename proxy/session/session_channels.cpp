@@ -49,29 +49,25 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       break;
     case mid::basic_ack: {
       amqp::BasicAck m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       settle_from_client(ch, frame, SettleKind::ack, m.delivery_tag, m.multiple, false);
       return;
     }
     case mid::basic_nack: {
       amqp::BasicNack m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       settle_from_client(ch, frame, SettleKind::nack, m.delivery_tag, m.multiple, m.requeue);
       return;
     }
     case mid::basic_reject: {
       amqp::BasicReject m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       settle_from_client(ch, frame, SettleKind::reject, m.delivery_tag, false, m.requeue);
       return;
     }
     case mid::basic_consume: {
       amqp::BasicConsume m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       std::string queue = m.queue.empty() ? ch.last_declared_queue : m.queue;
       if (m.no_wait) {
         ch.consumers[m.consumer_tag] = Consumer{queue, m.no_ack};
@@ -82,8 +78,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::basic_cancel: {
       amqp::BasicCancel m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       // The consumer's deliveries in flight still arrive until cancel-ok; forget it then, or
       // with no-wait keep it among the recently cancelled.
       if (m.no_wait) ch.forget_consumer(m.consumer_tag);
@@ -91,8 +86,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::basic_get: {
       amqp::BasicGet m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       ch.pending_gets.push_back(
           PendingGet{m.queue.empty() ? ch.last_declared_queue : m.queue, m.no_ack});
       break;
@@ -117,8 +111,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       return handle_client_tx_method(ch, frame, key);
     case mid::queue_declare: {
       amqp::QueueDeclare m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       if (m.no_wait) ch.last_declared_queue = m.queue;
       if (!m.passive) observer_->on_queue_declare(m);
       break;
@@ -145,10 +138,10 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   // A tag above any the client was given is unknown to the broker too: settle nothing here,
   // and let the broker refuse it.
   bool unknown = tag > ch.last_client_tag();
-  // The scratch vectors keep their capacity from one settlement to the next; taken out of
-  // the members so that a settlement reached from an observer callback gets its own.
-  std::vector<Delivery> settled = std::move(settled_scratch_);
-  std::vector<const Delivery*> forwarded = std::move(forwarded_scratch_);
+  // The scratch vectors keep their capacity from one settlement to the next. No settlement
+  // starts inside another: the observer's calls return actions, applied here.
+  std::vector<Delivery>& settled = settled_scratch_;
+  std::vector<const Delivery*>& forwarded = forwarded_scratch_;
   settled.clear();
   forwarded.clear();
   if (!unknown) ch.take_settled(tag, multiple, settled);
@@ -182,7 +175,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     }
   }
   for (std::uint64_t broker_tag : taken) {
-    if (const Delivery* d = ch.find_withheld(broker_tag)) observer_->on_taken_over(*d);
+    if (const Delivery* d = ch.find_withheld(broker_tag)) apply(observer_->on_taken_over(*d));
   }
 
   if (ch.tags_identical()) {
@@ -238,8 +231,8 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   forwarded.clear();
   for (Delivery& d : settled) ch.recycle(std::move(d));
   settled.clear();
-  if (settled.capacity() <= kKeptCapacity) settled_scratch_ = std::move(settled);
-  if (forwarded.capacity() <= kKeptCapacity) forwarded_scratch_ = std::move(forwarded);
+  if (settled.capacity() > kKeptCapacity) std::vector<Delivery>().swap(settled);
+  if (forwarded.capacity() > kKeptCapacity) std::vector<const Delivery*>().swap(forwarded);
   if (gate_opened) release_held(ch);
 }
 
@@ -253,8 +246,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     case mid::basic_deliver: {
       // Decoded into buffers that served earlier deliveries: no allocation per delivery.
       amqp::BasicDeliver& m = deliver_scratch_;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       Delivery d = ch.fresh_delivery();
       if (const Consumer* consumer = ch.find_consumer(m.consumer_tag)) {
         d.queue = consumer->queue;
@@ -270,8 +262,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::basic_get_ok: {
       amqp::BasicGetOk m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       Delivery d = ch.fresh_delivery();
       if (!ch.pending_gets.empty()) {
         d.queue = ch.pending_gets.front().queue;
@@ -295,8 +286,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       break;
     case mid::basic_consume_ok: {
       amqp::BasicConsumeOk m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       Consumer consumer;
       if (!ch.pending_consumes.empty()) {
         consumer.queue = ch.pending_consumes.front().queue;
@@ -317,8 +307,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::queue_declare_ok: {
       amqp::QueueDeclareOk m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
-        return malformed();
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
       ch.last_declared_queue = m.queue;
       break;
     }

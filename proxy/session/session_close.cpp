@@ -118,7 +118,7 @@ void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
     }
   }
   if (from == Side::broker && reserved_channel_ && frame.channel == *reserved_channel_) {
-    observer_->on_proxy_channel_frame(frame);
+    apply(observer_->on_proxy_channel_frame(frame));
   }
 }
 

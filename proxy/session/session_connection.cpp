@@ -114,7 +114,7 @@ void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t 
     case mid::connection_open_ok:
       phase_ = Phase::open;
       emit(Side::client, frame.raw);
-      observer_->on_open(vhost_);
+      observer_->on_open({vhost_, reserved_channel_, frame_max(), broker_version_, client_name_});
       return;
     case mid::connection_close_ok:
       emit(Side::client, frame.raw);

@@ -208,7 +208,7 @@ void Session::complete_delivery(ChannelState& ch) {
     case ChannelState::Route::withhold: {
       std::uint64_t tag = d.broker_tag;
       ch.add_withheld(std::move(d));
-      if (const Delivery* owned = ch.find_withheld(tag)) observer_->on_withheld(*owned);
+      if (const Delivery* owned = ch.find_withheld(tag)) apply(observer_->on_withheld(*owned));
       break;
     }
     case ChannelState::Route::buffer: {
@@ -287,7 +287,7 @@ void Session::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes frames
   if (plan.action == DeliveryPlan::Action::withhold) {
     std::uint64_t tag = d.broker_tag;
     ch.add_withheld(std::move(d));
-    if (const Delivery* owned = ch.find_withheld(tag)) observer_->on_withheld(*owned);
+    if (const Delivery* owned = ch.find_withheld(tag)) apply(observer_->on_withheld(*owned));
     return;
   }
   d.exclusive = plan.exclusive && !d.no_ack;

@@ -51,6 +51,18 @@ void Session::inject(Side to, amqp::Bytes frames) {
   flush_injections(to);
 }
 
+void Session::apply(ObserverActions actions) {
+  for (ObserverAction& action : actions) {
+    if (action.kind == ObserverAction::Kind::send) {
+      inject(Side::broker, std::move(action.frames));
+      continue;
+    }
+    const Settle& s = action.settle;
+    bool sent = settle_withheld(s.channel, s.broker_tag, s.kind, s.requeue);
+    observer_->on_settle_applied(s, sent);
+  }
+}
+
 void Session::flush_injections(Side to) {
   SideIo& out = io(to);
   if (out.injections.empty() || content_in_progress(to)) return;

@@ -65,7 +65,7 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
   for (std::uint64_t broker_tag : takeovers) {
     const Delivery* d = ch.find_withheld(broker_tag);
     if (d && !d->settling) {
-      observer_->on_taken_over(*d);
+      apply(observer_->on_taken_over(*d));
     } else {
       tx_settlement_queued(ch, frame.channel, broker_tag);
     }

@@ -262,7 +262,6 @@ void BM_Session_DeliverAck_Guard(benchmark::State& state) {
   SessionOptions options;
   options.body_budget = &rig.context.budget();
   Session session(options, &rig.guard);
-  rig.guard.attach(session);
   if (!open_session(session)) return state.SkipWithError("handshake failed");
   consume_loop(state, session);
 }
@@ -274,7 +273,6 @@ void BM_Session_PublishConfirm_Guard(benchmark::State& state) {
   SessionOptions options;
   options.body_budget = &rig.context.budget();
   Session session(options, &rig.guard);
-  rig.guard.attach(session);
   if (!open_session(session)) return state.SkipWithError("handshake failed");
   const Batch publish = publishes();
   Batch confirm = acks();

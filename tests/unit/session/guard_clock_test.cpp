@@ -27,16 +27,16 @@ TEST_F(GuardClock, ConfirmsInFlightDoNotTimeOutWhenTheWallClockSteps) {
             text(FieldValue::string("max_redeliveries")));
 
   wall_step += kHour;
-  conn->guard.on_tick();
+  conn->session.on_tick(now);
   EXPECT_TRUE(broker_bytes().empty());
   EXPECT_TRUE(listener.fallbacks.empty());
 
   // The confirm timeout (30 s) still runs on the steady clock.
   now += 29'999;
-  conn->guard.on_tick();
+  conn->session.on_tick(now);
   EXPECT_TRUE(listener.fallbacks.empty());
   now += 1;
-  conn->guard.on_tick();
+  conn->session.on_tick(now);
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_EQ(listener.fallbacks[0].detail, "no publisher confirm in time");
@@ -50,7 +50,7 @@ TEST_F(GuardClock, AConfirmAfterTheStepSettlesTheOriginal) {
   broker(declare_ok("q.dlq"));
   to_broker();
   wall_step += kHour;
-  conn->guard.on_tick();
+  conn->session.on_tick(now);
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(1)}));
   EXPECT_TRUE(listener.fallbacks.empty());

@@ -112,12 +112,12 @@ TEST_F(GuardFallback, NoConfirmWithinTheTimeoutFallsBackAndALateConfirmDoesNothi
   EXPECT_EQ(take_copy(sent).frames, sent.size());
   // The deadline counts from the nack that started the copy (kT0 + 1000).
   now = kT0 + 1000 + 29999;
-  conn->guard.on_tick();
+  conn->session.on_tick(now);
   EXPECT_TRUE(broker_bytes().empty());
   EXPECT_TRUE(listener.fallbacks.empty());
 
   now += 1;
-  conn->guard.on_tick();
+  conn->session.on_tick(now);
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
   expect_one_fallback("republish_failed", "no publisher confirm in time");
 
@@ -134,7 +134,7 @@ TEST_F(GuardFallback, ChannelNeverOpeningTimesOutToo) {
   client(nack(1));
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelOpen{})}));
   now += 30000;
-  conn->guard.on_tick();
+  conn->session.on_tick(now);
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
   expect_one_fallback("republish_failed",
                       "the proxy's channel or queue declaration did not complete in time");

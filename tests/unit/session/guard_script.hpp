@@ -314,9 +314,7 @@ inline void PrintTo(const RecordingListener::DeadLettered& d, std::ostream* os) 
 // nothing; GuardTest::connect drives the handshake.
 struct Connection {
   Connection(retry::GuardContext& context, SessionOptions options, std::uint64_t seed)
-      : guard(context, seed), session(options, &guard) {
-    guard.attach(session);
-  }
+      : guard(context, seed), session(options, &guard) {}
   Guard guard;
   Session session;
 };

@@ -53,6 +53,9 @@ class RecordingObserver : public SessionObserver {
   std::int64_t ack_timeout = 0;  // what ack_timeout_ms answers for every delivery
 
   std::vector<std::string> events;
+  // Returned, and so applied by the session, from the next on_withheld, on_taken_over or
+  // on_proxy_channel_frame.
+  ObserverActions actions;
   std::vector<std::string> opens;
   std::vector<Delivery> deliveries;
   std::vector<Delivery> withheld;
@@ -62,9 +65,9 @@ class RecordingObserver : public SessionObserver {
   std::vector<ProxyFrame> proxy_frames;
   int returns_done = 0;
 
-  void on_open(const std::string& vhost) override {
-    opens.push_back(vhost);
-    events.push_back("open " + vhost);
+  void on_open(const ConnectionFacts& facts) override {
+    opens.push_back(facts.vhost);
+    events.push_back("open " + facts.vhost);
   }
   DeliveryPlan on_delivery(const Delivery& d) override {
     deliveries.push_back(d);
@@ -76,10 +79,11 @@ class RecordingObserver : public SessionObserver {
     }
     return plan;
   }
-  void on_withheld(const Delivery& d) override {
+  ObserverActions on_withheld(const Delivery& d) override {
     withheld.push_back(d);
     std::string body = d.body ? std::string(amqp::as_chars(d.body->bytes)) : "<no body>";
     events.push_back("withheld " + name(d) + " " + body);
+    return std::exchange(actions, {});
   }
   void on_settled(const Delivery& d, SettleKind kind) override {
     settled.push_back({d, kind});
@@ -93,7 +97,14 @@ class RecordingObserver : public SessionObserver {
     return take_over.count({d.channel, d.broker_tag}) ? ReturnAction::take_over
                                                       : ReturnAction::forward;
   }
-  void on_taken_over(const Delivery& d) override { events.push_back("taken-over " + name(d)); }
+  ObserverActions on_taken_over(const Delivery& d) override {
+    events.push_back("taken-over " + name(d));
+    return std::exchange(actions, {});
+  }
+  void on_settle_applied(const Settle& s, bool sent) override {
+    events.push_back("settle-applied ch" + std::to_string(s.channel) + " b" +
+                     std::to_string(s.broker_tag) + (sent ? " sent" : " not sent"));
+  }
   void on_returned(const Delivery& d, ReturnCause cause) override {
     returned.push_back({d, cause});
     events.push_back("returned " + name(d) + " " + std::string(session::to_string(cause)));
@@ -103,11 +114,12 @@ class RecordingObserver : public SessionObserver {
   void on_ack_timeout(const Delivery& d, std::int64_t held_ms) override {
     events.push_back("ack-timeout " + name(d) + " held " + std::to_string(held_ms));
   }
-  void on_proxy_channel_frame(const amqp::Frame& frame) override {
+  ObserverActions on_proxy_channel_frame(const amqp::Frame& frame) override {
     proxy_frames.push_back(
         {frame.type, frame.channel, amqp::Bytes(frame.raw.begin(), frame.raw.end())});
     events.push_back("proxy-frame ch" + std::to_string(frame.channel) + " type" +
                      std::to_string(frame.type));
+    return std::exchange(actions, {});
   }
 
   // The events recorded since the last call, which forgets them.
