@@ -131,7 +131,7 @@ std::optional<std::uint64_t> ChannelState::untracked_broker_tag(std::uint64_t ta
   const UntrackedRun& run = std::prev(it)->second;
   if (tag > run.last_client_tag || unacked_.contains(tag)) return std::nullopt;
   const std::uint64_t broker_tag = tag + run.offset;
-  if (withheld_.contains(broker_tag)) return std::nullopt;
+  if (taken_over_.contains(broker_tag)) return std::nullopt;
   return broker_tag;
 }
 
@@ -191,13 +191,13 @@ void ChannelState::add_unacked(Delivery delivery) {
   unacked_.insert_or_assign(tag, make_record(std::move(delivery)));
 }
 
-void ChannelState::add_withheld(Delivery delivery) {
+void ChannelState::add_taken_over(Delivery delivery) {
   ever_owned_ = true;
-  delivery.withheld = true;
+  delivery.taken_over = true;
   std::uint64_t tag = delivery.broker_tag;
-  auto it = withheld_.find(tag);
-  if (it != withheld_.end()) drop_record(it->second);
-  withheld_.insert_or_assign(tag, make_record(std::move(delivery)));
+  auto it = taken_over_.find(tag);
+  if (it != taken_over_.end()) drop_record(it->second);
+  taken_over_.insert_or_assign(tag, make_record(std::move(delivery)));
 }
 
 const Delivery* ChannelState::find_unacked(std::uint64_t client_tag) const {
@@ -205,9 +205,9 @@ const Delivery* ChannelState::find_unacked(std::uint64_t client_tag) const {
   return it == unacked_.end() ? nullptr : &it->second.delivery;
 }
 
-Delivery* ChannelState::find_withheld(std::uint64_t broker_tag) {
-  auto it = withheld_.find(broker_tag);
-  return it == withheld_.end() ? nullptr : &it->second.delivery;
+Delivery* ChannelState::find_taken_over(std::uint64_t broker_tag) {
+  auto it = taken_over_.find(broker_tag);
+  return it == taken_over_.end() ? nullptr : &it->second.delivery;
 }
 
 std::vector<Delivery> ChannelState::take_settled(std::uint64_t client_tag, bool multiple) {
@@ -240,11 +240,11 @@ void ChannelState::take_settled(std::uint64_t client_tag, bool multiple,
   for (auto it = unacked_.begin(); it != end;) take(it++);
 }
 
-std::optional<Delivery> ChannelState::take_withheld(std::uint64_t broker_tag) {
-  auto it = withheld_.find(broker_tag);
-  if (it == withheld_.end()) return std::nullopt;
+std::optional<Delivery> ChannelState::remove_taken_over(std::uint64_t broker_tag) {
+  auto it = taken_over_.find(broker_tag);
+  if (it == taken_over_.end()) return std::nullopt;
   Delivery d = drop_record(it->second);
-  withheld_.erase(it);
+  taken_over_.erase(it);
   return d;
 }
 
@@ -257,8 +257,8 @@ bool ChannelState::unacked_at_or_below(std::uint64_t broker_tag) const {
 }
 
 bool ChannelState::owned_at_or_below(std::uint64_t broker_tag) const {
-  if (!withheld_.empty() && withheld_.begin()->first <= broker_tag) return true;
-  for (const HeldDelivery& h : held) {
+  if (!taken_over_.empty() && taken_over_.begin()->first <= broker_tag) return true;
+  for (const HeldBackDelivery& h : held_back) {
     if (h.delivery.broker_tag <= broker_tag) return true;
   }
   return false;
@@ -271,8 +271,8 @@ std::optional<std::uint64_t> ChannelState::broker_oldest_unsettled() const {
   }
   if (!oldest || is_slim(*oldest)) return std::nullopt;
   const std::uint64_t candidate = oldest->broker_tag;
-  if (!withheld_.empty() && withheld_.begin()->first < candidate) return std::nullopt;
-  for (const HeldDelivery& h : held) {
+  if (!taken_over_.empty() && taken_over_.begin()->first < candidate) return std::nullopt;
+  for (const HeldBackDelivery& h : held_back) {
     if (h.delivery.broker_tag < candidate) return std::nullopt;
   }
   for (const ChannelTx::Settled& s : tx.settled) {
@@ -327,9 +327,9 @@ std::vector<Delivery> ChannelState::take_unacked() {
 
 std::vector<Delivery> ChannelState::take_all() {
   std::vector<Delivery> taken = take_unacked();
-  taken.reserve(taken.size() + withheld_.size());
-  for (auto& [tag, record] : withheld_) taken.push_back(drop_record(record));
-  withheld_.clear();
+  taken.reserve(taken.size() + taken_over_.size());
+  for (auto& [tag, record] : taken_over_) taken.push_back(drop_record(record));
+  taken_over_.clear();
   return taken;
 }
 

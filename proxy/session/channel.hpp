@@ -64,7 +64,7 @@ class ChannelState {
   ContentState from_client;
   ContentState to_client;
   // Broker-to-client content as received, which differs from to_client while a delivery's
-  // method is held until its header arrives, or while a withheld delivery's body is swallowed.
+  // method is held until its header arrives, or while a taken-over delivery's body is swallowed.
   ContentState from_broker;
 
   std::unordered_map<std::string, Consumer> consumers;
@@ -109,22 +109,22 @@ class ChannelState {
   amqp::ByteView incoming_method_raw;
   std::uint64_t incoming_method_pass = 0;
   // How the incoming delivery's frames are routed once its header is in.
-  enum class Route { forward, withhold, buffer };
+  enum class Route { forward, take_over, buffer };
   Route incoming_route = Route::forward;
   amqp::Bytes incoming_frames;  // for Route::buffer: method, header and body frames so far
   std::shared_ptr<retry::RetainedBody> incoming_buffer_reservation;
   std::unique_ptr<BodyHasher> hasher;  // reused across deliveries
 
-  // A delivery the client holds alone (exclusive): later ones wait in `held` until it is
+  // A delivery the client holds alone (suspect): later ones wait in `held_back` until it is
   // settled. 0 when the gate is open.
-  std::uint64_t exclusive_client_tag = 0;
-  std::int64_t exclusive_seen_ms = -1;  // when on_tick first saw deliveries held behind it
-  struct HeldDelivery {
+  std::uint64_t suspect_client_tag = 0;
+  std::int64_t suspect_seen_ms = -1;  // when on_tick first saw deliveries held back behind it
+  struct HeldBackDelivery {
     Delivery delivery;
     amqp::Bytes frames;  // method (unpatched), header and body frames, as received
     std::shared_ptr<retry::RetainedBody> reservation;
   };
-  std::deque<HeldDelivery> held;
+  std::deque<HeldBackDelivery> held_back;
 
   // Assigns the next client tag to a delivery the client will see.
   std::uint64_t next_client_tag() { return ++last_client_tag_; }
@@ -132,13 +132,13 @@ class ChannelState {
   void note_broker_tag(std::uint64_t tag) {
     if (tag > last_broker_tag_) last_broker_tag_ = tag;
   }
-  // While the proxy never withheld or held a delivery on the channel, the two tag sequences
+  // While the proxy never took over or held back a delivery on the channel, the two tag sequences
   // are identical and frames carrying tags are forwarded as their original bytes.
   bool tags_identical() const { return !ever_owned_; }
   void note_owned() { ever_owned_ = true; }
 
   // What keeping a delivery's record costs in memory, charged to the body budget while it is
-  // unacked or withheld: the record and its map node, its content header and its strings.
+  // unacked or taken over: the record and its map node, its content header and its strings.
   static std::uint64_t record_cost(const Delivery& delivery);
   // Charges the records from now on to `budget` (set once, before the first record).
   void use_budget(retry::BodyBudget* budget) {
@@ -161,7 +161,7 @@ class ChannelState {
   std::optional<std::uint64_t> untracked_broker_tag(std::uint64_t tag) const;
   bool has_untracked() const { return !untracked_runs_.empty(); }
   // A delivery handed to the client (client tag `client_tag`, broker tag `broker_tag`). One
-  // handed out after a later broker tag (released from `held` after another passed it, the
+  // handed out after a later broker tag (released from `held_back` after another passed it, the
   // budget being full) means that a broker tag no longer tells which client tags lie below
   // it. One with another tag offset than the last untracked run ends that run.
   void note_handed_out(std::uint64_t client_tag, std::uint64_t broker_tag);
@@ -182,33 +182,33 @@ class ChannelState {
   static constexpr std::size_t kMaxSpareHeader = 4096;
 
   void add_unacked(Delivery delivery);
-  void add_withheld(Delivery delivery);
+  void add_taken_over(Delivery delivery);
   const Delivery* find_unacked(std::uint64_t client_tag) const;
-  Delivery* find_withheld(std::uint64_t broker_tag);
+  Delivery* find_taken_over(std::uint64_t broker_tag);
   // Removes and returns the deliveries a client ack/nack/reject names: one tag, or with
   // `multiple` every tag up to it (0 meaning all).
   std::vector<Delivery> take_settled(std::uint64_t client_tag, bool multiple);
   // The same, appended to `out`.
   void take_settled(std::uint64_t client_tag, bool multiple, std::vector<Delivery>& out);
-  std::optional<Delivery> take_withheld(std::uint64_t broker_tag);
-  // Whether a withheld or held delivery has a broker tag at or below `broker_tag`: a multiple
-  // ack up to that tag would then settle it too.
+  std::optional<Delivery> remove_taken_over(std::uint64_t broker_tag);
+  // Whether a taken-over or held-back delivery has a broker tag at or below `broker_tag`: a
+  // multiple ack up to that tag would then settle it too.
   bool owned_at_or_below(std::uint64_t broker_tag) const;
-  // Every unacked and withheld delivery, removed: the channel ended or recovered.
+  // Every unacked and taken-over delivery, removed: the channel ended or recovered.
   std::vector<Delivery> take_all();
-  // Every unacked delivery (not the withheld ones), removed: basic.recover.
+  // Every unacked delivery (not the taken-over ones), removed: basic.recover.
   std::vector<Delivery> take_unacked();
 
   std::size_t unacked_count() const { return unacked_.size(); }
   // The delivery RabbitMQ's consumer_timeout looks at: the one the broker handed out first
   // (the lowest broker tag) of those it has not seen settled. Its broker tag if the client
-  // holds it unacked with a record; nullopt if it is the proxy's (withheld or held), settled
+  // holds it unacked with a record; nullopt if it is the proxy's (taken over or held back), settled
   // in an open transaction, untracked, or if there is none.
   std::optional<std::uint64_t> broker_oldest_unsettled() const;
   // The unacked delivery with a record the client has held longest (the lowest client tag),
   // or nullptr.
   const Delivery* oldest_unacked() const;
-  std::size_t withheld_count() const { return withheld_.size(); }
+  std::size_t taken_over_count() const { return taken_over_.size(); }
   // Bytes the records of this channel hold in the body budget.
   std::uint64_t records_bytes() const { return records_charge_.bytes(); }
 
@@ -226,7 +226,7 @@ class ChannelState {
   // the broker sends a burst of deliveries after a burst of acks.
   std::vector<std::map<std::uint64_t, Record>::node_type> spare_nodes_;
   std::vector<Delivery> spare_deliveries_;
-  std::map<std::uint64_t, Record> withheld_;  // by broker tag
+  std::map<std::uint64_t, Record> taken_over_;  // by broker tag
   retry::BudgetCharge records_charge_;
   struct UntrackedRun {
     std::uint64_t last_client_tag = 0;

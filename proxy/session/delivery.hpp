@@ -48,19 +48,21 @@ class BodyHash {
 struct Delivery {
   std::uint16_t channel = 0;
   std::uint64_t broker_tag = 0;  // the tag the broker gave it
-  std::uint64_t client_tag = 0;  // the tag the client saw; 0 while withheld from the client
-  std::string consumer_tag;      // empty for basic.get
-  std::string queue;             // empty if the consumer or get was not seen
+  std::uint64_t client_tag =
+      0;                     // the tag the client saw; 0 while taken over before the client saw it
+  std::string consumer_tag;  // empty for basic.get
+  std::string queue;         // empty if the consumer or get was not seen
   std::string exchange;
   std::string routing_key;
   bool redelivered = false;
   bool no_ack = false;
   bool from_get = false;
-  bool withheld = false;  // the proxy kept it from the client and owns its settlement
-  bool held = false;      // waiting in the proxy behind an exclusive delivery
-  bool exclusive = false;
-  bool settling = false;  // withheld, and the proxy's ack, nack or reject is on its way  // while
-                          // the client holds it, later deliveries on the channel wait
+  bool taken_over = false;  // the proxy kept it from the client and owns its settlement
+  bool held_back = false;   // waiting in the proxy behind a suspect delivery
+  // A crash suspect, handed out alone: while the client holds it, later deliveries on the
+  // channel are held back.
+  bool suspect = false;
+  bool settling = false;       // taken over, and the proxy's ack, nack or reject is on its way
   amqp::Bytes header_payload;  // the raw content header: properties are decoded on demand
   std::uint64_t body_size = 0;
   BodyHash body_hash;  // XXH3-64 of the body, valid once body_complete
@@ -99,13 +101,13 @@ enum class SettleKind { ack, nack, reject };
 // The observer's choice for a delivery, taken when its content header has arrived or, for
 // need_body, once the whole body has.
 struct DeliveryPlan {
-  enum class Action { forward, withhold, need_body };
+  enum class Action { forward, take_over, need_body };
   Action action = Action::forward;
   bool retain_body = false;  // keep the body with the delivery (it may be republished)
   // Without a retained body, hash the body as it passes (an identity may fall back to it).
   // false: the identity resolves before `body`, so Delivery::body_hash stays unknown.
   bool hash_body = true;
-  bool exclusive = false;    // hand it out alone: hold later deliveries until it is settled
+  bool suspect = false;      // hand it out alone: hold back later ones until it is settled
   std::uint64_t cookie = 0;  // stored in Delivery::cookie
 };
 

@@ -200,7 +200,7 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
     decision.action = retry::Action::republish;
   }
   if (decision.action == retry::Action::forward) {
-    plan.exclusive = entry && entry->crash_suspect;
+    plan.suspect = entry && entry->crash_suspect;
     return plan;
   }
   // A crash left this decision pending: carry it out instead of handing the message out.
@@ -222,20 +222,15 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
   intent.last_return_ms = entry ? entry->last_return_ms : 0;
   intent.fallback = SettleKind::nack;
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
-  plan.action = DeliveryPlan::Action::withhold;
+  plan.action = DeliveryPlan::Action::take_over;
   return plan;
 }
 
-bool Guard::decide_before_holding(const Delivery& d) {
+bool Guard::decide_before_holding_back(const Delivery& d) {
   if (d.queue.empty() || d.no_ack || !d.redelivered) return false;
   amqp::ContentHeader header;
   if (!decode_delivery_header(d, header)) return false;
   return at_broker_limit(d, policy_for(d.queue), header.properties);
-}
-
-ObserverActions Guard::on_withheld(const Delivery& d) {
-  if (intents_.count({d.channel, d.broker_tag})) execute(d);
-  return take_actions();
 }
 
 void Guard::on_settled(const Delivery& d, SettleKind) {
@@ -372,13 +367,13 @@ void Guard::on_takeover_dropped(const Delivery& d) {
 }
 
 void Guard::on_returned(const Delivery& d, ReturnCause cause) {
-  if (d.withheld) {
+  if (d.taken_over) {
     // The broker takes back a delivery the proxy owned: its copy, if confirmed later, may be
     // a duplicate; the original is not acked.
     intents_.erase({d.channel, d.broker_tag});
     return;
   }
-  if (d.held) return;                             // never handed out: not the consumer's doing
+  if (d.held_back) return;                        // never handed out: not the consumer's doing
   if (cause == ReturnCause::broker_lost) return;  // a broker restart is no consumer's crash
   Identified id;
   if (!identify(d, id) || !id.identity) return;

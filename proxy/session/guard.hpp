@@ -37,8 +37,7 @@ class Guard final : public SessionObserver {
   // Called about once a second: confirms that never came fall back.
   ObserverActions on_tick() override;
   DeliveryPlan on_delivery(const Delivery& delivery) override;
-  bool decide_before_holding(const Delivery& delivery) override;
-  ObserverActions on_withheld(const Delivery& delivery) override;
+  bool decide_before_holding_back(const Delivery& delivery) override;
   void on_settled(const Delivery& delivery, SettleKind kind) override;
   ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) override;
   ObserverActions on_taken_over(const Delivery& delivery) override;
@@ -98,7 +97,7 @@ class Guard final : public SessionObserver {
   // Whether a delivery that keeps no body must still have it hashed as it passes: whether its
   // identity under `policy` may fall back to the body (guard_body.cpp).
   static bool body_hash_needed(const Delivery& delivery, const retry::Policy& policy);
-  // The copy of a withheld delivery that `intent` asks for; false if it cannot be built
+  // The copy of a taken-over delivery that `intent` asks for; false if it cannot be built
   // (`why` then names the fallback cause).
   bool build_copy(const Delivery& delivery, Intent& intent, PublishRequest& request,
                   const char*& cause, const char*& detail);
@@ -126,7 +125,7 @@ class Guard final : public SessionObserver {
                                bool recover, Intent& intent, bool consumer_timeout = false);
   void execute(const Delivery& delivery);
   void finish_job(std::uint64_t job, bool ok, const std::string& why);
-  // Asks the session to settle a withheld delivery (an ObserverAction::settle).
+  // Asks the session to settle a taken-over delivery (an ObserverAction::settle).
   void settle(const DeliveryKey& key, SettleKind kind, bool requeue);
   // The actions gathered since the last call, for an entry point to return.
   ObserverActions take_actions() { return std::exchange(actions_, {}); }

@@ -47,49 +47,49 @@ class SessionObserver {
 
   // The connection reached connection.open-ok.
   virtual void on_open(const ConnectionFacts& facts) { (void)facts; }
-  // A delivery's content header arrived (or, after need_body, its whole body). A withheld
-  // delivery never reaches the client; the proxy owns it and settles it with a Settle action.
-  // A held delivery is offered again when it is released.
+  // A delivery's content header arrived (or, after need_body, its whole body). A delivery
+  // taken over here never reaches the client; the proxy owns it and settles it with a Settle
+  // action. A held-back delivery is offered again when it is released.
   virtual DeliveryPlan on_delivery(const Delivery& delivery) {
     (void)delivery;
     return {};
   }
-  // A delivery is about to wait in the proxy behind an exclusive one (a crash suspect), where a
-  // crash would give it back without the proxy deciding anything. True: decide it now instead
-  // (on_delivery follows at once), e.g. because one more return would pass the broker's limit.
-  virtual bool decide_before_holding(const Delivery& delivery) {
+  // A delivery is about to wait in the proxy behind a suspect one (crash_suspect in the tracker),
+  // where a crash would give it back without the proxy deciding anything. True: decide it now
+  // instead (on_delivery follows at once), e.g. because one more return would pass the broker's
+  // limit.
+  virtual bool decide_before_holding_back(const Delivery& delivery) {
     (void)delivery;
     return false;
-  }
-  // A withheld delivery's body is complete (its retained body, if asked for, is in place).
-  virtual ObserverActions on_withheld(const Delivery& delivery) {
-    (void)delivery;
-    return {};
   }
   // The client acked, or nacked or rejected without requeue: the delivery is settled.
   virtual void on_settled(const Delivery& delivery, SettleKind kind) { (void)delivery, (void)kind; }
   // The client nacked or rejected with requeue=true (one call per delivery, multiple
-  // expanded). take_over keeps the frame from the broker: the delivery becomes withheld and
-  // on_taken_over follows, once the client's settlement has been gone through (or, in a
-  // transaction, at its commit): its actions publish the copy.
+  // expanded). take_over keeps the frame from the broker: the delivery is taken over, and
+  // on_taken_over follows once the client's settlement has been gone through (in a
+  // transaction, at its commit).
   virtual ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) {
     (void)delivery, (void)cause;
     return ReturnAction::forward;
   }
+  // The proxy owns `delivery` now, and its body is complete (the retained body, if asked for,
+  // is in place): taken over at its delivery (DeliveryPlan::Action::take_over), before the
+  // client saw it, or at the client's requeue (ReturnAction::take_over). The actions returned
+  // publish its copy, or settle it.
   virtual ObserverActions on_taken_over(const Delivery& delivery) {
     (void)delivery;
     return {};
   }
   // A Settle action was applied: `sent` is false when the session could not send it (the
-  // channel or the connection is closing, or the delivery is no longer withheld).
+  // channel or the connection is closing, or the delivery is no longer taken over).
   virtual void on_settle_applied(const Settle& settle, bool sent) { (void)settle, (void)sent; }
   // On a channel in transaction mode, a requeue taken over (on_client_return) is carried out
   // only at the client's tx.commit (on_taken_over then follows). A tx.rollback first drops it:
   // the delivery is the client's, unacked, again.
   virtual void on_takeover_dropped(const Delivery& delivery) { (void)delivery; }
   // The broker will deliver this message again without a frame from the client to rewrite: a
-  // recover, or a channel or connection that ended while it was unacked (or withheld, or held).
-  // Called once per delivery.
+  // recover, or a channel or connection that ended while it was unacked (or taken over, or held
+  // back). Called once per delivery.
   virtual void on_returned(const Delivery& delivery, ReturnCause cause) {
     (void)delivery, (void)cause;
   }

@@ -143,11 +143,11 @@ void Session::return_all(ChannelState& ch, ReturnCause cause) {
   for (const Delivery& d : ch.take_all()) {
     if (!d.no_ack) returned(d, end_cause(ch, d, cause));
   }
-  if (!ch.held.empty()) --channels_with_held_;
-  std::deque<ChannelState::HeldDelivery> held = std::move(ch.held);
-  ch.held.clear();
-  ch.exclusive_client_tag = 0;
-  for (ChannelState::HeldDelivery& h : held) {
+  if (!ch.held_back.empty()) --channels_with_held_back_;
+  std::deque<ChannelState::HeldBackDelivery> held_back = std::move(ch.held_back);
+  ch.held_back.clear();
+  ch.suspect_client_tag = 0;
+  for (ChannelState::HeldBackDelivery& h : held_back) {
     if (!h.delivery.no_ack) returned(h.delivery, end_cause(ch, h.delivery, cause));
   }
   // A delivery cut off mid-body: the observer has seen it, and the broker requeues it.
@@ -176,16 +176,16 @@ void Session::end_all_channels(ReturnCause cause) {
 void Session::on_tick(std::int64_t now_ms) {
   if (tx_replay_pending_) replay_behind_commits();
   for (auto& [number, ch] : channels_) {
-    if (ch.exclusive_client_tag == 0 || ch.held.empty()) {
-      ch.exclusive_seen_ms = -1;
+    if (ch.suspect_client_tag == 0 || ch.held_back.empty()) {
+      ch.suspect_seen_ms = -1;
       continue;
     }
-    if (ch.exclusive_seen_ms < 0) {
-      ch.exclusive_seen_ms = now_ms;
-    } else if (now_ms - ch.exclusive_seen_ms >= options_.exclusive_hold_ms) {
-      ch.exclusive_client_tag = 0;
-      ch.exclusive_seen_ms = -1;
-      release_held(ch);
+    if (ch.suspect_seen_ms < 0) {
+      ch.suspect_seen_ms = now_ms;
+    } else if (now_ms - ch.suspect_seen_ms >= options_.suspect_hold_ms) {
+      ch.suspect_client_tag = 0;
+      ch.suspect_seen_ms = -1;
+      release_held_back(ch);
     }
   }
   if (phase_ == Phase::open && proxy_close_ == ProxyClose::none) check_ack_timeouts(now_ms);
@@ -193,14 +193,14 @@ void Session::on_tick(std::int64_t now_ms) {
   apply(observer_->on_tick());
 }
 
-bool Session::settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
-                              bool requeue) {
+bool Session::settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
+                                bool requeue) {
   auto it = channels_.find(channel);
   if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none ||
       it->second.ack_close.active) {
     return false;
   }
-  Delivery* d = it->second.find_withheld(broker_tag);
+  Delivery* d = it->second.find_taken_over(broker_tag);
   if (!d || d->settling) return false;
   d->settling = true;
   amqp::Bytes frame;

@@ -3,7 +3,7 @@
 // each side and whether to close it. Every frame is forwarded as its original bytes except:
 //   - connection.tune / tune-ok: channel_max lowered by one for the client, the top channel
 //     reserved for the proxy; frame_max capped by SessionOptions::max_frame_bytes;
-//   - delivery tags, once the proxy has withheld a delivery on a channel: renumbered so the
+//   - delivery tags, once the proxy has taken over a delivery on a channel: renumbered so the
 //     client sees no gap, and its acks, nacks and rejects mapped back;
 //   - a basic.deliver or get-ok method frame is held until its content header arrives, so the
 //     observer can decide with the properties in hand.
@@ -34,11 +34,12 @@ std::string_view to_string(Side side);
 struct SessionOptions {
   // The largest frame_max the two sides may negotiate; the broker's offer is lowered to it.
   std::uint32_t max_frame_bytes = 1048576;
-  // Retained bodies and held deliveries count against this; nullptr means no limit.
+  // Retained bodies and held-back deliveries count against this; nullptr means no limit.
   retry::BodyBudget* body_budget = nullptr;
-  // A client that keeps an exclusive delivery (a crash suspect) this long without settling it
-  // gets the deliveries held behind it anyway: it may be waiting for a batch before it acks.
-  std::int64_t exclusive_hold_ms = 10000;
+  // A client that keeps a suspect delivery (crash_suspect in the tracker) this long without
+  // settling it gets the deliveries held back behind it anyway: it may be waiting for a batch
+  // before it acks.
+  std::int64_t suspect_hold_ms = 10000;
 };
 
 struct SessionStats {
@@ -62,7 +63,7 @@ class Session {
   void commit_input(Side from, std::size_t n);
   // `side` is gone: its TCP connection closed or failed, or its heartbeats stopped.
   void on_eof(Side side);
-  // Called about once a second with a monotonic time: releases deliveries held too long,
+  // Called about once a second with a monotonic time: releases deliveries held back too long,
   // closes channels past their ack timeout, and gives the observer its tick.
   void on_tick(std::int64_t now_ms);
   // The proxy closes the connection itself (shutdown): connection.close(code, text) to the
@@ -94,10 +95,10 @@ class Session {
   // content sequence of any channel in that direction. The observer's frames come this way
   // (ObserverAction::send).
   void inject(Side to, amqp::Bytes frames);
-  // Acks, nacks or rejects a delivery the proxy withheld from the client (ObserverAction::
+  // Acks, nacks or rejects a delivery the proxy took over (ObserverAction::
   // settle). False if unknown, already settling, or its channel or the connection is closing.
-  bool settle_withheld(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
-                       bool requeue);
+  bool settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
+                         bool requeue);
 
   bool is_open() const { return phase_ == Phase::open; }
   bool handshake_done() const {
@@ -122,7 +123,7 @@ class Session {
   struct Injection {
     amqp::Bytes frames;
     std::uint16_t channel = 0;  // 0: not tied to a client channel
-    // A withheld delivery this settles: it stays withheld (so a client's multiple ack keeps
+    // A taken-over delivery this settles: it stays taken over (so a client's multiple ack keeps
     // around it, and a connection lost first reports it) until the frame is written.
     std::optional<std::uint64_t> settles_broker_tag;
     bool tx_commit = false;  // a client's tx.commit the proxy held (transaction.hpp)
@@ -179,8 +180,8 @@ class Session {
   // A delivery whose frames were all buffered: carry out `plan` on it.
   void dispatch_buffered(ChannelState& ch, Delivery delivery, amqp::Bytes frames,
                          DeliveryPlan plan);
-  void release_held(ChannelState& ch);
-  void release_all_held();
+  void release_held_back(ChannelState& ch);
+  void release_all_held_back();
   void settle_from_client(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
                           std::uint64_t tag, bool multiple, bool requeue);
   bool track_client_content(ChannelState& ch, const amqp::Frame& frame);
@@ -269,7 +270,7 @@ class Session {
   std::string vhost_;
   std::string broker_version_;
   std::string client_name_;
-  std::size_t channels_with_held_ = 0;  // channels whose held queue may be released
+  std::size_t channels_with_held_back_ = 0;  // channels whose held_back queue may be released
   enum class ProxyClose { none, awaiting_client, awaiting_broker };
   ProxyClose proxy_close_ = ProxyClose::none;
   SessionStats stats_;

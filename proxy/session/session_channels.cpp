@@ -148,8 +148,8 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   std::vector<std::uint64_t> taken;
   bool gate_opened = false;
   for (const Delivery& d : settled) {
-    if (ch.exclusive_client_tag != 0 && d.client_tag == ch.exclusive_client_tag) {
-      ch.exclusive_client_tag = 0;
+    if (ch.suspect_client_tag != 0 && d.client_tag == ch.suspect_client_tag) {
+      ch.suspect_client_tag = 0;
       gate_opened = true;
     }
     if (kind == SettleKind::ack || !requeue) {
@@ -166,7 +166,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     // A slim record (kept past the budget) was never shown to the observer.
     if (!ChannelState::is_slim(d) &&
         observer_->on_client_return(d, cause) == ReturnAction::take_over) {
-      ch.add_withheld(d);
+      ch.add_taken_over(d);
       // In a transaction the copy waits for the commit.
       (ch.tx.active ? ch.tx.takeovers : taken).push_back(d.broker_tag);
     } else {
@@ -175,7 +175,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     }
   }
   for (std::uint64_t broker_tag : taken) {
-    if (const Delivery* d = ch.find_withheld(broker_tag)) apply(observer_->on_taken_over(*d));
+    if (const Delivery* d = ch.find_taken_over(broker_tag)) apply(observer_->on_taken_over(*d));
   }
 
   if (ch.tags_identical()) {
@@ -233,7 +233,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   settled.clear();
   if (settled.capacity() > kKeptCapacity) std::vector<Delivery>().swap(settled);
   if (forwarded.capacity() > kKeptCapacity) std::vector<const Delivery*>().swap(forwarded);
-  if (gate_opened) release_held(ch);
+  if (gate_opened) release_held_back(ch);
 }
 
 void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,

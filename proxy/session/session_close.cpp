@@ -71,7 +71,7 @@ void Session::on_eof(Side side) {
   io(side).input_closed = true;
   if (proxy_close_ != ProxyClose::none) {
     channels_.clear();  // shutdown: not returns
-    channels_with_held_ = 0;
+    channels_with_held_back_ = 0;
   }
   if (phase_ == Phase::closed) {
     io(side).close_after_flush = true;
@@ -112,7 +112,7 @@ void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
     }
     if (from == Side::broker && closing) {
       channels_.clear();  // requeued by the broker; not returns
-      channels_with_held_ = 0;
+      channels_with_held_back_ = 0;
       close_both_after_flush();
       return;
     }

@@ -1,6 +1,6 @@
 // The broker's deliveries on their way to the client: a delivery's method, content header
-// and body frames are routed (forwarded, withheld for the proxy, or held back behind an
-// exclusive delivery) as the observer plans, and recorded as unacked once complete.
+// and body frames are routed (forwarded, taken over by the proxy, or held back behind an
+// suspect delivery) as the observer plans, and recorded as unacked once complete.
 
 #include <limits>
 
@@ -97,7 +97,7 @@ void Session::handle_broker_content(ChannelState& ch, const Frame& frame) {
     ch.to_client = state;
   }
   if (!state.in_progress()) {
-    if (channels_with_held_ > 0) release_all_held();
+    if (channels_with_held_back_ > 0) release_all_held_back();
     flush_injections(Side::client);
   }
 }
@@ -122,11 +122,11 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
     return;
   }
 
-  bool gated = !d.from_get && (ch.exclusive_client_tag != 0 || !ch.held.empty()) &&
-               !observer_->decide_before_holding(d);
+  bool gated = !d.from_get && (ch.suspect_client_tag != 0 || !ch.held_back.empty()) &&
+               !observer_->decide_before_holding_back(d);
   DeliveryPlan plan;
   if (gated) {
-    d.held = true;
+    d.held_back = true;
     plan.action = DeliveryPlan::Action::need_body;
   } else {
     plan = observer_->on_delivery(d);
@@ -143,7 +143,7 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
       return;
     }
     // Over the memory budget: hand it out now rather than hold it.
-    d.held = false;
+    d.held_back = false;
     if (gated) {
       plan = observer_->on_delivery(d);
       d.cookie = plan.cookie;
@@ -156,14 +156,14 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
     // Within the budget just reserved; without a budget the size is the broker's word only.
     if (d.body && options_.body_budget) d.body->bytes.reserve(d.body_size);
   }
-  if (plan.action == DeliveryPlan::Action::withhold) {
-    ch.incoming_route = ChannelState::Route::withhold;
+  if (plan.action == DeliveryPlan::Action::take_over) {
+    ch.incoming_route = ChannelState::Route::take_over;
     ch.note_owned();
     ch.incoming_method_frame.clear();  // its capacity serves the next delivery
     return;
   }
   ch.incoming_route = ChannelState::Route::forward;
-  d.exclusive = plan.exclusive && !d.no_ack;
+  d.suspect = plan.suspect && !d.no_ack;
   emit_delivery(ch, d, ch.incoming_method_frame, original_method(ch));
   ch.incoming_method_frame.clear();  // its capacity serves the next delivery
   emit(Side::client, frame.raw);
@@ -179,7 +179,7 @@ void Session::route_delivery_body(ChannelState& ch, const Frame& frame) {
       emit(Side::client, frame.raw);
       ch.to_client = ch.from_broker;
       break;
-    case ChannelState::Route::withhold:
+    case ChannelState::Route::take_over:
       break;
     case ChannelState::Route::buffer:
       ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
@@ -205,20 +205,20 @@ void Session::complete_delivery(ChannelState& ch) {
       if (!d.no_ack && !ch.incoming_untracked) ch.add_unacked(std::move(d));
       ch.incoming_untracked = false;
       break;
-    case ChannelState::Route::withhold: {
+    case ChannelState::Route::take_over: {
       std::uint64_t tag = d.broker_tag;
-      ch.add_withheld(std::move(d));
-      if (const Delivery* owned = ch.find_withheld(tag)) apply(observer_->on_withheld(*owned));
+      ch.add_taken_over(std::move(d));
+      if (const Delivery* owned = ch.find_taken_over(tag)) apply(observer_->on_taken_over(*owned));
       break;
     }
     case ChannelState::Route::buffer: {
       amqp::Bytes frames = std::move(ch.incoming_frames);
       ch.incoming_frames.clear();
       auto reservation = std::move(ch.incoming_buffer_reservation);
-      if (d.held) {
-        if (ch.held.empty()) ++channels_with_held_;
+      if (d.held_back) {
+        if (ch.held_back.empty()) ++channels_with_held_back_;
         ch.note_owned();
-        ch.held.push_back({std::move(d), std::move(frames), std::move(reservation)});
+        ch.held_back.push_back({std::move(d), std::move(frames), std::move(reservation)});
         return;
       }
       DeliveryPlan plan = observer_->on_delivery(d);
@@ -241,7 +241,7 @@ void Session::emit_delivery(ChannelState& ch, Delivery& d, amqp::Bytes& method_f
         delivery_tag_offset(amqp::peek_method_key(payload).value_or(0), d.consumer_tag);
     patch_u64(method_frame, at, d.client_tag);
   }
-  if (d.exclusive) ch.exclusive_client_tag = d.client_tag;
+  if (d.suspect) ch.suspect_client_tag = d.client_tag;
   ch.note_handed_out(d.client_tag, d.broker_tag);
   if (d.client_tag == d.broker_tag && !original.empty()) {
     emit(Side::client, original);  // forwarded from where it was read, not copied again
@@ -278,19 +278,19 @@ BufferedParts split_buffered(const amqp::Bytes& frames, bool want_body) {
 void Session::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes frames,
                                 DeliveryPlan plan) {
   if (plan.action == DeliveryPlan::Action::need_body) plan.action = DeliveryPlan::Action::forward;
-  d.held = false;
+  d.held_back = false;
   BufferedParts parts = split_buffered(frames, plan.retain_body);
   if (plan.retain_body) {
     d.body = retry::RetainedBody::make(options_.body_budget, parts.body.size());
     if (d.body) d.body->bytes = std::move(parts.body);
   }
-  if (plan.action == DeliveryPlan::Action::withhold) {
+  if (plan.action == DeliveryPlan::Action::take_over) {
     std::uint64_t tag = d.broker_tag;
-    ch.add_withheld(std::move(d));
-    if (const Delivery* owned = ch.find_withheld(tag)) apply(observer_->on_withheld(*owned));
+    ch.add_taken_over(std::move(d));
+    if (const Delivery* owned = ch.find_taken_over(tag)) apply(observer_->on_taken_over(*owned));
     return;
   }
-  d.exclusive = plan.exclusive && !d.no_ack;
+  d.suspect = plan.suspect && !d.no_ack;
   amqp::Bytes method(frames.begin(),
                      frames.begin() + static_cast<std::ptrdiff_t>(parts.method_size));
   emit_delivery(ch, d, method);
@@ -298,21 +298,21 @@ void Session::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes frames
   if (!d.no_ack) ch.add_unacked(std::move(d));
 }
 
-void Session::release_held(ChannelState& ch) {
+void Session::release_held_back(ChannelState& ch) {
   if (content_in_progress(Side::client)) return;  // retried at the next frame boundary
-  while (!ch.held.empty() && ch.exclusive_client_tag == 0) {
-    ChannelState::HeldDelivery h = std::move(ch.held.front());
-    ch.held.pop_front();
-    if (ch.held.empty()) --channels_with_held_;
+  while (!ch.held_back.empty() && ch.suspect_client_tag == 0) {
+    ChannelState::HeldBackDelivery h = std::move(ch.held_back.front());
+    ch.held_back.pop_front();
+    if (ch.held_back.empty()) --channels_with_held_back_;
     DeliveryPlan plan = observer_->on_delivery(h.delivery);
     h.delivery.cookie = plan.cookie;
     dispatch_buffered(ch, std::move(h.delivery), std::move(h.frames), plan);
   }
 }
 
-void Session::release_all_held() {
+void Session::release_all_held_back() {
   for (auto& [number, ch] : channels_) {
-    if (!ch.held.empty() && ch.exclusive_client_tag == 0) release_held(ch);
+    if (!ch.held_back.empty() && ch.suspect_client_tag == 0) release_held_back(ch);
   }
 }
 

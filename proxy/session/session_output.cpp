@@ -58,7 +58,7 @@ void Session::apply(ObserverActions actions) {
       continue;
     }
     const Settle& s = action.settle;
-    bool sent = settle_withheld(s.channel, s.broker_tag, s.kind, s.requeue);
+    bool sent = settle_taken_over(s.channel, s.broker_tag, s.kind, s.requeue);
     observer_->on_settle_applied(s, sent);
   }
 }
@@ -74,7 +74,7 @@ void Session::flush_injections(Side to) {
     if (!injection.settles_broker_tag && !injection.tx_resend) continue;
     auto it = channels_.find(injection.channel);
     if (it == channels_.end()) continue;
-    if (injection.settles_broker_tag) it->second.take_withheld(*injection.settles_broker_tag);
+    if (injection.settles_broker_tag) it->second.remove_taken_over(*injection.settles_broker_tag);
     // In the client's transaction: dropped by a rollback, written again after it.
     if (it->second.tx.active) it->second.tx.proxy_settles.push_back(std::move(injection.frames));
   }

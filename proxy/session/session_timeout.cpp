@@ -40,7 +40,7 @@ void Session::note_broker_channel_close(ChannelState& ch, const amqp::Frame& fra
 
 ReturnCause Session::end_cause(const ChannelState& ch, const Delivery& d, ReturnCause cause) {
   if (!ch.ack_timed_out) return cause;
-  return d.broker_tag == ch.timed_out_broker_tag && !d.withheld && !d.held
+  return d.broker_tag == ch.timed_out_broker_tag && !d.taken_over && !d.held_back
              ? ReturnCause::consumer_timeout
              : ReturnCause::broker_lost;
 }
@@ -68,7 +68,7 @@ void Session::check_ack_timeouts(std::int64_t now_ms) {
     // original, and the copy, once confirmed, would be a duplicate.
     if (ch.from_client.in_progress() || ch.to_client.in_progress() ||
         ch.from_broker.in_progress() || ch.incoming || ch.tx.holds_commit() ||
-        ch.withheld_count() > 0) {
+        ch.taken_over_count() > 0) {
       continue;
     }
     numbers.push_back(number);
@@ -89,7 +89,7 @@ void Session::start_ack_close(std::uint16_t number, ChannelState& ch, const Deli
   ch.ack_timed_out = true;
   ch.timed_out_broker_tag = d.broker_tag;
   observer_->on_ack_timeout(d, held_ms);
-  drop_injections(number);  // settlements of withheld deliveries: the broker requeues them
+  drop_injections(number);  // settlements of taken-over deliveries: the broker requeues them
 
   amqp::ChannelClose to_client;
   to_client.reply_code = kPreconditionFailed;

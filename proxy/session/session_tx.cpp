@@ -23,9 +23,9 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
     // RabbitMQ puts every delivery settled in the transaction back among the unacked.
     for (ChannelTx::Settled& s : ch.tx_take_settled()) ch.add_unacked(std::move(s.delivery));
     for (std::uint64_t broker_tag : tx.takeovers) {
-      std::optional<Delivery> d = ch.take_withheld(broker_tag);
+      std::optional<Delivery> d = ch.remove_taken_over(broker_tag);
       if (!d) continue;  // given back meanwhile (a recover)
-      d->withheld = false;
+      d->taken_over = false;
       observer_->on_takeover_dropped(*d);
       ch.add_unacked(std::move(*d));
     }
@@ -63,7 +63,7 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
   tx.held_commit.emplace(frame.raw.begin(), frame.raw.end());
   tx.awaiting = takeovers;
   for (std::uint64_t broker_tag : takeovers) {
-    const Delivery* d = ch.find_withheld(broker_tag);
+    const Delivery* d = ch.find_taken_over(broker_tag);
     if (d && !d->settling) {
       apply(observer_->on_taken_over(*d));
     } else {
@@ -136,7 +136,7 @@ void Session::tx_return_all(ChannelState& ch, ReturnCause cause) {
       returned(s.delivery, end_cause(ch, s.delivery, cause));
     }
   }
-  tx.takeovers.clear();  // withheld: reported with the channel's other withheld deliveries
+  tx.takeovers.clear();  // taken over: reported with the channel's other taken-over deliveries
 }
 
 void Session::replay_behind_commits() {

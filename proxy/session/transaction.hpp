@@ -5,7 +5,8 @@
 // proxy sends on the channel is part of the client's transaction too (acks are channel-scoped).
 // So on a tx channel:
 //   - a requeue the proxy takes over is decided at the client's nack or reject, but applied at
-//     its tx.commit: the client's frame is withheld, and no copy is published before the commit;
+//     its tx.commit: the client's frame is kept from the broker, and no copy is published before
+//     the commit;
 //   - the commit is held until each copy of the transaction is confirmed (its ack sent before
 //     the commit) or given up (the client's own nack or reject sent instead); the client's later
 //     frames on the channel wait behind it, in order;
@@ -47,7 +48,7 @@ struct ChannelTx {
     std::uint64_t cost = 0;  // charged to the channel's records (ChannelState::tx_settle)
   };
   std::vector<Settled> settled;
-  // Broker tags of the client's requeues taken over in the open transaction: withheld, their
+  // Broker tags of the client's requeues taken over in the open transaction: taken over, their
   // copies published only at the commit.
   std::vector<std::uint64_t> takeovers;
 

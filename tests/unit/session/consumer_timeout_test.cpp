@@ -39,11 +39,11 @@ TEST_F(SessionConsumerTimeout, OnlyTheOldestUnackedIsTheConsumersDoing) {
 }
 
 // RabbitMQ times out the delivery it handed out first: when that is one the proxy holds
-// (withheld, its settlement not yet written), no consumer is to blame and nothing counts.
+// (taken over, its settlement not yet written), no consumer is to blame and nothing counts.
 TEST_F(SessionConsumerTimeout, TheProxysOwnOldestDeliveryBlamesNoConsumer) {
   consume(1, "q", "c1");
-  link.observer.withhold = {{1, 1}};
-  deliveries(1, "c1", 1, 3);  // broker tag 1 withheld; 2 and 3 are client tags 1 and 2
+  link.observer.take_over_at_delivery = {{1, 1}};
+  deliveries(1, "c1", 1, 3);  // broker tag 1 taken over; 2 and 3 are client tags 1 and 2
   link.observer.take_events();
   link.broker(test::method(1, timeout_close()));
   drain();

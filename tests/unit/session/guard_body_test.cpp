@@ -215,7 +215,7 @@ TEST_F(GuardBody, CrashLoopOfAFirstDeliveryWithoutBodyIsDeadLetteredWithItsBody)
   client_eof();
   now += 1000;
   connect();
-  broker(delivery(1, poison, true));  // 2 crashes of 1 allowed: withheld
+  broker(delivery(1, poison, true));  // 2 crashes of 1 allowed: taken over
   EXPECT_TRUE(client_bytes().empty());
   const Copy copy = dead_letter_copy();
   EXPECT_EQ(copy.body, bytes_of(poison.body));

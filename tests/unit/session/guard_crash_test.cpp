@@ -1,8 +1,8 @@
 // Crash returns: a consumer whose connection ends with deliveries unacked gives them back
 // without a nack. The guard counts them, hands each out alone at its next delivery (so a
 // second crash names the culprit), and carries out a crash's decision at that delivery:
-// withheld from the client and dead-lettered or delayed. Each connection is a new Session
-// and Guard on the same retry::GuardContext, as the relay makes them.
+// taken over before the client sees it and dead-lettered or delayed. Each connection is a new
+// Session and Guard on the same retry::GuardContext, as the relay makes them.
 
 #include <gtest/gtest.h>
 
@@ -65,7 +65,7 @@ TEST_F(GuardCrash, NackOfASuspectReleasesTheNextToo) {
   EXPECT_FALSE(tracked("m1")->crash_suspect);  // a nack is not a crash
 }
 
-TEST_F(GuardCrash, CrashLoopIsWithheldAtItsNextDeliveryAndDeadLettered) {
+TEST_F(GuardCrash, CrashLoopIsTakenOverAtItsNextDeliveryAndDeadLettered) {
   start(policy(2));
   const Message poison = message("m1");
   deliver_passes(delivery(1, poison));
@@ -127,7 +127,7 @@ TEST_F(GuardCrash, CrashLoopIsWithheldAtItsNextDeliveryAndDeadLettered) {
   EXPECT_TRUE(client_bytes().empty());
 }
 
-TEST_F(GuardCrash, OnlyTheDeliveryHandedOutIsBlamedAndAHeldCulpritIsWithheldOnRelease) {
+TEST_F(GuardCrash, OnlyTheDeliveryHandedOutIsBlamedAndAHeldCulpritIsTakenOverOnRelease) {
   start(policy(1));
   const Message m1 = message("m1"), m2 = message("m2");
   deliver_passes(delivery(1, m1));
@@ -141,8 +141,8 @@ TEST_F(GuardCrash, OnlyTheDeliveryHandedOutIsBlamedAndAHeldCulpritIsWithheldOnRe
   EXPECT_EQ(tracked("m1")->returns, 2u);
   EXPECT_EQ(tracked("m2")->returns, 1u);
 
-  // The broker may redeliver in another order: m2 first (a suspect, so alone), m1 held
-  // behind it. Released when m2 is acked, m1 is found past its limit and withheld.
+  // The broker may redeliver in another order: m2 first (a suspect, so alone), m1 held back
+  // behind it. Released when m2 is acked, m1 is found past its limit and taken over.
   connect();
   const Bytes r2 = delivery(1, m2, true);
   broker(cat({r2, delivery(2, m1, true)}));
@@ -231,7 +231,7 @@ TEST_F(GuardCrash, AllPrefetchedDeliveriesCountAsOneReturnInTheQueuesHealth) {
   EXPECT_EQ(listener.returns, 3);
 }
 
-TEST_F(GuardCrash, HeldDeliveriesAreReleasedAfterTheExclusiveHold) {
+TEST_F(GuardCrash, HeldBackDeliveriesAreReleasedAfterTheSuspectHold) {
   start(policy(5));
   deliver_passes(delivery(1, message("m1")));
   deliver_passes(delivery(2, message("m2")));
@@ -268,7 +268,7 @@ TEST_F(GuardCrash, SuspectsThatCannotBeHeldWithinTheBudgetAreHandedOut) {
               r2 = delivery(2, big(message("m2")), true);
   broker(cat({r1, r2}));
   EXPECT_EQ(to_client(), decode_frames(cat({r1, r2})));
-  EXPECT_EQ(conn->session.channel(kCh)->unacked_count(), 2u);  // recorded, not held
+  EXPECT_EQ(conn->session.channel(kCh)->unacked_count(), 2u);  // recorded, not held back
   EXPECT_LE(context->budget().used(), kLimit);
 }
 

@@ -289,7 +289,7 @@ TEST_F(GuardFallback, AfterAFailedCopyTheQueueGoesWithoutCopiesFor30Seconds) {
             "copies for this queue failed moments ago (see the earlier fallback line)");
   EXPECT_EQ(tracked("m1")->returns, 2u);
 
-  // 30 s after the failure: the redelivery is withheld and dead-lettered at once, without
+  // 30 s after the failure: the redelivery is taken over and dead-lettered at once, without
   // waiting for the consumer to fail again.
   now += 1;
   broker(delivery(3, m1, true));

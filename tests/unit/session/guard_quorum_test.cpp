@@ -248,7 +248,7 @@ TEST_F(GuardQuorum, AHeldDeliveryAtTheLimitIsRepublishedInsteadOfWaiting) {
   connect();
   broker(delivery(1, with_delivery_count(suspect, 1), true));
   EXPECT_EQ(to_client().size(), 3u);  // the suspect, alone
-  // Behind it a delivery at the broker's limit: held, a crash would have the broker drop it.
+  // Behind it a delivery at the broker's limit: held back, a crash would have the broker drop it.
   broker(delivery(2, with_delivery_count(other, 20), true));
   EXPECT_TRUE(client_bytes().empty());
   Copy copy = republished();

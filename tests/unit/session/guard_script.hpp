@@ -438,7 +438,7 @@ class GuardTest : public ::testing::Test {
   }
 
   // `m` is delivered again (broker tag `tag`, redelivered) on the first channel and is
-  // withheld to be dead-lettered: the proxy opens its channel, declares q.dlq, and publishes
+  // taken over to be dead-lettered: the proxy opens its channel, declares q.dlq, and publishes
   // the copy, which is returned (not yet confirmed).
   Copy dead_letter_at_next_delivery(std::uint64_t tag, const Message& m) {
     broker(delivery(tag, m, true));

@@ -21,7 +21,7 @@ TEST_F(GuardSettleFailed, ConfirmAfterTheShutdownCloseRecordsNoDeadLetter) {
   std::vector<Wire> sent = to_broker();
   EXPECT_EQ(take_copy(sent).frames, sent.size());
 
-  // Shutdown: connection.close 320 to the client; the withheld original can no longer be
+  // Shutdown: connection.close 320 to the client; the taken-over original can no longer be
   // settled, but the proxy's channel still hears its confirm.
   conn->session.close_gracefully(320, "CONNECTION_FORCED - shutdown");
   client_bytes();

@@ -122,8 +122,8 @@ TEST_F(SessionInjection, ToTheClientBeforeAHeldDeliverMethodGoesOutAtOnce) {
   EXPECT_EQ(link.client_bytes(), cat({method_frame, rest}));
 }
 
-TEST_F(SessionInjection, ToTheClientDuringAWithheldDeliveryGoesOutAtOnce) {
-  link.observer.withhold = {{1, 1}};
+TEST_F(SessionInjection, ToTheClientDuringATakenOverDeliveryGoesOutAtOnce) {
+  link.observer.take_over_at_delivery = {{1, 1}};
   link.broker(cat({method(1, deliver_method("c1", 1)), header(1, 6), body(1, "abc")}));
   EXPECT_TRUE(link.client_bytes().empty());
   link.session.inject(Side::client, heartbeat());

@@ -114,14 +114,14 @@ TEST_F(RecordBudget, PastTheBudgetDeliveriesPassUntrackedAndTheirSettlementsPass
   EXPECT_EQ(budget.used(), 0u);
 }
 
-TEST_F(RecordBudget, UntrackedTagsStayMappedAfterTheProxyWithholdsOne) {
+TEST_F(RecordBudget, UntrackedTagsStayMappedAfterTheProxyTakesOverOne) {
   deliver_one(1);
   fill_budget();
   deliver_one(2);
   deliver_one(3);  // client tags 2 and 3, untracked
   unfill_budget();
-  link.observer.withhold = {{1, 4}};
-  EXPECT_TRUE(deliver_one(4).empty());  // withheld: the sequences differ from now on
+  link.observer.take_over_at_delivery = {{1, 4}};
+  EXPECT_TRUE(deliver_one(4).empty());  // taken over: the sequences differ from now on
   deliver_one(5);                       // client tag 4
   EXPECT_EQ(ch().find_unacked(4)->broker_tag, 5u);
   // A single untracked tag under its own number; a multiple one, as sent, since it takes
@@ -136,17 +136,17 @@ TEST_F(RecordBudget, UntrackedTagsStayMappedAfterTheProxyWithholdsOne) {
 }
 
 TEST_F(RecordBudget, PastTheBudgetOnceTagsDifferARunOfTagsMapsTheSettlement) {
-  link.observer.withhold = {{1, 1}};
+  link.observer.take_over_at_delivery = {{1, 1}};
   deliver_one(1);
-  const std::uint64_t withheld_record = ch().records_bytes();
+  const std::uint64_t taken_over_record = ch().records_bytes();
   fill_budget();
   Bytes got = deliver_one(2, big_headers());  // client tag 1
   ASSERT_FALSE(got.empty());
   deliver_one(3);  // client tag 2, the same run
   EXPECT_EQ(budget.untracked(), 2u);
   EXPECT_EQ(ch().unacked_count(), 0u);  // no record: one run, counted, small
-  EXPECT_GT(ch().records_bytes(), withheld_record);
-  EXPECT_LT(ch().records_bytes() - withheld_record, 200u);
+  EXPECT_GT(ch().records_bytes(), taken_over_record);
+  EXPECT_LT(ch().records_bytes() - taken_over_record, 200u);
   link.client(nack(1, 1, false, true));
   EXPECT_EQ(link.to_broker(), frames({nack(1, 2, false, true)}));
   link.client(ack(1, 2));
@@ -155,20 +155,20 @@ TEST_F(RecordBudget, PastTheBudgetOnceTagsDifferARunOfTagsMapsTheSettlement) {
   unfill_budget();
 }
 
-// Each delivery the proxy withholds shifts the tags, so each untracked delivery after one
+// Each delivery the proxy takes over shifts the tags, so each untracked delivery after one
 // starts a run; past kMaxUntrackedRuns of them, an untracked delivery keeps a record of its
 // tags alone, and its settlement still maps.
 TEST_F(RecordBudget, PastTheMostRunsARecordKeepsTheTagsAlone) {
   std::uint64_t broker_tag = 0;
   for (std::size_t run = 0; run < ChannelState::kMaxUntrackedRuns; ++run) {
-    link.observer.withhold.insert({1, ++broker_tag});
+    link.observer.take_over_at_delivery.insert({1, ++broker_tag});
     EXPECT_TRUE(deliver_one(broker_tag).empty());
     fill_budget();
     EXPECT_FALSE(deliver_one(++broker_tag).empty());
     unfill_budget();
   }
   EXPECT_EQ(ch().unacked_count(), 0u);
-  link.observer.withhold.insert({1, ++broker_tag});
+  link.observer.take_over_at_delivery.insert({1, ++broker_tag});
   deliver_one(broker_tag);
   fill_budget();
   deliver_one(++broker_tag, big_headers());
@@ -263,17 +263,17 @@ TEST(HostileBodySize, ABodySizeThatWouldWrapTheBufferCostIsForwardedNotBuffered)
   EXPECT_TRUE(link.session.is_open());
 }
 
-// An observer that hands broker tag 1 out alone (a crash suspect): later deliveries are held.
-class FirstExclusive : public RecordingObserver {
+// An observer that hands broker tag 1 out alone (a crash suspect): later deliveries are held back.
+class FirstSuspect : public RecordingObserver {
  public:
   DeliveryPlan on_delivery(const Delivery& d) override {
     DeliveryPlan plan = RecordingObserver::on_delivery(d);
-    plan.exclusive = d.broker_tag == 1;
+    plan.suspect = d.broker_tag == 1;
     return plan;
   }
 };
 
-// Broker tags 2 and 3 wait behind the exclusive tag 1; tag 4 has no room in the budget to wait
+// Broker tags 2 and 3 wait behind the suspect tag 1; tag 4 has no room in the budget to wait
 // and is handed out first, as client tag 2. Tags 2 and 3 then become client tags 3 and 4. A
 // multiple ack of client tag 2 must not reach the broker as a multiple ack of broker tag 4,
 // which would settle 2 and 3 too: the client has not acked them.
@@ -281,14 +281,14 @@ TEST(Reordered, AMultipleAckTakesOnlyWhatTheClientNamedAfterAHeldDeliveryWasPass
   retry::BodyBudget budget(kLimit);
   SessionOptions o;
   o.body_budget = &budget;
-  FirstExclusive observer;
+  FirstSuspect observer;
   Scripted link(o, &observer);
   auto deliver = [&](std::uint64_t tag, std::string_view body = "payload") {
     link.feed(Side::broker, cat({method(1, deliver_method("c1", tag)), content(1, body)}));
     return decode_frames(link.out(Side::client));
   };
   EXPECT_EQ(deliver(1).size(), 3u);
-  EXPECT_TRUE(deliver(2).empty());  // held
+  EXPECT_TRUE(deliver(2).empty());  // held back
   EXPECT_TRUE(deliver(3).empty());
   // Room for tag 4's record, not for its 8000-byte frames.
   const std::uint64_t room = 2000;

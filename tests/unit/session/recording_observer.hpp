@@ -1,13 +1,13 @@
 #pragma once
 // A SessionObserver that records every callback, both as values (for field checks) and as
 // one line per callback in `events` (for checking order and "exactly once" at a glance):
-//   "open /", "delivery ch1 b3", "withheld ch1 b3 <body>", "settled ch1 b3 c2 ack",
-//   "client-return ch1 b3 c2 nack", "taken-over ch1 b3", "returned ch1 b3 recover",
+//   "open /", "delivery ch1 b3", "taken-over ch1 b3 <body>", "settled ch1 b3 c2 ack",
+//   "client-return ch1 b3 c2 nack", "taken-over ch1 b3 <no body>", "returned ch1 b3 recover",
 //   "proxy-frame ch2047 type1". on_returns_done, which ends every batch of returns (even an
 // empty one), is only counted, in `returns_done`.
-// It withholds the deliveries named in `withhold`, and takes over the client's requeues of
-// those named in `take_over`, both by (channel, broker tag). Withheld bodies are retained so
-// the events can show them.
+// It takes over the deliveries named in `take_over_at_delivery` as they arrive, and the
+// client's requeues of those named in `take_over`, both by (channel, broker tag). The bodies of
+// the first are retained so the events can show them.
 
 #include <cstdint>
 #include <set>
@@ -48,17 +48,17 @@ class RecordingObserver : public SessionObserver {
     amqp::Bytes raw;
   };
 
-  std::set<Key> withhold;
+  std::set<Key> take_over_at_delivery;
   std::set<Key> take_over;
   std::int64_t ack_timeout = 0;  // what ack_timeout_ms answers for every delivery
 
   std::vector<std::string> events;
-  // Returned, and so applied by the session, from the next on_withheld, on_taken_over or
+  // Returned, and so applied by the session, from the next on_taken_over or
   // on_proxy_channel_frame.
   ObserverActions actions;
   std::vector<std::string> opens;
   std::vector<Delivery> deliveries;
-  std::vector<Delivery> withheld;
+  std::vector<Delivery> taken_over;
   std::vector<Settled> settled;
   std::vector<Returned> client_returns;
   std::vector<Returned> returned;
@@ -73,17 +73,11 @@ class RecordingObserver : public SessionObserver {
     deliveries.push_back(d);
     events.push_back("delivery " + name(d));
     DeliveryPlan plan;
-    if (withhold.count({d.channel, d.broker_tag})) {
-      plan.action = DeliveryPlan::Action::withhold;
+    if (take_over_at_delivery.count({d.channel, d.broker_tag})) {
+      plan.action = DeliveryPlan::Action::take_over;
       plan.retain_body = true;
     }
     return plan;
-  }
-  ObserverActions on_withheld(const Delivery& d) override {
-    withheld.push_back(d);
-    std::string body = d.body ? std::string(amqp::as_chars(d.body->bytes)) : "<no body>";
-    events.push_back("withheld " + name(d) + " " + body);
-    return std::exchange(actions, {});
   }
   void on_settled(const Delivery& d, SettleKind kind) override {
     settled.push_back({d, kind});
@@ -98,7 +92,9 @@ class RecordingObserver : public SessionObserver {
                                                       : ReturnAction::forward;
   }
   ObserverActions on_taken_over(const Delivery& d) override {
-    events.push_back("taken-over " + name(d));
+    taken_over.push_back(d);
+    std::string body = d.body ? std::string(amqp::as_chars(d.body->bytes)) : "<no body>";
+    events.push_back("taken-over " + name(d) + " " + body);
     return std::exchange(actions, {});
   }
   void on_settle_applied(const Settle& s, bool sent) override {

@@ -33,7 +33,7 @@ TEST_F(SessionTracking, DeliveryCarriesEverythingTheObserverNeeds) {
   EXPECT_TRUE(d.redelivered);
   EXPECT_FALSE(d.no_ack);
   EXPECT_FALSE(d.from_get);
-  EXPECT_FALSE(d.withheld);
+  EXPECT_FALSE(d.taken_over);
   EXPECT_EQ(d.body_size, 11u);
   amqp::ContentHeader h;
   ASSERT_TRUE(d.decode_header(h));

@@ -36,7 +36,7 @@ class SessionTx : public SessionTracking {
 };
 
 TEST_F(SessionTx, AckRolledBackIsTheClientsAgainUnderItsTag) {
-  link.observer.withhold = {{1, 2}};
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliveries(1, "c1", 1, 3);  // client tags 1, 2 are broker tags 1, 3
   link.observer.take_events();
   EXPECT_EQ(client_sends(ack(1, 2)), frames({ack(1, 3)}));
@@ -70,8 +70,9 @@ TEST_F(SessionTx, TakeoverIsCarriedOutAtTheCommitAndTheCommitWaitsForIt) {
   EXPECT_EQ(client_sends(ack(1, 2)), frames({ack(1, 2)}));
   // The commit: the proxy's copy may now be published; the commit waits for its settlement.
   EXPECT_EQ(client_sends(tx_commit()), frames({}));
-  EXPECT_EQ(link.observer.take_events(), (Events{"settled ch1 b2 c2 ack", "taken-over ch1 b1"}));
-  ASSERT_TRUE(link.session.settle_withheld(1, 1, SettleKind::ack, false));
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"settled ch1 b2 c2 ack", "taken-over ch1 b1 <no body>"}));
+  ASSERT_TRUE(link.session.settle_taken_over(1, 1, SettleKind::ack, false));
   EXPECT_EQ(link.to_broker(), frames({ack(1, 1), tx_commit()}));
   broker_passes(tx_commit_ok());
   // Committed: a rollback now has nothing of the proxy's to write again.
@@ -85,8 +86,8 @@ TEST_F(SessionTx, RollbackDropsAPendingTakeoverAndTheTagIsTheClientsAgain) {
   EXPECT_EQ(client_sends(nack(1, 1, false, true)), frames({}));
   EXPECT_EQ(client_sends(tx_rollback()), frames({tx_rollback()}));
   EXPECT_EQ(link.observer.take_events(), Events{"client-return ch1 b1 c1 nack"});
-  EXPECT_EQ(link.session.channel(1)->withheld_count(), 0u);
-  EXPECT_FALSE(link.session.settle_withheld(1, 1, SettleKind::ack, false));
+  EXPECT_EQ(link.session.channel(1)->taken_over_count(), 0u);
+  EXPECT_FALSE(link.session.settle_taken_over(1, 1, SettleKind::ack, false));
   EXPECT_EQ(client_sends(ack(1, 1)), frames({ack(1, 1)}));
   EXPECT_EQ(client_sends(tx_commit()), frames({tx_commit()}));
   EXPECT_EQ(link.observer.take_events(), Events{"settled ch1 b1 c1 ack"});
@@ -98,7 +99,7 @@ TEST_F(SessionTx, FallbackNackGoesBeforeTheCommit) {
   link.client(nack(1, 1, false, true));
   link.client(tx_commit());
   EXPECT_EQ(link.to_broker(), frames({}));
-  ASSERT_TRUE(link.session.settle_withheld(1, 1, SettleKind::nack, true));
+  ASSERT_TRUE(link.session.settle_taken_over(1, 1, SettleKind::nack, true));
   EXPECT_EQ(link.to_broker(), frames({nack(1, 1, false, true), tx_commit()}));
 }
 
@@ -115,7 +116,7 @@ TEST_F(SessionTx, FramesBehindAHeldCommitWaitInOrder) {
   Bytes other = method(3, amqp::ChannelOpen{});
   link.client(other);
   EXPECT_EQ(link.to_broker(), decode_frames(other));
-  ASSERT_TRUE(link.session.settle_withheld(1, 1, SettleKind::ack, false));
+  ASSERT_TRUE(link.session.settle_taken_over(1, 1, SettleKind::ack, false));
   EXPECT_EQ(link.to_broker(), frames({ack(1, 1), tx_commit()}));
   // Handled at the next frame from either side, or the next tick: never inside a callback.
   Bytes more = tx_rollback();
@@ -131,7 +132,7 @@ TEST_F(SessionTx, CommitWaitsForAContentSequenceOnAnotherChannel) {
   amqp::BasicPublish publish;
   link.client(cat({method(2, publish), header(2, 4)}));
   link.broker_bytes();
-  ASSERT_TRUE(link.session.settle_withheld(1, 1, SettleKind::ack, false));
+  ASSERT_TRUE(link.session.settle_taken_over(1, 1, SettleKind::ack, false));
   EXPECT_EQ(link.to_broker(), frames({}));
   link.client(body(2, "data"));
   EXPECT_EQ(link.to_broker(), frames({body(2, "data"), ack(1, 1), tx_commit()}));
@@ -153,9 +154,9 @@ TEST_F(SessionTx, BrokerCloseReleasesTheFramesBehindAHeldCommit) {
 }
 
 TEST_F(SessionTx, ProxySettlementIsWrittenAgainAfterARollback) {
-  link.observer.withhold = {{1, 1}};
+  link.observer.take_over_at_delivery = {{1, 1}};
   deliveries(1, "c1", 1, 2);
-  ASSERT_TRUE(link.session.settle_withheld(1, 1, SettleKind::ack, false));
+  ASSERT_TRUE(link.session.settle_taken_over(1, 1, SettleKind::ack, false));
   EXPECT_EQ(link.to_broker(), frames({ack(1, 1)}));
   // The broker drops it with the transaction; it goes into the next one.
   EXPECT_EQ(client_sends(tx_rollback()), frames({tx_rollback(), ack(1, 1)}));

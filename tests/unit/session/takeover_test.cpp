@@ -1,5 +1,5 @@
-// Withheld deliveries and delivery tag renumbering: the client sees no gap, and its
-// settlements reach the broker under the broker's tags without touching the proxy's.
+// Deliveries taken over at their delivery, and delivery tag renumbering: the client sees no gap,
+// and its settlements reach the broker under the broker's tags without touching the proxy's.
 
 #include <gtest/gtest.h>
 
@@ -62,7 +62,7 @@ class BrokerLedger {
   }
 };
 
-class SessionWithhold : public ::testing::Test {
+class SessionTakeover : public ::testing::Test {
  protected:
   void SetUp() override {
     handshake(link);
@@ -88,42 +88,42 @@ class SessionWithhold : public ::testing::Test {
   std::vector<WireFrame> client_saw;
 };
 
-TEST_F(SessionWithhold, ClientSeesNoGapAndNothingOfTheWithheldDelivery) {
-  link.observer.withhold = {{1, 2}};
+TEST_F(SessionTakeover, ClientSeesNoGapAndNothingOfTheTakenOverDelivery) {
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 5);
   EXPECT_EQ(client_saw, frames({deliver(1, "c1", 1, "m1"), deliver(1, "c1", 2, "m3"),
                                 deliver(1, "c1", 3, "m4"), deliver(1, "c1", 4, "m5")}));
   EXPECT_EQ(link.observer.take_events(),
-            (Events{"delivery ch1 b1", "delivery ch1 b2", "withheld ch1 b2 m2", "delivery ch1 b3",
+            (Events{"delivery ch1 b1", "delivery ch1 b2", "taken-over ch1 b2 m2", "delivery ch1 b3",
                     "delivery ch1 b4", "delivery ch1 b5"}));
-  ASSERT_EQ(link.observer.withheld.size(), 1u);
-  EXPECT_TRUE(link.observer.withheld[0].withheld);
-  EXPECT_EQ(link.observer.withheld[0].client_tag, 0u);
-  EXPECT_TRUE(link.observer.withheld[0].body_complete);
-  EXPECT_EQ(link.session.channel(1)->withheld_count(), 1u);
+  ASSERT_EQ(link.observer.taken_over.size(), 1u);
+  EXPECT_TRUE(link.observer.taken_over[0].taken_over);
+  EXPECT_EQ(link.observer.taken_over[0].client_tag, 0u);
+  EXPECT_TRUE(link.observer.taken_over[0].body_complete);
+  EXPECT_EQ(link.session.channel(1)->taken_over_count(), 1u);
   EXPECT_EQ(link.session.channel(1)->unacked_count(), 4u);
   EXPECT_EQ(link.session.channel(1)->find_unacked(3)->broker_tag, 4u);
 }
 
-TEST_F(SessionWithhold, WithheldBodyFramesAreRetainedWholeAndInOrder) {
-  link.observer.withhold = {{1, 1}};
+TEST_F(SessionTakeover, TakenOverBodyFramesAreRetainedWholeAndInOrder) {
+  link.observer.take_over_at_delivery = {{1, 1}};
   link.broker(cat({method(1, deliver_method("c1", 1)), content(1, "abcdefgh", {}, 3)}));
   link.broker(deliver(1, "c1", 2, "next"));
   EXPECT_EQ(link.to_client(), frames({deliver(1, "c1", 1, "next")}));
   EXPECT_EQ(link.observer.take_events(),
-            (Events{"delivery ch1 b1", "withheld ch1 b1 abcdefgh", "delivery ch1 b2"}));
+            (Events{"delivery ch1 b1", "taken-over ch1 b1 abcdefgh", "delivery ch1 b2"}));
 }
 
-TEST_F(SessionWithhold, WithheldEmptyBodyIsWithheldWholly) {
-  link.observer.withhold = {{1, 1}};
+TEST_F(SessionTakeover, AnEmptyBodyIsTakenOverWhole) {
+  link.observer.take_over_at_delivery = {{1, 1}};
   link.broker(cat({method(1, deliver_method("c1", 1)), header(1, 0)}));
   EXPECT_TRUE(link.client_bytes().empty());
-  EXPECT_EQ(link.session.channel(1)->withheld_count(), 1u);
-  EXPECT_EQ(link.observer.take_events(), (Events{"delivery ch1 b1", "withheld ch1 b1 "}));
+  EXPECT_EQ(link.session.channel(1)->taken_over_count(), 1u);
+  EXPECT_EQ(link.observer.take_events(), (Events{"delivery ch1 b1", "taken-over ch1 b1 "}));
 }
 
-TEST_F(SessionWithhold, AckOfAClientTagReachesTheBrokerUnderItsTag) {
-  link.observer.withhold = {{1, 2}};
+TEST_F(SessionTakeover, AckOfAClientTagReachesTheBrokerUnderItsTag) {
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 5);
   link.observer.take_events();
   EXPECT_EQ(client_sends(ack(1, 3)), frames({ack(1, 4)}));
@@ -131,8 +131,8 @@ TEST_F(SessionWithhold, AckOfAClientTagReachesTheBrokerUnderItsTag) {
   EXPECT_EQ(client_sends(ack(1, 1)), frames({ack(1, 1)}));
 }
 
-TEST_F(SessionWithhold, MultipleAckOverAWithheldTagIsExpanded) {
-  link.observer.withhold = {{1, 2}};
+TEST_F(SessionTakeover, MultipleAckOverATakenOverTagIsExpanded) {
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 5);
   link.observer.take_events();
   std::vector<WireFrame> out = client_sends(ack(1, 4, true));
@@ -146,30 +146,30 @@ TEST_F(SessionWithhold, MultipleAckOverAWithheldTagIsExpanded) {
   EXPECT_EQ(ledger.outstanding, std::set<std::uint64_t>{2});
 }
 
-TEST_F(SessionWithhold, MultipleAckSkipsTagsAlreadySettled) {
-  link.observer.withhold = {{1, 2}};
+TEST_F(SessionTakeover, MultipleAckSkipsTagsAlreadySettled) {
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 5);
   EXPECT_EQ(client_sends(ack(1, 3)), frames({ack(1, 4)}));
   EXPECT_EQ(client_sends(ack(1, 4, true)), frames({ack(1, 1), ack(1, 3), ack(1, 5)}));
 }
 
-TEST_F(SessionWithhold, AckAllOverAWithheldTagIsExpanded) {
-  link.observer.withhold = {{1, 3}};
+TEST_F(SessionTakeover, AckAllOverATakenOverTagIsExpanded) {
+  link.observer.take_over_at_delivery = {{1, 3}};
   deliver_range(1, 4);
   EXPECT_EQ(client_sends(ack(1, 0, true)), frames({ack(1, 1), ack(1, 2), ack(1, 4)}));
   // Nothing of the client's is left: "all" names nothing and must not reach the broker,
-  // where it would take the withheld delivery with it.
+  // where it would take the taken-over delivery with it.
   EXPECT_EQ(client_sends(ack(1, 0, true)), frames({}));
-  EXPECT_EQ(link.session.channel(1)->withheld_count(), 1u);
+  EXPECT_EQ(link.session.channel(1)->taken_over_count(), 1u);
 }
 
-TEST_F(SessionWithhold, MultipleAckBelowEveryWithheldTagIsOneFrame) {
-  link.observer.withhold = {{1, 2}, {1, 5}};
+TEST_F(SessionTakeover, MultipleAckBelowEveryTakenOverTagIsOneFrame) {
+  link.observer.take_over_at_delivery = {{1, 2}, {1, 5}};
   deliver_range(1, 6);
   // Client tags 1..4 are broker tags 1, 3, 4, 6.
   EXPECT_EQ(client_saw, frames({deliver(1, "c1", 1, "m1"), deliver(1, "c1", 2, "m3"),
                                 deliver(1, "c1", 3, "m4"), deliver(1, "c1", 4, "m6")}));
-  ASSERT_TRUE(link.session.settle_withheld(1, 2, SettleKind::ack, false));
+  ASSERT_TRUE(link.session.settle_taken_over(1, 2, SettleKind::ack, false));
   EXPECT_EQ(link.to_broker(), frames({ack(1, 2)}));
   std::vector<WireFrame> out = client_sends(ack(1, 3, true));
   EXPECT_EQ(out, frames({ack(1, 4, true)}));
@@ -179,8 +179,8 @@ TEST_F(SessionWithhold, MultipleAckBelowEveryWithheldTagIsOneFrame) {
   EXPECT_EQ(ledger.outstanding, (std::set<std::uint64_t>{5, 6}));
 }
 
-TEST_F(SessionWithhold, NackAndRejectAreMappedLikeAcks) {
-  link.observer.withhold = {{1, 2}};
+TEST_F(SessionTakeover, NackAndRejectAreMappedLikeAcks) {
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 6);  // client tags 1..5 are broker tags 1, 3, 4, 5, 6
   link.observer.take_events();
   EXPECT_EQ(client_sends(nack(1, 2, false, true)), frames({nack(1, 3, false, true)}));
@@ -194,8 +194,8 @@ TEST_F(SessionWithhold, NackAndRejectAreMappedLikeAcks) {
                     "client-return ch1 b6 c5 nack"}));
 }
 
-TEST_F(SessionWithhold, UnknownTagsStillFailAtTheBroker) {
-  link.observer.withhold = {{1, 2}};
+TEST_F(SessionTakeover, UnknownTagsStillFailAtTheBroker) {
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 3);  // client tags 1, 2 are broker tags 1, 3
   EXPECT_EQ(client_sends(ack(1, 99)), frames({ack(1, kUnknownTagBit | 99)}));
   EXPECT_EQ(client_sends(reject(1, 7, true)), frames({reject(1, kUnknownTagBit | 7, true)}));
@@ -206,11 +206,11 @@ TEST_F(SessionWithhold, UnknownTagsStillFailAtTheBroker) {
   EXPECT_EQ(link.observer.settled.size(), 1u);
 }
 
-TEST_F(SessionWithhold, UnknownMultipleTagStillFailsAtTheBroker) {
+TEST_F(SessionTakeover, UnknownMultipleTagStillFailsAtTheBroker) {
   // RabbitMQ refuses a multiple ack whose own tag is not outstanding, even with lower tags
   // outstanding. After renumbering the proxy must keep that: the client acked a tag it was
   // never given, and the broker would have closed the channel.
-  link.observer.withhold = {{1, 2}};
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 3);  // client tags 1, 2 are broker tags 1, 3
   std::vector<WireFrame> out = client_sends(ack(1, 7, true));
   BrokerLedger ledger({1, 2, 3});
@@ -218,8 +218,8 @@ TEST_F(SessionWithhold, UnknownMultipleTagStillFailsAtTheBroker) {
   EXPECT_EQ(out, frames({ack(1, kUnknownTagBit | 7, true)}));
 }
 
-TEST_F(SessionWithhold, GetOkIsRenumberedToo) {
-  link.observer.withhold = {{1, 1}};
+TEST_F(SessionTakeover, GetOkIsRenumberedToo) {
+  link.observer.take_over_at_delivery = {{1, 1}};
   deliver_range(1, 1);
   amqp::BasicGet get;
   get.queue = "q";
@@ -236,28 +236,28 @@ TEST_F(SessionWithhold, GetOkIsRenumberedToo) {
   EXPECT_EQ(client_sends(ack(1, 1)), frames({ack(1, 2)}));
 }
 
-TEST_F(SessionWithhold, SettleWithheldInjectsOneFrameUnderTheBrokerTag) {
-  link.observer.withhold = {{1, 2}, {1, 3}, {1, 4}};
+TEST_F(SessionTakeover, SettleTakenOverInjectsOneFrameUnderTheBrokerTag) {
+  link.observer.take_over_at_delivery = {{1, 2}, {1, 3}, {1, 4}};
   deliver_range(1, 5);
   link.observer.take_events();
-  EXPECT_TRUE(link.session.settle_withheld(1, 2, SettleKind::ack, false));
+  EXPECT_TRUE(link.session.settle_taken_over(1, 2, SettleKind::ack, false));
   EXPECT_EQ(link.to_broker(), frames({ack(1, 2)}));
-  EXPECT_TRUE(link.session.settle_withheld(1, 3, SettleKind::nack, true));
+  EXPECT_TRUE(link.session.settle_taken_over(1, 3, SettleKind::nack, true));
   EXPECT_EQ(link.to_broker(), frames({nack(1, 3, false, true)}));
-  EXPECT_TRUE(link.session.settle_withheld(1, 4, SettleKind::reject, false));
+  EXPECT_TRUE(link.session.settle_taken_over(1, 4, SettleKind::reject, false));
   EXPECT_EQ(link.to_broker(), frames({reject(1, 4, false)}));
   EXPECT_TRUE(link.to_client().empty());
-  // Settled once; again, or a tag the proxy never withheld, is refused and sends nothing.
-  EXPECT_FALSE(link.session.settle_withheld(1, 2, SettleKind::ack, false));
-  EXPECT_FALSE(link.session.settle_withheld(1, 1, SettleKind::ack, false));
-  EXPECT_FALSE(link.session.settle_withheld(9, 2, SettleKind::ack, false));
+  // Settled once; again, or a tag the proxy never took over, is refused and sends nothing.
+  EXPECT_FALSE(link.session.settle_taken_over(1, 2, SettleKind::ack, false));
+  EXPECT_FALSE(link.session.settle_taken_over(1, 1, SettleKind::ack, false));
+  EXPECT_FALSE(link.session.settle_taken_over(9, 2, SettleKind::ack, false));
   EXPECT_TRUE(link.broker_bytes().empty());
   EXPECT_EQ(link.observer.take_events(), Events{});
-  EXPECT_EQ(link.session.channel(1)->withheld_count(), 0u);
+  EXPECT_EQ(link.session.channel(1)->taken_over_count(), 0u);
 }
 
-TEST_F(SessionWithhold, NothingWithheldMeansSettlementsPassAsTheirOriginalBytes) {
-  link.observer.withhold = {{2, 1}};  // another channel's withholding changes nothing here
+TEST_F(SessionTakeover, NothingTakenOverMeansSettlementsPassAsTheirOriginalBytes) {
+  link.observer.take_over_at_delivery = {{2, 1}};  // another channel's takeover changes nothing
   deliver_range(1, 4);
   link.broker(deliver(2, "c1", 1));
   link.client_bytes();
@@ -275,47 +275,47 @@ TEST_F(SessionWithhold, NothingWithheldMeansSettlementsPassAsTheirOriginalBytes)
   EXPECT_EQ(link.observer.client_returns.size(), 1u);
 }
 
-TEST_F(SessionWithhold, WithheldDeliveriesAreReturnedWhenTheChannelEnds) {
-  link.observer.withhold = {{1, 2}};
+TEST_F(SessionTakeover, TakenOverDeliveriesAreReturnedWhenTheChannelEnds) {
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 3);
   link.observer.take_events();
   link.session.on_eof(Side::client);
   EXPECT_EQ(link.observer.take_events(),
             (Events{"returned ch1 b1 connection_closed", "returned ch1 b3 connection_closed",
                     "returned ch1 b2 connection_closed"}));
-  EXPECT_FALSE(link.session.settle_withheld(1, 2, SettleKind::ack, false));
+  EXPECT_FALSE(link.session.settle_taken_over(1, 2, SettleKind::ack, false));
 }
 
-TEST_F(SessionWithhold, WithheldDeliveryCutOffMidBodyIsReturned) {
-  link.observer.withhold = {{1, 1}};
+TEST_F(SessionTakeover, TakenOverDeliveryCutOffMidBodyIsReturned) {
+  link.observer.take_over_at_delivery = {{1, 1}};
   link.broker(cat({method(1, deliver_method("c1", 1)), header(1, 10), body(1, "12345")}));
   EXPECT_EQ(link.observer.take_events(), Events{"delivery ch1 b1"});
   link.session.on_eof(Side::client);
   EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 connection_closed"});
 }
 
-TEST_F(SessionWithhold, RecoverReturnsWithheldDeliveriesToo) {
-  link.observer.withhold = {{1, 1}};
+TEST_F(SessionTakeover, RecoverReturnsTakenOverDeliveriesToo) {
+  link.observer.take_over_at_delivery = {{1, 1}};
   deliver_range(1, 2);
   link.observer.take_events();
   link.client(method(1, amqp::BasicRecover{true}));
   EXPECT_EQ(link.observer.take_events(),
             (Events{"returned ch1 b2 recover", "returned ch1 b1 recover"}));
-  EXPECT_FALSE(link.session.settle_withheld(1, 1, SettleKind::ack, false));
+  EXPECT_FALSE(link.session.settle_taken_over(1, 1, SettleKind::ack, false));
 }
 
-TEST_F(SessionWithhold, TakenOverRequeueNeverReachesTheBroker) {
+TEST_F(SessionTakeover, TakenOverRequeueNeverReachesTheBroker) {
   link.observer.take_over = {{1, 2}};
-  deliver_range(1, 4);  // nothing withheld: client tags are broker tags
+  deliver_range(1, 4);  // nothing taken over: client tags are broker tags
   link.observer.take_events();
   EXPECT_EQ(client_sends(nack(1, 2, false, true)), frames({}));
   EXPECT_EQ(link.observer.take_events(),
-            (Events{"client-return ch1 b2 c2 nack", "taken-over ch1 b2"}));
-  EXPECT_EQ(link.session.channel(1)->withheld_count(), 1u);
+            (Events{"client-return ch1 b2 c2 nack", "taken-over ch1 b2 <no body>"}));
+  EXPECT_EQ(link.session.channel(1)->taken_over_count(), 1u);
   // The proxy owns broker tag 2 now: a multiple ack over it is expanded around it.
   std::vector<WireFrame> out = client_sends(ack(1, 4, true));
   EXPECT_EQ(out, frames({ack(1, 1), ack(1, 3), ack(1, 4)}));
-  ASSERT_TRUE(link.session.settle_withheld(1, 2, SettleKind::reject, false));
+  ASSERT_TRUE(link.session.settle_taken_over(1, 2, SettleKind::reject, false));
   std::vector<WireFrame> settle = link.to_broker();
   EXPECT_EQ(settle, frames({reject(1, 2, false)}));
   BrokerLedger ledger({1, 2, 3, 4});
@@ -326,7 +326,7 @@ TEST_F(SessionWithhold, TakenOverRequeueNeverReachesTheBroker) {
   EXPECT_EQ(ledger.outstanding, std::set<std::uint64_t>{});
 }
 
-TEST_F(SessionWithhold, MultipleRequeueWithOneTakenOverIsExpandedAroundIt) {
+TEST_F(SessionTakeover, MultipleRequeueWithOneTakenOverIsExpandedAroundIt) {
   link.observer.take_over = {{1, 2}};
   deliver_range(1, 4);
   link.observer.take_events();
@@ -336,21 +336,21 @@ TEST_F(SessionWithhold, MultipleRequeueWithOneTakenOverIsExpandedAroundIt) {
   EXPECT_EQ(link.observer.take_events(),
             (Events{"client-return ch1 b1 c1 nack", "client-return ch1 b2 c2 nack",
                     "client-return ch1 b3 c3 nack", "client-return ch1 b4 c4 nack",
-                    "taken-over ch1 b2"}));
+                    "taken-over ch1 b2 <no body>"}));
   BrokerLedger ledger({1, 2, 3, 4});
   ledger.apply(out, 1);
   EXPECT_EQ(ledger.error, "");
   EXPECT_EQ(ledger.outstanding, std::set<std::uint64_t>{2});
 }
 
-TEST_F(SessionWithhold, DeferredSettlementIsNotOvertakenByAClientMultipleAck) {
-  link.observer.withhold = {{1, 2}};
+TEST_F(SessionTakeover, DeferredSettlementIsNotOvertakenByAClientMultipleAck) {
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 3);  // client tags 1, 2 are broker tags 1, 3
   amqp::BasicPublish publish;
   publish.routing_key = "q";
   // The client is in the middle of a publish on channel 2: injections wait for its end.
   link.client(cat({method(2, publish), header(2, 4)}));
-  ASSERT_TRUE(link.session.settle_withheld(1, 2, SettleKind::nack, true));
+  ASSERT_TRUE(link.session.settle_taken_over(1, 2, SettleKind::nack, true));
   // Frames of other channels may interleave with channel 2's content.
   link.client(ack(1, 2, true));
   link.client(body(2, "data"));
@@ -362,13 +362,13 @@ TEST_F(SessionWithhold, DeferredSettlementIsNotOvertakenByAClientMultipleAck) {
   EXPECT_EQ(ledger.outstanding, std::set<std::uint64_t>{});
 }
 
-TEST_F(SessionWithhold, DeferredSettlementLostAtEofIsReturned) {
-  link.observer.withhold = {{1, 2}};
+TEST_F(SessionTakeover, DeferredSettlementLostAtEofIsReturned) {
+  link.observer.take_over_at_delivery = {{1, 2}};
   deliver_range(1, 2);
   amqp::BasicPublish publish;
   link.client(cat({method(2, publish), header(2, 4)}));
   link.broker_bytes();
-  ASSERT_TRUE(link.session.settle_withheld(1, 2, SettleKind::ack, false));
+  ASSERT_TRUE(link.session.settle_taken_over(1, 2, SettleKind::ack, false));
   link.observer.take_events();
   link.session.on_eof(Side::client);
   EXPECT_TRUE(link.broker_bytes().empty());  // the ack never left
