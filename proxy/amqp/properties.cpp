@@ -56,7 +56,16 @@ std::optional<std::uint64_t> peek_body_size(ByteView payload) {
   return size;
 }
 
+namespace {
+thread_local std::uint64_t headers_decoded = 0;
+}  // namespace
+
+std::uint64_t content_headers_decoded() {
+  return headers_decoded;
+}
+
 HeaderError decode_content_header(ByteView payload, ContentHeader& out, const TableLimits& limits) {
+  ++headers_decoded;
   out = ContentHeader{};  // a reused header would otherwise keep properties this one lacks
   ByteReader in(payload);
   out.class_id = in.u16();

@@ -46,6 +46,9 @@ std::string_view to_string(HeaderError error);
 // properties; a header of another class is rejected as bad_flags unless its flags are zero.
 HeaderError decode_content_header(ByteView payload, ContentHeader& out,
                                   const TableLimits& limits = {});
+// How many times decode_content_header ran on this thread: for the tests that check that the
+// guard decodes a delivery's content header once per decision.
+std::uint64_t content_headers_decoded();
 // Reads only the body size, without decoding the properties: the passthrough path needs it
 // to find where a content sequence ends.
 std::optional<std::uint64_t> peek_body_size(ByteView payload);

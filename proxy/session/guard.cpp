@@ -21,11 +21,9 @@ bool has_headers_table(const amqp::Bytes& header_payload) {
 }
 // The properties of a delivery. A headers table the codec refuses (nested 10,000 deep, say)
 // does not hide the message: its other properties and top-level headers still identify it.
-bool decode_delivery_header(const Delivery& d, amqp::ContentHeader& out) {
-  RawProperties props;
-  if (!decode_properties(d.header_payload, props)) return false;
-  out = std::move(props.header);
-  return true;
+// Once per delivery and event: what a takeover decoded goes with its Intent to build_copy.
+bool decode_delivery_header(const Delivery& d, RawProperties& out) {
+  return decode_properties(d.header_payload, out);
 }
 
 // The 64 bits of a message's tracker key that outage detection tells messages apart by.
@@ -108,8 +106,8 @@ ObserverActions Guard::on_proxy_channel_frame(const amqp::Frame& frame) {
 bool Guard::identify(const Delivery& d, Identified& out) {
   if (d.queue.empty() || d.no_ack) return false;
   out.policy = &policy_for(d.queue);
-  if (!decode_delivery_header(d, out.header)) return false;
-  out.identity = message_identity(out.policy->identity, out.header.properties, d);
+  if (!decode_delivery_header(d, out.props)) return false;
+  out.identity = message_identity(out.policy->identity, out.props.header.properties, d);
   return true;
 }
 
@@ -117,26 +115,25 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
   if (d.queue.empty() || d.no_ack) return DeliveryPlan{.cookie = d.cookie};
   const retry::Policy& policy = policy_for(d.queue);
   const std::int64_t now = context_.steady_ms();
-  std::optional<std::uint64_t> seen;
-  bool first = false;
-  DeliveryPlan plan = plan_delivery(d, policy, now, seen, first);
+  DeliveryReading reading;
+  DeliveryPlan plan = plan_delivery(d, policy, now, reading);
   // Counted once the message is known: a message delivered before counts once in the window.
   if (!(d.cookie & kHealthCounted) && plan.action != DeliveryPlan::Action::need_body) {
     plan.cookie |= kHealthCounted;
     const retry::HealthChange health =
-        context_.health().on_delivery(d.queue, policy.rate, now, seen);
+        context_.health().on_delivery(d.queue, policy.rate, now, reading.seen);
     report_health(context_.listener(), d.queue, policy.rate, health);
-    if (first && !first_delivery_keeps_body(d, policy, health)) {
+    if (reading.first && !first_delivery_keeps_body(d, policy, health)) {
       plan.retain_body = false;
       plan.cookie |= kBodySkipped;
-      plan.hash_body = body_hash_needed(d, policy);
+      plan.hash_body = body_hash_needed(d, policy, reading.props ? &*reading.props : nullptr);
     }
   }
   return plan;
 }
 
 DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy, std::int64_t now,
-                                  std::optional<std::uint64_t>& seen, bool& first) {
+                                  DeliveryReading& reading) {
   DeliveryPlan plan;
   plan.cookie = d.cookie;
   if (!(d.cookie & kCounted)) {
@@ -150,34 +147,38 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
 
   // Most first deliveries carry no headers table: then no count, and nothing to decode.
   if (!d.redelivered && !has_headers_table(d.header_payload)) {
-    first = true;
+    reading.first = true;
     return plan;
   }
-  amqp::ContentHeader header;
-  if (!decode_delivery_header(d, header)) return plan;
-  retry::CarriedCount carried = carried_count(header.properties);
+  RawProperties& props = reading.props.emplace();
+  if (!decode_delivery_header(d, props)) {
+    reading.props.reset();
+    return plan;
+  }
+  const amqp::BasicProperties& properties = props.header.properties;
+  retry::CarriedCount carried = carried_count(properties);
   if (carried.from_quorum_queue) learn_quorum(d.queue);
   // A copy nackguard delayed during an outage carries x-nackguard-returns 0: it is a message
   // seen before, which outage detection must not count as new at each pass.
-  const bool copy = header.properties.headers && header.properties.headers->find(kReturnsHeader);
+  const bool copy = properties.headers && properties.headers->find(kReturnsHeader);
   if (!d.redelivered && !copy && carried.nackguard == 0 && carried.broker == 0) {
-    first = true;
+    reading.first = true;
     return plan;
   }
   plan.cookie |= kMaybeTracked;
-  std::optional<std::string> identity = message_identity(policy.identity, header.properties, d);
+  std::optional<std::string> identity = message_identity(policy.identity, properties, d);
   if (!identity) {
-    if (!d.body_complete && identity_needs_body(policy.identity, header.properties)) {
+    if (!d.body_complete && identity_needs_body(policy.identity, properties)) {
       plan.action = DeliveryPlan::Action::need_body;
     }
     return plan;
   }
   retry::TrackerKey key = retry::make_key(d.queue, *identity);
-  seen = message_hash(key);
+  reading.seen = message_hash(key);
   std::optional<retry::TrackerEntry> entry = context_.tracker().find(key, now);
   // One more return of this delivery, a crash included, would pass the broker's own limit:
   // it is republished before the consumer sees it, so that no return can end it.
-  bool at_limit = at_broker_limit(d, policy, header.properties);
+  bool at_limit = at_broker_limit(d, policy, properties);
   if (!entry && !at_limit) return plan;
   retry::Decision decision;
   if (entry) {
@@ -221,6 +222,8 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
   intent.first_return_ms = entry ? entry->first_return_ms : 0;
   intent.last_return_ms = entry ? entry->last_return_ms : 0;
   intent.fallback = SettleKind::nack;
+  intent.props = std::move(reading.props);
+  reading.props.reset();
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
   plan.action = DeliveryPlan::Action::take_over;
   return plan;
@@ -228,9 +231,9 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
 
 bool Guard::decide_before_holding_back(const Delivery& d) {
   if (d.queue.empty() || d.no_ack || !d.redelivered) return false;
-  amqp::ContentHeader header;
-  if (!decode_delivery_header(d, header)) return false;
-  return at_broker_limit(d, policy_for(d.queue), header.properties);
+  RawProperties props;
+  if (!decode_delivery_header(d, props)) return false;
+  return at_broker_limit(d, policy_for(d.queue), props.header.properties);
 }
 
 void Guard::on_settled(const Delivery& d, SettleKind) {
@@ -262,7 +265,7 @@ retry::Decision Guard::count_return(const Delivery& d, const Identified& id, boo
   retry::ReturnEvent event;
   event.wall_ms = context_.wall_ms();
   event.steady_ms = now;
-  event.carried = carried_count(id.header.properties);
+  event.carried = carried_count(id.props.header.properties);
   event.crash = crash;
   event.consumer_timeout = consumer_timeout;
   event.outage = health.holds_counts();
@@ -295,7 +298,7 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   if (!identify(d, id) || !id.identity) return ReturnAction::forward;
   Intent intent;
   retry::Decision decision = count_return(d, id, false, false, intent);
-  std::uint32_t broker_count = carried_count(id.header.properties).broker;
+  std::uint32_t broker_count = carried_count(id.props.header.properties).broker;
   const bool passes = retry::next_return_passes(broker_count, broker_limit(*id.policy, d.queue));
   if (passes) {
     // Forwarded, this requeue would have the broker drop or dead-letter the message itself.
@@ -351,6 +354,7 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
     }
   }
   intent.fallback = cause == ReturnCause::reject ? SettleKind::reject : SettleKind::nack;
+  intent.props = std::move(id.props);
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
   return ReturnAction::take_over;
 }

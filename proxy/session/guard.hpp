@@ -66,6 +66,8 @@ class Guard final : public SessionObserver {
     std::int64_t last_return_ms = 0;
     SettleKind fallback = SettleKind::nack;  // how to give it back if the copy fails
     std::uint64_t job = 0;
+    // The delivery's content header as the decision decoded it, until build_copy takes it.
+    std::optional<RawProperties> props;
     // The ack after the copy's confirm (or the reject of `via: reject`) is asked for: the
     // outcome is recorded once on_settle_applied says it went out.
     bool settling = false;
@@ -73,7 +75,7 @@ class Guard final : public SessionObserver {
 
   struct Identified {
     const retry::Policy* policy = nullptr;
-    amqp::ContentHeader header;
+    RawProperties props;  // the content header, decoded
     std::optional<std::string> identity;
   };
 
@@ -95,8 +97,10 @@ class Guard final : public SessionObserver {
   bool first_delivery_keeps_body(const Delivery& delivery, const retry::Policy& policy,
                                  const retry::HealthChange& health);
   // Whether a delivery that keeps no body must still have it hashed as it passes: whether its
-  // identity under `policy` may fall back to the body (guard_body.cpp).
-  static bool body_hash_needed(const Delivery& delivery, const retry::Policy& policy);
+  // identity under `policy` may fall back to the body (guard_body.cpp). `decoded`: its content
+  // header, if plan_delivery decoded it already.
+  static bool body_hash_needed(const Delivery& delivery, const retry::Policy& policy,
+                               const RawProperties* decoded);
   // The copy of a taken-over delivery that `intent` asks for; false if it cannot be built
   // (`why` then names the fallback cause).
   bool build_copy(const Delivery& delivery, Intent& intent, PublishRequest& request,
@@ -114,11 +118,19 @@ class Guard final : public SessionObserver {
                          const std::vector<HeaderEdit>& edits, PublishRequest& request,
                          const char*& cause, const char*& detail);
   bool identify(const Delivery& delivery, Identified& out);
-  // on_delivery's plan; `seen` is set to the message's hash when it may have been delivered
-  // before (for the queue's health), `first` when it is a first delivery (not redelivered,
-  // no count carried, not a copy of nackguard's). `now` is steady_ms().
+  // What plan_delivery learnt of a delivery besides its plan.
+  struct DeliveryReading {
+    // The message's hash when it may have been delivered before (for the queue's health).
+    std::optional<std::uint64_t> seen;
+    // A first delivery: not redelivered, no count carried, not a copy of nackguard's.
+    bool first = false;
+    // The content header, if it was decoded and the delivery was not taken over (an Intent
+    // then has it).
+    std::optional<RawProperties> props;
+  };
+  // on_delivery's plan. `now` is steady_ms().
   DeliveryPlan plan_delivery(const Delivery& delivery, const retry::Policy& policy,
-                             std::int64_t now, std::optional<std::uint64_t>& seen, bool& first);
+                             std::int64_t now, DeliveryReading& reading);
   // Counts a return of `delivery` and decides; fills `intent` for delay and dead-letter.
   // consumer_timeout: a crash return of the delivery whose ack timed out.
   retry::Decision count_return(const Delivery& delivery, const Identified& id, bool crash,

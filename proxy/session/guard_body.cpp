@@ -15,8 +15,12 @@ namespace {
 constexpr std::uint64_t kDecideHashFrom = 4096;
 }  // namespace
 
-bool Guard::body_hash_needed(const Delivery& d, const retry::Policy& policy) {
+bool Guard::body_hash_needed(const Delivery& d, const retry::Policy& policy,
+                             const RawProperties* decoded) {
   if (d.body_size < kDecideHashFrom) return true;
+  // An opaque headers table (raw_properties.hpp) may hide what the identity needs: hashed.
+  if (decoded)
+    return decoded->opaque || identity_needs_body(policy.identity, decoded->header.properties);
   amqp::ContentHeader header;
   if (!d.decode_header(header)) return true;
   return identity_needs_body(policy.identity, header.properties);

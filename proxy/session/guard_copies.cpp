@@ -90,8 +90,12 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
   request.body = d.body;
   request.deadline_ms = context_.steady_ms() + context_.settings().confirm_timeout.count();
   const std::int64_t now = context_.wall_ms();  // for the header timestamps
+  // Decoded once: by the decision that took the delivery over (intent.props).
   RawProperties props;
-  if (!decode_properties(d.header_payload, props)) {
+  if (intent.props) {
+    props = std::move(*intent.props);
+    intent.props.reset();
+  } else if (!decode_properties(d.header_payload, props)) {
     cause = "malformed_properties";
     detail = "the message's properties could not be decoded";
     return false;
