@@ -128,13 +128,31 @@ class Guard final : public SessionObserver {
     // then has it).
     std::optional<RawProperties> props;
   };
-  // on_delivery's plan. `now` is steady_ms().
+  // on_delivery's plan. `now` is steady_ms() (guard_delivery.cpp).
   DeliveryPlan plan_delivery(const Delivery& delivery, const retry::Policy& policy,
                              std::int64_t now, DeliveryReading& reading);
+  // What becomes of a delivery from `queue` that the tracker knows (`entry`), or that one more
+  // return would take past the broker's limit (`at_limit`): forward, or a copy to publish.
+  retry::Decision decide_at_delivery(const std::string& queue, const retry::Policy& policy,
+                                     std::int64_t now,
+                                     const std::optional<retry::TrackerEntry>& entry,
+                                     const retry::CarriedCount& carried, bool at_limit);
+  // Keeps the Intent of a delivery taken over before the client sees it: the decision, and
+  // the header `reading` decoded. A decision a crash left pending is cleared from the tracker.
+  void take_over_at_delivery(const Delivery& delivery, const retry::Policy& policy,
+                             std::int64_t now, const retry::TrackerKey& key,
+                             const std::string& identity,
+                             const std::optional<retry::TrackerEntry>& entry,
+                             const retry::Decision& decision, DeliveryReading& reading);
   // Counts a return of `delivery` and decides; fills `intent` for delay and dead-letter.
   // consumer_timeout: a crash return of the delivery whose ack timed out.
   retry::Decision count_return(const Delivery& delivery, const Identified& id, bool crash,
                                bool recover, Intent& intent, bool consumer_timeout = false);
+  // Whether the copy that `decision` asks for at a client's requeue of `delivery` can be
+  // made: its body kept, a channel for the proxy, copies not failing for the queue. If not,
+  // the requeue is forwarded (a fallback the listener hears of, unless the body was skipped
+  // by design).
+  bool copy_possible(const Delivery& delivery, const retry::Decision& decision);
   void execute(const Delivery& delivery);
   void finish_job(std::uint64_t job, bool ok, const std::string& why);
   // Asks the session to settle a taken-over delivery (an ObserverAction::settle).

@@ -163,8 +163,19 @@ class Session {
   void handle_client_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   void handle_broker_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   void handle_broker_content(ChannelState& ch, const amqp::Frame& frame);
+  // Basic-class bookkeeping (session_basic.cpp); each is false for a method that does not
+  // decode. A client's ack, nack or reject, to settle_from_client:
+  bool client_settlement(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
+  // basic.consume, cancel, get, recover and recover-async from the client:
+  bool note_client_basic_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
+  // basic.deliver or get-ok from the broker: a delivery begins (begin_delivery).
+  bool start_broker_delivery(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
+  // basic.consume-ok, cancel or cancel-ok from the broker:
+  bool note_broker_consumer_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   void begin_delivery(ChannelState& ch, const amqp::Frame& frame, Delivery delivery);
   void route_delivery_header(ChannelState& ch, const amqp::Frame& frame);
+  // The incoming delivery's header came past the body budget: forwarded untracked.
+  void forward_untracked(ChannelState& ch, const amqp::Frame& frame);
   void route_delivery_body(ChannelState& ch, const amqp::Frame& frame);
   void complete_delivery(ChannelState& ch);
   // Emits a delivery to the client under the next client tag: its method frame (the tag
@@ -184,6 +195,12 @@ class Session {
   void release_all_held_back();
   void settle_from_client(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
                           std::uint64_t tag, bool multiple, bool requeue);
+  // The broker's part of a client's settlement: its frame as it is when the tag sequences are
+  // the same; otherwise the deliveries forwarded from it (forwarded_scratch_ of
+  // settled_scratch_) under their broker tags, in one frame where a multiple one takes
+  // nothing of the proxy's. `unknown`: the tag is above any the client was given.
+  void write_settlement(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
+                        std::uint64_t tag, bool multiple, bool requeue, bool unknown);
   bool track_client_content(ChannelState& ch, const amqp::Frame& frame);
 
   // Transactions (session_tx.cpp, transaction.hpp).

@@ -47,64 +47,18 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     case mid::basic_publish:
       ch.from_client.phase = ContentState::Phase::awaiting_header;
       break;
-    case mid::basic_ack: {
-      amqp::BasicAck m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      settle_from_client(ch, frame, SettleKind::ack, m.delivery_tag, m.multiple, false);
+    case mid::basic_ack:
+    case mid::basic_nack:
+    case mid::basic_reject:
+      if (!client_settlement(ch, frame, key)) malformed();
       return;
-    }
-    case mid::basic_nack: {
-      amqp::BasicNack m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      settle_from_client(ch, frame, SettleKind::nack, m.delivery_tag, m.multiple, m.requeue);
-      return;
-    }
-    case mid::basic_reject: {
-      amqp::BasicReject m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      settle_from_client(ch, frame, SettleKind::reject, m.delivery_tag, false, m.requeue);
-      return;
-    }
-    case mid::basic_consume: {
-      amqp::BasicConsume m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      std::string queue = m.queue.empty() ? ch.last_declared_queue : m.queue;
-      if (m.no_wait) {
-        ch.consumers[m.consumer_tag] = Consumer{queue, m.no_ack};
-      } else {
-        ch.pending_consumes.push_back(PendingConsume{queue, m.consumer_tag, m.no_ack});
-      }
-      break;
-    }
-    case mid::basic_cancel: {
-      amqp::BasicCancel m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      // The consumer's deliveries in flight still arrive until cancel-ok; forget it then, or
-      // with no-wait keep it among the recently cancelled.
-      if (m.no_wait) ch.forget_consumer(m.consumer_tag);
-      break;
-    }
-    case mid::basic_get: {
-      amqp::BasicGet m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      ch.pending_gets.push_back(
-          PendingGet{m.queue.empty() ? ch.last_declared_queue : m.queue, m.no_ack});
-      break;
-    }
+    case mid::basic_consume:
+    case mid::basic_cancel:
+    case mid::basic_get:
     case mid::basic_recover:
-    case mid::basic_recover_async: {
-      amqp::BasicRecover m;
-      amqp::BasicRecoverAsync async;
-      bool ok = key == mid::basic_recover
-                    ? amqp::decode_method(frame.payload, m) == amqp::MethodError::none
-                    : amqp::decode_method(frame.payload, async) == amqp::MethodError::none;
-      if (!ok) return malformed();
-      // The broker requeues everything unacked on the channel, the proxy's own included.
-      if (key == mid::basic_recover ? m.requeue : async.requeue) {
-        return_all(ch, ReturnCause::recover);
-      }
+    case mid::basic_recover_async:
+      if (!note_client_basic_method(ch, frame, key)) return malformed();
       break;
-    }
     case tx_mid::select:
     case tx_mid::commit:
     case tx_mid::rollback:
@@ -178,53 +132,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     if (const Delivery* d = ch.find_taken_over(broker_tag)) apply(observer_->on_taken_over(*d));
   }
 
-  if (ch.tags_identical()) {
-    emit(Side::broker, frame.raw);
-  } else {
-    amqp::Bytes out;
-    // A delivery forwarded with no record (the budget was full) is outstanding at the broker
-    // under its run's offset from the client's tag.
-    std::optional<std::uint64_t> untracked = unknown ? std::nullopt : ch.untracked_broker_tag(tag);
-    bool untracked_all = multiple && tag == 0 && ch.has_untracked();
-    if (!multiple && untracked && settled.empty()) {
-      append_settle(out, frame.channel, kind, *untracked, false, requeue);
-    } else if (multiple && (untracked || untracked_all)) {
-      // One multiple settlement, as the client sent it, if it takes nothing of the proxy's;
-      // else the recorded ones alone (the untracked ones stay with the broker, which
-      // delivers them again when the channel ends: a duplicate, never a loss).
-      std::uint64_t top = untracked ? *untracked : 0;
-      std::uint64_t reach = untracked ? *untracked : std::numeric_limits<std::uint64_t>::max();
-      if (forwarded.size() == settled.size() && !ch.owned_at_or_below(reach) &&
-          !ch.unacked_at_or_below(reach)) {
-        append_settle(out, frame.channel, kind, top, true, requeue);
-      } else {
-        for (const Delivery* d : forwarded) {
-          append_settle(out, frame.channel, kind, d->broker_tag, false, requeue);
-        }
-      }
-    } else if (settled.empty()) {
-      // Nothing of the client's is outstanding: "all" settles nothing; an unknown tag must
-      // still fail at the broker, and must not name a delivery the proxy owns.
-      if (!(multiple && tag == 0)) {
-        append_settle(out, frame.channel, kind, kUnknownTagBit | tag, multiple, requeue);
-      }
-    } else if (!forwarded.empty()) {
-      std::uint64_t highest = forwarded.back()->broker_tag;
-      if (!multiple) {
-        append_settle(out, frame.channel, kind, highest, false, requeue);
-      } else if (forwarded.size() == settled.size() && !ch.owned_at_or_below(highest) &&
-                 !ch.unacked_at_or_below(highest)) {
-        append_settle(out, frame.channel, kind, highest, true, requeue);
-      } else {
-        // A multiple settlement would take deliveries the proxy owns, or (after a reorder)
-        // ones the client did not name, with it: expand.
-        for (const Delivery* d : forwarded) {
-          append_settle(out, frame.channel, kind, d->broker_tag, false, requeue);
-        }
-      }
-    }
-    if (!out.empty()) emit(Side::broker, out);
-  }
+  write_settlement(ch, frame, kind, tag, multiple, requeue, unknown);
   // Kept for the next one unless a large multiple settlement grew them; the deliveries'
   // buffers serve the next deliveries.
   constexpr std::size_t kKeptCapacity = 256;
@@ -236,6 +144,59 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   if (gate_opened) release_held_back(ch);
 }
 
+void Session::write_settlement(ChannelState& ch, const Frame& frame, SettleKind kind,
+                               std::uint64_t tag, bool multiple, bool requeue, bool unknown) {
+  if (ch.tags_identical()) {
+    emit(Side::broker, frame.raw);
+    return;
+  }
+  const std::vector<Delivery>& settled = settled_scratch_;
+  const std::vector<const Delivery*>& forwarded = forwarded_scratch_;
+  amqp::Bytes out;
+  // A delivery forwarded with no record (the budget was full) is outstanding at the broker
+  // under its run's offset from the client's tag.
+  std::optional<std::uint64_t> untracked = unknown ? std::nullopt : ch.untracked_broker_tag(tag);
+  bool untracked_all = multiple && tag == 0 && ch.has_untracked();
+  if (!multiple && untracked && settled.empty()) {
+    append_settle(out, frame.channel, kind, *untracked, false, requeue);
+  } else if (multiple && (untracked || untracked_all)) {
+    // One multiple settlement, as the client sent it, if it takes nothing of the proxy's;
+    // else the recorded ones alone (the untracked ones stay with the broker, which
+    // delivers them again when the channel ends: a duplicate, never a loss).
+    std::uint64_t top = untracked ? *untracked : 0;
+    std::uint64_t reach = untracked ? *untracked : std::numeric_limits<std::uint64_t>::max();
+    if (forwarded.size() == settled.size() && !ch.owned_at_or_below(reach) &&
+        !ch.unacked_at_or_below(reach)) {
+      append_settle(out, frame.channel, kind, top, true, requeue);
+    } else {
+      for (const Delivery* d : forwarded) {
+        append_settle(out, frame.channel, kind, d->broker_tag, false, requeue);
+      }
+    }
+  } else if (settled.empty()) {
+    // Nothing of the client's is outstanding: "all" settles nothing; an unknown tag must
+    // still fail at the broker, and must not name a delivery the proxy owns.
+    if (!(multiple && tag == 0)) {
+      append_settle(out, frame.channel, kind, kUnknownTagBit | tag, multiple, requeue);
+    }
+  } else if (!forwarded.empty()) {
+    std::uint64_t highest = forwarded.back()->broker_tag;
+    if (!multiple) {
+      append_settle(out, frame.channel, kind, highest, false, requeue);
+    } else if (forwarded.size() == settled.size() && !ch.owned_at_or_below(highest) &&
+               !ch.unacked_at_or_below(highest)) {
+      append_settle(out, frame.channel, kind, highest, true, requeue);
+    } else {
+      // A multiple settlement would take deliveries the proxy owns, or (after a reorder)
+      // ones the client did not name, with it: expand.
+      for (const Delivery* d : forwarded) {
+        append_settle(out, frame.channel, kind, d->broker_tag, false, requeue);
+      }
+    }
+  }
+  if (!out.empty()) emit(Side::broker, out);
+}
+
 void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
                                            std::uint32_t key) {
   auto malformed = [&] {
@@ -243,40 +204,10 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
                    "FRAME_ERROR - malformed " + std::string(amqp::method_name(key)));
   };
   switch (key) {
-    case mid::basic_deliver: {
-      // Decoded into buffers that served earlier deliveries: no allocation per delivery.
-      amqp::BasicDeliver& m = deliver_scratch_;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      Delivery d = ch.fresh_delivery();
-      if (const Consumer* consumer = ch.find_consumer(m.consumer_tag)) {
-        d.queue = consumer->queue;
-        d.no_ack = consumer->no_ack;
-      }
-      d.consumer_tag = m.consumer_tag;
-      d.broker_tag = m.delivery_tag;
-      d.redelivered = m.redelivered;
-      d.exchange = m.exchange;
-      d.routing_key = m.routing_key;
-      begin_delivery(ch, frame, std::move(d));
+    case mid::basic_deliver:
+    case mid::basic_get_ok:
+      if (!start_broker_delivery(ch, frame, key)) malformed();
       return;
-    }
-    case mid::basic_get_ok: {
-      amqp::BasicGetOk m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      Delivery d = ch.fresh_delivery();
-      if (!ch.pending_gets.empty()) {
-        d.queue = ch.pending_gets.front().queue;
-        d.no_ack = ch.pending_gets.front().no_ack;
-        ch.pending_gets.pop_front();
-      }
-      d.from_get = true;
-      d.broker_tag = m.delivery_tag;
-      d.redelivered = m.redelivered;
-      d.exchange = std::move(m.exchange);
-      d.routing_key = std::move(m.routing_key);
-      begin_delivery(ch, frame, std::move(d));
-      return;
-    }
     case mid::basic_get_empty:
       if (!ch.pending_gets.empty()) ch.pending_gets.pop_front();
       break;
@@ -284,27 +215,11 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       ch.from_broker.phase = ContentState::Phase::awaiting_header;
       ch.to_client.phase = ContentState::Phase::awaiting_header;
       break;
-    case mid::basic_consume_ok: {
-      amqp::BasicConsumeOk m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      Consumer consumer;
-      if (!ch.pending_consumes.empty()) {
-        consumer.queue = ch.pending_consumes.front().queue;
-        consumer.no_ack = ch.pending_consumes.front().no_ack;
-        ch.pending_consumes.pop_front();
-      }
-      ch.consumers[m.consumer_tag] = std::move(consumer);
-      break;
-    }
+    case mid::basic_consume_ok:
     case mid::basic_cancel:
-    case mid::basic_cancel_ok: {
-      // The same fields either way; a broker-sent cancel has a no-wait bit after the tag.
-      amqp::ByteReader in(frame.payload.subspan(4));
-      std::string tag = in.shortstr();
-      if (!in.ok()) return malformed();
-      ch.forget_consumer(tag);
+    case mid::basic_cancel_ok:
+      if (!note_broker_consumer_method(ch, frame, key)) return malformed();
       break;
-    }
     case mid::queue_declare_ok: {
       amqp::QueueDeclareOk m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();

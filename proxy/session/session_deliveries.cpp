@@ -108,19 +108,7 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
   d.body_size = amqp::peek_body_size(frame.payload).value_or(0);
   if (!ch.hasher) ch.hasher = std::make_unique<BodyHasher>();
   ch.hasher->reset();
-  if (!d.no_ack && !admit_record(ch, d, options_.body_budget)) {
-    // Past the body budget: handed out as it is, and the observer hears nothing of it, so
-    // its returns are not counted (a fallback). No record is kept, only a run of tags
-    // (ChannelState::note_untracked); past kMaxUntrackedRuns, a record of its tags alone.
-    ch.incoming_route = ChannelState::Route::forward;
-    emit_delivery(ch, d, ch.incoming_method_frame, original_method(ch));
-    ch.incoming_method_frame.clear();
-    emit(Side::client, frame.raw);
-    ch.to_client = ch.from_broker;
-    ch.incoming_untracked = ch.note_untracked(d.client_tag, d.broker_tag);
-    ChannelState::make_slim(d);
-    return;
-  }
+  if (!d.no_ack && !admit_record(ch, d, options_.body_budget)) return forward_untracked(ch, frame);
 
   bool gated = !d.from_get && (ch.suspect_client_tag != 0 || !ch.held_back.empty()) &&
                !observer_->decide_before_holding_back(d);
@@ -168,6 +156,20 @@ void Session::route_delivery_header(ChannelState& ch, const Frame& frame) {
   ch.incoming_method_frame.clear();  // its capacity serves the next delivery
   emit(Side::client, frame.raw);
   ch.to_client = ch.from_broker;
+}
+
+void Session::forward_untracked(ChannelState& ch, const Frame& frame) {
+  // Handed out as it is, and the observer hears nothing of it, so its returns are not counted
+  // (a fallback). No record is kept, only a run of tags (ChannelState::note_untracked); past
+  // kMaxUntrackedRuns, a record of its tags alone.
+  Delivery& d = *ch.incoming;
+  ch.incoming_route = ChannelState::Route::forward;
+  emit_delivery(ch, d, ch.incoming_method_frame, original_method(ch));
+  ch.incoming_method_frame.clear();
+  emit(Side::client, frame.raw);
+  ch.to_client = ch.from_broker;
+  ch.incoming_untracked = ch.note_untracked(d.client_tag, d.broker_tag);
+  ChannelState::make_slim(d);
 }
 
 void Session::route_delivery_body(ChannelState& ch, const Frame& frame) {

@@ -1,0 +1,153 @@
+// The guard's plan for each delivery: forwarded (and whether it is a suspect), taken over
+// before the client sees it (a decision a crash left pending, or one more return would pass
+// the broker's limit), or waiting for its body (an identity that needs it).
+
+#include "proxy/session/guard.hpp"
+#include "proxy/session/guard_internal.hpp"
+#include "proxy/session/identity.hpp"
+
+namespace nackguard::session {
+
+using namespace guard_internal;
+
+DeliveryPlan Guard::on_delivery(const Delivery& d) {
+  if (d.queue.empty() || d.no_ack) return DeliveryPlan{.cookie = d.cookie};
+  const retry::Policy& policy = policy_for(d.queue);
+  const std::int64_t now = context_.steady_ms();
+  DeliveryReading reading;
+  DeliveryPlan plan = plan_delivery(d, policy, now, reading);
+  // Counted once the message is known: a message delivered before counts once in the window.
+  if (!(d.cookie & kHealthCounted) && plan.action != DeliveryPlan::Action::need_body) {
+    plan.cookie |= kHealthCounted;
+    const retry::HealthChange health =
+        context_.health().on_delivery(d.queue, policy.rate, now, reading.seen);
+    report_health(context_.listener(), d.queue, policy.rate, health);
+    if (reading.first && !first_delivery_keeps_body(d, policy, health)) {
+      plan.retain_body = false;
+      plan.cookie |= kBodySkipped;
+      plan.hash_body = body_hash_needed(d, policy, reading.props ? &*reading.props : nullptr);
+    }
+  }
+  return plan;
+}
+
+DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy, std::int64_t now,
+                                  DeliveryReading& reading) {
+  DeliveryPlan plan;
+  plan.cookie = d.cookie;
+  if (!(d.cookie & kCounted)) {
+    plan.cookie |= kCounted;
+    context_.listener().on_delivery(d.queue);
+  }
+  // Any return may have to be republished (a delay, an outage, a dead-letter), and the body
+  // passes only once: keep it while the delivery is unacked, within retained_body_bytes. A
+  // first delivery may keep none after all (on_delivery, first_delivery_keeps_body).
+  plan.retain_body = true;
+
+  // Most first deliveries carry no headers table: then no count, and nothing to decode.
+  if (!d.redelivered && !has_headers_table(d.header_payload)) {
+    reading.first = true;
+    return plan;
+  }
+  RawProperties& props = reading.props.emplace();
+  if (!decode_delivery_header(d, props)) {
+    reading.props.reset();
+    return plan;
+  }
+  const amqp::BasicProperties& properties = props.header.properties;
+  retry::CarriedCount carried = carried_count(properties);
+  if (carried.from_quorum_queue) learn_quorum(d.queue);
+  // A copy nackguard delayed during an outage carries x-nackguard-returns 0: it is a message
+  // seen before, which outage detection must not count as new at each pass.
+  const bool copy = properties.headers && properties.headers->find(kReturnsHeader);
+  if (!d.redelivered && !copy && carried.nackguard == 0 && carried.broker == 0) {
+    reading.first = true;
+    return plan;
+  }
+  plan.cookie |= kMaybeTracked;
+  std::optional<std::string> identity = message_identity(policy.identity, properties, d);
+  if (!identity) {
+    if (!d.body_complete && identity_needs_body(policy.identity, properties)) {
+      plan.action = DeliveryPlan::Action::need_body;
+    }
+    return plan;
+  }
+  retry::TrackerKey key = retry::make_key(d.queue, *identity);
+  reading.seen = message_hash(key);
+  std::optional<retry::TrackerEntry> entry = context_.tracker().find(key, now);
+  // One more return of this delivery, a crash included, would pass the broker's own limit:
+  // it is republished before the consumer sees it, so that no return can end it.
+  bool at_limit = at_broker_limit(d, policy, properties);
+  if (!entry && !at_limit) return plan;
+  retry::Decision decision = decide_at_delivery(d.queue, policy, now, entry, carried, at_limit);
+  if (decision.action == retry::Action::forward) {
+    plan.suspect = entry && entry->crash_suspect;
+    return plan;
+  }
+  take_over_at_delivery(d, policy, now, key, *identity, entry, decision, reading);
+  plan.action = DeliveryPlan::Action::take_over;
+  return plan;
+}
+
+retry::Decision Guard::decide_at_delivery(const std::string& queue, const retry::Policy& policy,
+                                          std::int64_t now,
+                                          const std::optional<retry::TrackerEntry>& entry,
+                                          const retry::CarriedCount& carried, bool at_limit) {
+  retry::Decision decision;
+  if (entry) {
+    decision = retry::decide_delivery(policy, *entry, carried);
+  } else {
+    decision.returns = retry::count_base(nullptr, carried);
+    decision.deliveries = retry::deliveries_before(nullptr, carried);
+    if (decision.returns > policy.max_redeliveries) {
+      decision.action = retry::Action::dead_letter;
+      decision.reason = retry::DeadLetterReason::max_redeliveries;
+    }
+  }
+  if (decision.action != retry::Action::forward && context_.copies_failing(queue, now)) {
+    // Its copy cannot be published now: hand it to the consumer, as without the proxy.
+    decision.action = retry::Action::forward;
+  }
+  // A republish into the queue itself needs no declaration, so copies failing for want of a
+  // DLQ or delay queue do not stop it; and handing the message out would let the broker end it.
+  if (at_limit && decision.action == retry::Action::forward) {
+    decision.action = retry::Action::republish;
+  }
+  return decision;
+}
+
+void Guard::take_over_at_delivery(const Delivery& d, const retry::Policy& policy, std::int64_t now,
+                                  const retry::TrackerKey& key, const std::string& identity,
+                                  const std::optional<retry::TrackerEntry>& entry,
+                                  const retry::Decision& decision, DeliveryReading& reading) {
+  // A crash left this decision pending: carry it out instead of handing the message out.
+  if (entry) {
+    context_.tracker().upsert(key, now, [](retry::TrackerEntry& e) {
+      e.pending_action = 0;
+      e.pending_reason = 0;
+      e.pending_delay_ms = 0;
+    });
+  }
+  Intent intent;
+  intent.decision = decision;
+  intent.policies = policies_;
+  intent.policy = &policy;
+  intent.key = key;
+  intent.identity = identity;
+  intent.queue = d.queue;
+  intent.first_return_ms = entry ? entry->first_return_ms : 0;
+  intent.last_return_ms = entry ? entry->last_return_ms : 0;
+  intent.fallback = SettleKind::nack;
+  intent.props = std::move(reading.props);
+  reading.props.reset();
+  intents_[{d.channel, d.broker_tag}] = std::move(intent);
+}
+
+bool Guard::decide_before_holding_back(const Delivery& d) {
+  if (d.queue.empty() || d.no_ack || !d.redelivered) return false;
+  RawProperties props;
+  if (!decode_delivery_header(d, props)) return false;
+  return at_broker_limit(d, policy_for(d.queue), props.header.properties);
+}
+
+}  // namespace nackguard::session
