@@ -35,12 +35,12 @@ const ChannelState* Session::channel(std::uint16_t number) const {
 void Session::feed(Side from, ByteView data) {
   SideIo& in = io(from);
   if (in.input_closed || data.empty()) return;
-  if (in.in.begin == in.in.end) {
+  if (in.in.empty()) {
     // Nothing kept from before: handle the frames where they are, keep only the remainder.
     data = data.subspan(process(from, data));
     if (in.input_closed || data.empty()) return;
   }
-  std::span<std::uint8_t> space = input_space(from, in.in.end - in.in.begin + data.size());
+  std::span<std::uint8_t> space = input_space(from, in.in.pending().size() + data.size());
   std::memcpy(space.data(), data.data(), data.size());
   commit_input(from, data.size());
 }
@@ -48,39 +48,15 @@ void Session::feed(Side from, ByteView data) {
 std::span<std::uint8_t> Session::input_space(Side from, std::size_t buffer_bytes) {
   copy_forwarded(other(from));  // the next read overwrites what it points to
   SideIo& side = io(from);
-  InputBuffer& in = side.in;
-  std::size_t kept = in.end - in.begin;
-  std::size_t needed = std::max(buffer_bytes, kept + 1);
-  if (kept >= amqp::kFrameHeaderSize) {
-    const std::uint8_t* header = in.data.get() + in.begin;
-    std::uint64_t frame_size =
-        amqp::kFrameOverhead + (std::uint64_t{header[3]} << 24 | std::uint64_t{header[4]} << 16 |
-                                std::uint64_t{header[5]} << 8 | header[6]);
-    // A size above frame_max is refused by the decoder: no room is made for it.
-    if (frame_size <= side.decoder.frame_max()) needed = std::max<std::size_t>(needed, frame_size);
-  }
-  if (in.capacity < needed) {
-    auto bigger = std::make_unique_for_overwrite<std::uint8_t[]>(needed);
-    if (kept > 0) std::memcpy(bigger.get(), in.data.get() + in.begin, kept);
-    in.data = std::move(bigger);
-    in.capacity = needed;
-  } else if (in.begin > 0) {
-    // Reads always start near the front: with small frames only the first pages are touched.
-    std::memmove(in.data.get(), in.data.get() + in.begin, kept);
-  }
-  in.begin = 0;
-  in.end = kept;
-  return {in.data.get() + in.end, in.capacity - in.end};
+  return side.in.space(buffer_bytes, side.decoder.frame_max());
 }
 
 void Session::commit_input(Side from, std::size_t n) {
   SideIo& side = io(from);
   InputBuffer& in = side.in;
-  in.end += n;
-  if (!side.input_closed && n > 0) {
-    in.begin += process(from, ByteView(in.data.get() + in.begin, in.end - in.begin));
-  }
-  if (side.input_closed || in.begin == in.end) in.begin = in.end = 0;
+  in.commit(n);
+  if (!side.input_closed && n > 0) in.consume(process(from, in.pending()));
+  if (side.input_closed || in.empty()) in.clear();
 }
 
 std::size_t Session::process(Side from, ByteView data) {

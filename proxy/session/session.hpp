@@ -21,6 +21,7 @@
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/methods.hpp"
 #include "proxy/session/channel.hpp"
+#include "proxy/session/input_buffer.hpp"
 #include "proxy/session/observer.hpp"
 
 namespace nackguard::session {
@@ -128,15 +129,6 @@ class Session {
     std::optional<std::uint64_t> settles_broker_tag;
     bool tx_commit = false;  // a client's tx.commit the proxy held (transaction.hpp)
     bool tx_resend = false;  // a proxy settlement written again after the client's rollback
-  };
-
-  // Bytes read from one side and not handled yet: [begin, end) of data, a partial frame.
-  // Not a vector: growing one would zero the space before every read.
-  struct InputBuffer {
-    std::unique_ptr<std::uint8_t[]> data;
-    std::size_t capacity = 0;
-    std::size_t begin = 0;
-    std::size_t end = 0;
   };
 
   struct SideIo {

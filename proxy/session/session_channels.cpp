@@ -155,16 +155,19 @@ void Session::write_settlement(ChannelState& ch, const Frame& frame, SettleKind 
   amqp::Bytes out;
   // A delivery forwarded with no record (the budget was full) is outstanding at the broker
   // under its run's offset from the client's tag.
-  std::optional<std::uint64_t> untracked = unknown ? std::nullopt : ch.untracked_broker_tag(tag);
+  // (A plain tag and flag: GCC's -O2 takes a std::optional here for maybe-uninitialized.)
+  const std::optional<std::uint64_t> found = unknown ? std::nullopt : ch.untracked_broker_tag(tag);
+  const bool untracked = found.has_value();
+  const std::uint64_t untracked_tag = found.value_or(0);
   bool untracked_all = multiple && tag == 0 && ch.has_untracked();
   if (!multiple && untracked && settled.empty()) {
-    append_settle(out, frame.channel, kind, *untracked, false, requeue);
+    append_settle(out, frame.channel, kind, untracked_tag, false, requeue);
   } else if (multiple && (untracked || untracked_all)) {
     // One multiple settlement, as the client sent it, if it takes nothing of the proxy's;
     // else the recorded ones alone (the untracked ones stay with the broker, which
     // delivers them again when the channel ends: a duplicate, never a loss).
-    std::uint64_t top = untracked ? *untracked : 0;
-    std::uint64_t reach = untracked ? *untracked : std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t top = untracked ? untracked_tag : 0;
+    std::uint64_t reach = untracked ? untracked_tag : std::numeric_limits<std::uint64_t>::max();
     if (forwarded.size() == settled.size() && !ch.owned_at_or_below(reach) &&
         !ch.unacked_at_or_below(reach)) {
       append_settle(out, frame.channel, kind, top, true, requeue);

@@ -21,11 +21,7 @@ void Session::emit(Side to, ByteView bytes) {
     run = ByteView(run.data(), run.size() + bytes.size());
     return;
   }
-  const InputBuffer& source = io(other(to)).in;
-  auto at = reinterpret_cast<std::uintptr_t>(bytes.data());
-  auto first = reinterpret_cast<std::uintptr_t>(source.data.get());
-  if (run.empty() && out.out.empty() && !bytes.empty() && at >= first &&
-      at + bytes.size() <= first + source.capacity) {
+  if (run.empty() && out.out.empty() && io(other(to)).in.holds(bytes)) {
     run = bytes;
     return;
   }
