@@ -19,7 +19,9 @@ std::string_view to_string(Side side) {
 }
 
 Session::Session(SessionOptions options, SessionObserver* observer)
-    : options_(options), observer_(observer ? observer : &null_observer_) {
+    : options_(options),
+      observer_(observer ? observer : &null_observer_),
+      tuning_(options.max_frame_bytes) {
   // Before tune-ok the spec allows only frame-min-size; RabbitMQ's own handshake frames are
   // small, but clients with large property tables exist, so allow up to 128 KiB until then.
   std::uint32_t initial =
@@ -218,7 +220,7 @@ void Session::handle_client_frame(const Frame& frame) {
     handle_client_connection_method(frame, *key);
     return;
   }
-  if (reserved_channel_ && frame.channel == *reserved_channel_) {
+  if (reserved_channel() && frame.channel == *reserved_channel()) {
     protocol_error(Side::client, reply::channel_error,
                    "CHANNEL_ERROR - channel " + std::to_string(frame.channel) +
                        " is above the negotiated channel_max");
@@ -287,7 +289,7 @@ void Session::handle_broker_frame(const Frame& frame) {
     emit(Side::client, frame.raw);
     return;
   }
-  if (reserved_channel_ && frame.channel == *reserved_channel_) {
+  if (reserved_channel() && frame.channel == *reserved_channel()) {
     apply(observer_->on_proxy_channel_frame(frame));
     return;
   }

@@ -23,6 +23,7 @@
 #include "proxy/session/channel.hpp"
 #include "proxy/session/input_buffer.hpp"
 #include "proxy/session/observer.hpp"
+#include "proxy/session/tuning.hpp"
 
 namespace nackguard::session {
 
@@ -105,10 +106,10 @@ class Session {
   bool handshake_done() const {
     return phase_ != Phase::protocol_header && phase_ != Phase::handshake;
   }
-  std::uint16_t heartbeat_seconds() const { return heartbeat_; }
+  std::uint16_t heartbeat_seconds() const { return tuning_.heartbeat(); }
   std::uint32_t frame_max() const { return io(Side::client).decoder.frame_max(); }
   // The channel the proxy keeps for itself, once tune-ok has been seen.
-  std::optional<std::uint16_t> reserved_channel() const { return reserved_channel_; }
+  std::optional<std::uint16_t> reserved_channel() const { return tuning_.reserved_channel(); }
   const std::string& vhost() const { return vhost_; }
   // The broker's "version" server property from connection.start ("4.0.5"); empty if none.
   const std::string& broker_version() const { return broker_version_; }
@@ -271,11 +272,7 @@ class Session {
   std::array<SideIo, 2> io_;
   Phase phase_ = Phase::protocol_header;
   std::unordered_map<std::uint16_t, ChannelState> channels_;
-  std::optional<std::uint16_t> reserved_channel_;
-  std::uint16_t offered_channel_max_ = 0;  // to the client; 0 until the broker's tune
-  std::uint32_t offered_frame_max_ = 0;
-  bool reserve_channel_ = false;
-  std::uint16_t heartbeat_ = 0;
+  Tuning tuning_;
   std::string vhost_;
   std::string broker_version_;
   std::string client_name_;

@@ -117,7 +117,7 @@ void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
       return;
     }
   }
-  if (from == Side::broker && reserved_channel_ && frame.channel == *reserved_channel_) {
+  if (from == Side::broker && reserved_channel() && frame.channel == *reserved_channel()) {
     apply(observer_->on_proxy_channel_frame(frame));
   }
 }

@@ -1,6 +1,6 @@
-// Connection tuning, the handshake rewrites: the channel the proxy reserves for itself, frame_max
-// capped for both sides, heartbeats, the vhost, the broker's version and the client's name
-// (session.hpp).
+// The connection's methods: the handshake's tune and tune-ok rewritten (tuning.hpp), and what
+// the session keeps of the rest (the vhost, the broker's version, the client's name), and the
+// connection's end (session.hpp).
 
 #include <algorithm>
 #include <limits>
@@ -23,21 +23,8 @@ void Session::handle_client_connection_method(const Frame& frame, std::uint32_t 
         protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed tune-ok");
         return;
       }
-      amqp::ConnectionTuneOk to_broker = tune;
-      if (reserve_channel_) {
-        std::uint16_t client_max = tune.channel_max == 0
-                                       ? offered_channel_max_
-                                       : std::min(tune.channel_max, offered_channel_max_);
-        reserved_channel_ = static_cast<std::uint16_t>(client_max + 1);
-        to_broker.channel_max = *reserved_channel_;
-      }
-      std::uint32_t frame_max =
-          tune.frame_max == 0 ? offered_frame_max_ : std::min(tune.frame_max, offered_frame_max_);
-      if (offered_frame_max_ != 0) to_broker.frame_max = frame_max;
-      std::uint32_t decode_max = std::max(to_broker.frame_max, amqp::kFrameMinSize);
-      if (to_broker.frame_max == 0) decode_max = options_.max_frame_bytes;
-      for (auto& side : io_) side.decoder.set_frame_max(decode_max);
-      heartbeat_ = tune.heartbeat;
+      amqp::ConnectionTuneOk to_broker = tuning_.answer(tune);
+      for (auto& side : io_) side.decoder.set_frame_max(tuning_.frame_max());
       amqp::Bytes out;
       amqp::append_fixed_method_frame(out, 0, to_broker);
       emit(Side::broker, out);
@@ -95,26 +82,16 @@ void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t 
         protocol_error(Side::broker, reply::frame_error, "FRAME_ERROR - malformed tune");
         return;
       }
-      amqp::ConnectionTune offered = tune;
-      std::uint32_t broker_channel_max = tune.channel_max == 0 ? 65535 : tune.channel_max;
-      // With a single channel there is none to spare; the proxy then reserves nothing.
-      reserve_channel_ = broker_channel_max >= 2;
-      if (reserve_channel_)
-        offered.channel_max = static_cast<std::uint16_t>(broker_channel_max - 1);
-      offered_channel_max_ = offered.channel_max;
-      std::uint32_t broker_frame_max =
-          tune.frame_max == 0 ? std::numeric_limits<std::uint32_t>::max() : tune.frame_max;
-      offered.frame_max = std::min(broker_frame_max, options_.max_frame_bytes);
-      offered_frame_max_ = offered.frame_max;
       amqp::Bytes out;
-      amqp::append_fixed_method_frame(out, 0, offered);
+      amqp::append_fixed_method_frame(out, 0, tuning_.offer(tune));
       emit(Side::client, out);
       return;
     }
     case mid::connection_open_ok:
       phase_ = Phase::open;
       emit(Side::client, frame.raw);
-      observer_->on_open({vhost_, reserved_channel_, frame_max(), broker_version_, client_name_});
+      observer_->on_open(
+          {vhost_, tuning_.reserved_channel(), frame_max(), broker_version_, client_name_});
       return;
     case mid::connection_close_ok:
       emit(Side::client, frame.raw);
