@@ -94,44 +94,19 @@ void ChannelState::make_slim(Delivery& d) {
   d.body.reset();
 }
 
-// A run's node, charged to the records while the channel lives.
-constexpr std::uint64_t kRunBytes = 32 + 8 + 16 + 16;
-
 bool ChannelState::note_untracked(std::uint64_t client_tag, std::uint64_t broker_tag) {
-  const std::uint64_t offset = broker_tag - client_tag;
-  if (untracked_run_open_ && !untracked_runs_.empty()) {
-    UntrackedRun& last = std::prev(untracked_runs_.end())->second;
-    if (last.offset == offset) {  // recorded ones between have that offset too
-      last.last_client_tag = client_tag;
-      return true;
-    }
-  }
-  if (untracked_runs_.size() >= kMaxUntrackedRuns) return false;
-  untracked_runs_.emplace(client_tag, UntrackedRun{client_tag, offset});
-  records_charge_.add(kRunBytes);
-  untracked_run_open_ = true;
+  bool new_run = false;
+  if (!tags_.note_untracked(client_tag, broker_tag, &new_run)) return false;
+  if (new_run) records_charge_.add(TagMap::kRunBytes);  // charged while the channel lives
   return true;
 }
 
-void ChannelState::note_handed_out(std::uint64_t client_tag, std::uint64_t broker_tag) {
-  if (broker_tag < highest_handed_out_) reordered_ = true;
-  if (broker_tag > highest_handed_out_) highest_handed_out_ = broker_tag;
-  // A recorded delivery in the middle of a run is mapped by its record while it has one, and
-  // by the run afterwards, which is right only if it has the run's offset.
-  if (untracked_run_open_ && !untracked_runs_.empty() &&
-      std::prev(untracked_runs_.end())->second.offset != broker_tag - client_tag) {
-    untracked_run_open_ = false;
-  }
-}
-
 std::optional<std::uint64_t> ChannelState::untracked_broker_tag(std::uint64_t tag) const {
-  // Within a run every client tag has the run's offset, untracked or not.
-  auto it = untracked_runs_.upper_bound(tag);
-  if (tag == 0 || it == untracked_runs_.begin()) return std::nullopt;
-  const UntrackedRun& run = std::prev(it)->second;
-  if (tag > run.last_client_tag || unacked_.contains(tag)) return std::nullopt;
-  const std::uint64_t broker_tag = tag + run.offset;
-  if (taken_over_.contains(broker_tag)) return std::nullopt;
+  std::optional<std::uint64_t> broker_tag = tags_.run_broker_tag(tag);
+  // A tag in a run may have a record after all, or be the proxy's.
+  if (!broker_tag || unacked_.contains(tag) || taken_over_.contains(*broker_tag)) {
+    return std::nullopt;
+  }
   return broker_tag;
 }
 
@@ -192,7 +167,7 @@ void ChannelState::add_unacked(Delivery delivery) {
 }
 
 void ChannelState::add_taken_over(Delivery delivery) {
-  ever_owned_ = true;
+  tags_.note_owned();
   delivery.taken_over = true;
   std::uint64_t tag = delivery.broker_tag;
   auto it = taken_over_.find(tag);
@@ -249,7 +224,7 @@ std::optional<Delivery> ChannelState::remove_taken_over(std::uint64_t broker_tag
 }
 
 bool ChannelState::unacked_at_or_below(std::uint64_t broker_tag) const {
-  if (!reordered_) return false;  // broker tags then rise with client tags
+  if (!tags_.reordered()) return false;  // broker tags then rise with client tags
   for (const auto& [tag, record] : unacked_) {
     if (record.delivery.broker_tag <= broker_tag) return true;
   }
@@ -278,9 +253,7 @@ std::optional<std::uint64_t> ChannelState::broker_oldest_unsettled() const {
   for (const ChannelTx::Settled& s : tx.settled) {
     if (s.delivery.broker_tag < candidate) return std::nullopt;
   }
-  for (const auto& [first, run] : untracked_runs_) {
-    if (first + run.offset < candidate) return std::nullopt;
-  }
+  if (tags_.run_starts_below(candidate)) return std::nullopt;
   return candidate;
 }
 

@@ -13,6 +13,7 @@
 
 #include "proxy/amqp/bytes.hpp"
 #include "proxy/session/delivery.hpp"
+#include "proxy/session/tag_map.hpp"
 #include "proxy/session/transaction.hpp"
 
 namespace nackguard::session {
@@ -126,16 +127,12 @@ class ChannelState {
   };
   std::deque<HeldBackDelivery> held_back;
 
-  // Assigns the next client tag to a delivery the client will see.
-  std::uint64_t next_client_tag() { return ++last_client_tag_; }
-  std::uint64_t last_client_tag() const { return last_client_tag_; }
-  void note_broker_tag(std::uint64_t tag) {
-    if (tag > last_broker_tag_) last_broker_tag_ = tag;
-  }
-  // While the proxy never took over or held back a delivery on the channel, the two tag sequences
-  // are identical and frames carrying tags are forwarded as their original bytes.
-  bool tags_identical() const { return !ever_owned_; }
-  void note_owned() { ever_owned_ = true; }
+  // The tag map (tag_map.hpp): the two tag sequences and the runs of untracked deliveries.
+  std::uint64_t next_client_tag() { return tags_.next_client_tag(); }
+  std::uint64_t last_client_tag() const { return tags_.last_client_tag(); }
+  void note_broker_tag(std::uint64_t tag) { tags_.note_broker_tag(tag); }
+  bool tags_identical() const { return tags_.identical(); }
+  void note_owned() { tags_.note_owned(); }
 
   // What keeping a delivery's record costs in memory, charged to the body budget while it is
   // unacked or taken over: the record and its map node, its content header and its strings.
@@ -155,16 +152,15 @@ class ChannelState {
   // Untracked deliveries are remembered as runs of client tags whose broker tag is the client
   // tag plus the same offset, so that the client's settlement of one maps without a record.
   bool note_untracked(std::uint64_t client_tag, std::uint64_t broker_tag);
-  static constexpr std::size_t kMaxUntrackedRuns = 1024;
+  static constexpr std::size_t kMaxUntrackedRuns = TagMap::kMaxRuns;
   // The broker tag of client tag `tag` if it may be one forwarded untracked (it has no record
   // and is not the proxy's); nullopt otherwise.
   std::optional<std::uint64_t> untracked_broker_tag(std::uint64_t tag) const;
-  bool has_untracked() const { return !untracked_runs_.empty(); }
-  // A delivery handed to the client (client tag `client_tag`, broker tag `broker_tag`). One
-  // handed out after a later broker tag (released from `held_back` after another passed it, the
-  // budget being full) means that a broker tag no longer tells which client tags lie below
-  // it. One with another tag offset than the last untracked run ends that run.
-  void note_handed_out(std::uint64_t client_tag, std::uint64_t broker_tag);
+  bool has_untracked() const { return tags_.has_runs(); }
+  // A delivery handed to the client (client tag `client_tag`, broker tag `broker_tag`).
+  void note_handed_out(std::uint64_t client_tag, std::uint64_t broker_tag) {
+    tags_.note_handed_out(client_tag, broker_tag);
+  }
   // Whether an unacked delivery has a broker tag at or below `broker_tag`: after a reorder,
   // a multiple settlement up to that tag would take one the client did not name.
   bool unacked_at_or_below(std::uint64_t broker_tag) const;
@@ -228,17 +224,7 @@ class ChannelState {
   std::vector<Delivery> spare_deliveries_;
   std::map<std::uint64_t, Record> taken_over_;  // by broker tag
   retry::BudgetCharge records_charge_;
-  struct UntrackedRun {
-    std::uint64_t last_client_tag = 0;
-    std::uint64_t offset = 0;  // broker tag minus client tag, modulo 2^64
-  };
-  std::map<std::uint64_t, UntrackedRun> untracked_runs_;  // by first client tag
-  bool untracked_run_open_ = false;  // the next untracked delivery may extend the last run
-  std::uint64_t highest_handed_out_ = 0;
-  bool reordered_ = false;
-  std::uint64_t last_client_tag_ = 0;
-  std::uint64_t last_broker_tag_ = 0;
-  bool ever_owned_ = false;
+  TagMap tags_;
 };
 
 }  // namespace nackguard::session
