@@ -12,19 +12,6 @@ namespace nackguard::session {
 
 using namespace guard_internal;
 
-void guard_internal::report_health(retry::GuardListener& listener, std::string_view queue,
-                                   const retry::RateLimits& rate,
-                                   const retry::HealthChange& change) {
-  if (change.changed) listener.on_outage(queue, change.outage, change.ratio);
-  if (change.became_overdue) {
-    listener.on_notice(queue, "in outage for " + std::to_string(change.outage_ms / 1000) +
-                                  " s, rate.max_outage (" +
-                                  std::to_string(rate.max_outage.count() / 1000) +
-                                  " s): its returns count towards dead-lettering again until "
-                                  "the outage ends");
-  }
-}
-
 Guard::Guard(retry::GuardContext& context, std::uint64_t seed)
     : context_(context),
       rng_(seed),

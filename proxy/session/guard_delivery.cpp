@@ -25,7 +25,7 @@ DeliveryPlan Guard::on_delivery(const Delivery& d) {
     if (reading.first && !first_delivery_keeps_body(d, policy, health)) {
       plan.retain_body = false;
       plan.cookie |= kBodySkipped;
-      plan.hash_body = body_hash_needed(d, policy, reading.props ? &*reading.props : nullptr);
+      plan.hash_body = body_hash_needed(d, policy, reading.props);
     }
   }
   return plan;
@@ -49,11 +49,9 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
     reading.first = true;
     return plan;
   }
-  RawProperties& props = reading.props.emplace();
-  if (!decode_delivery_header(d, props)) {
-    reading.props.reset();
-    return plan;
-  }
+  RawProperties& props = decoded_scratch_;
+  if (!decode_delivery_header(d, props)) return plan;
+  reading.props = &props;
   const amqp::BasicProperties& properties = props.header.properties;
   retry::CarriedCount carried = carried_count(properties);
   if (carried.from_quorum_queue) learn_quorum(d.queue);
@@ -138,8 +136,8 @@ void Guard::take_over_at_delivery(const Delivery& d, const retry::Policy& policy
   intent.first_return_ms = entry ? entry->first_return_ms : 0;
   intent.last_return_ms = entry ? entry->last_return_ms : 0;
   intent.fallback = SettleKind::nack;
-  intent.props = std::move(reading.props);
-  reading.props.reset();
+  intent.props = std::move(*reading.props);
+  reading.props = nullptr;
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "proxy/retry/guard_context.hpp"
@@ -39,8 +40,18 @@ inline std::uint64_t message_hash(const retry::TrackerKey& key) {
 }
 
 // Tells the listener what a health event changed: an outage's start or end, and an outage
-// that lasted rate.max_outage (its returns count again from now on). In guard.cpp.
-void report_health(retry::GuardListener& listener, std::string_view queue,
-                   const retry::RateLimits& rate, const retry::HealthChange& change);
+// that lasted rate.max_outage (its returns count again from now on). Inline: it runs at every
+// delivery, and a call into another file showed in session_bench.
+inline void report_health(retry::GuardListener& listener, std::string_view queue,
+                          const retry::RateLimits& rate, const retry::HealthChange& change) {
+  if (change.changed) listener.on_outage(queue, change.outage, change.ratio);
+  if (change.became_overdue) {
+    listener.on_notice(queue, "in outage for " + std::to_string(change.outage_ms / 1000) +
+                                  " s, rate.max_outage (" +
+                                  std::to_string(rate.max_outage.count() / 1000) +
+                                  " s): its returns count towards dead-lettering again until "
+                                  "the outage ends");
+  }
+}
 
 }  // namespace nackguard::session::guard_internal

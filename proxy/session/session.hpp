@@ -156,8 +156,8 @@ class Session {
   void handle_client_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   void handle_broker_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   void handle_broker_content(ChannelState& ch, const amqp::Frame& frame);
-  // Basic-class bookkeeping (session_basic.cpp); each is false for a method that does not
-  // decode. A client's ack, nack or reject, to settle_from_client:
+  // Basic-class bookkeeping (in session_channels.cpp); each is false for a method that does
+  // not decode. A client's ack, nack or reject, to settle_from_client:
   bool client_settlement(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   // basic.consume, cancel, get, recover and recover-async from the client:
   bool note_client_basic_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
@@ -188,12 +188,14 @@ class Session {
   void release_all_held_back();
   void settle_from_client(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
                           std::uint64_t tag, bool multiple, bool requeue);
-  // The broker's part of a client's settlement: its frame as it is when the tag sequences are
-  // the same; otherwise the deliveries forwarded from it (forwarded_scratch_ of
-  // settled_scratch_) under their broker tags, in one frame where a multiple one takes
-  // nothing of the proxy's. `unknown`: the tag is above any the client was given.
+  // The broker's part of a client's settlement when the tag sequences differ: the deliveries
+  // `forwarded` (of those it `settled`) under their broker tags, in one frame where a
+  // multiple one takes nothing of the proxy's. `unknown`: the tag
+  // is above any the client was given.
   void write_settlement(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
-                        std::uint64_t tag, bool multiple, bool requeue, bool unknown);
+                        std::uint64_t tag, bool multiple, bool requeue, bool unknown,
+                        const std::vector<Delivery>& settled,
+                        const std::vector<const Delivery*>& forwarded);
   bool track_client_content(ChannelState& ch, const amqp::Frame& frame);
 
   // Transactions (session_tx.cpp, transaction.hpp).

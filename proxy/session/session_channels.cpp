@@ -92,10 +92,10 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   // A tag above any the client was given is unknown to the broker too: settle nothing here,
   // and let the broker refuse it.
   bool unknown = tag > ch.last_client_tag();
-  // The scratch vectors keep their capacity from one settlement to the next. No settlement
-  // starts inside another: the observer's calls return actions, applied here.
-  std::vector<Delivery>& settled = settled_scratch_;
-  std::vector<const Delivery*>& forwarded = forwarded_scratch_;
+  // The scratch vectors keep their capacity from one settlement to the next; in locals while
+  // in use, so that the calls below (emit, the observer) do not reload them from memory.
+  std::vector<Delivery> settled = std::move(settled_scratch_);
+  std::vector<const Delivery*> forwarded = std::move(forwarded_scratch_);
   settled.clear();
   forwarded.clear();
   if (!unknown) ch.take_settled(tag, multiple, settled);
@@ -132,26 +132,26 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     if (const Delivery* d = ch.find_taken_over(broker_tag)) apply(observer_->on_taken_over(*d));
   }
 
-  write_settlement(ch, frame, kind, tag, multiple, requeue, unknown);
+  if (ch.tags_identical()) {
+    emit(Side::broker, frame.raw);
+  } else {
+    write_settlement(ch, frame, kind, tag, multiple, requeue, unknown, settled, forwarded);
+  }
   // Kept for the next one unless a large multiple settlement grew them; the deliveries'
   // buffers serve the next deliveries.
   constexpr std::size_t kKeptCapacity = 256;
   forwarded.clear();
   for (Delivery& d : settled) ch.recycle(std::move(d));
   settled.clear();
-  if (settled.capacity() > kKeptCapacity) std::vector<Delivery>().swap(settled);
-  if (forwarded.capacity() > kKeptCapacity) std::vector<const Delivery*>().swap(forwarded);
+  if (settled.capacity() <= kKeptCapacity) settled_scratch_ = std::move(settled);
+  if (forwarded.capacity() <= kKeptCapacity) forwarded_scratch_ = std::move(forwarded);
   if (gate_opened) release_held_back(ch);
 }
 
 void Session::write_settlement(ChannelState& ch, const Frame& frame, SettleKind kind,
-                               std::uint64_t tag, bool multiple, bool requeue, bool unknown) {
-  if (ch.tags_identical()) {
-    emit(Side::broker, frame.raw);
-    return;
-  }
-  const std::vector<Delivery>& settled = settled_scratch_;
-  const std::vector<const Delivery*>& forwarded = forwarded_scratch_;
+                               std::uint64_t tag, bool multiple, bool requeue, bool unknown,
+                               const std::vector<Delivery>& settled,
+                               const std::vector<const Delivery*>& forwarded) {
   amqp::Bytes out;
   // A delivery forwarded with no record (the budget was full) is outstanding at the broker
   // under its run's offset from the client's tag.
@@ -244,6 +244,132 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       break;
   }
   emit(Side::client, frame.raw);
+}
+
+// ---- basic-class bookkeeping: which consumer or get a delivery belongs to, recovers, and
+// the start of a delivery. Each is false for a method that does not decode: the caller closes
+// with 501. In this file so that the compiler may inline them into the dispatch above.
+
+bool Session::client_settlement(ChannelState& ch, const Frame& frame, std::uint32_t key) {
+  switch (key) {
+    case mid::basic_ack: {
+      amqp::BasicAck m;
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
+      settle_from_client(ch, frame, SettleKind::ack, m.delivery_tag, m.multiple, false);
+      return true;
+    }
+    case mid::basic_nack: {
+      amqp::BasicNack m;
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
+      settle_from_client(ch, frame, SettleKind::nack, m.delivery_tag, m.multiple, m.requeue);
+      return true;
+    }
+    default: {
+      amqp::BasicReject m;
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
+      settle_from_client(ch, frame, SettleKind::reject, m.delivery_tag, false, m.requeue);
+      return true;
+    }
+  }
+}
+
+bool Session::note_client_basic_method(ChannelState& ch, const Frame& frame, std::uint32_t key) {
+  switch (key) {
+    case mid::basic_consume: {
+      amqp::BasicConsume m;
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
+      std::string queue = m.queue.empty() ? ch.last_declared_queue : m.queue;
+      if (m.no_wait) {
+        ch.consumers[m.consumer_tag] = Consumer{queue, m.no_ack};
+      } else {
+        ch.pending_consumes.push_back(PendingConsume{queue, m.consumer_tag, m.no_ack});
+      }
+      return true;
+    }
+    case mid::basic_cancel: {
+      amqp::BasicCancel m;
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
+      // The consumer's deliveries in flight still arrive until cancel-ok; forget it then, or
+      // with no-wait keep it among the recently cancelled.
+      if (m.no_wait) ch.forget_consumer(m.consumer_tag);
+      return true;
+    }
+    case mid::basic_get: {
+      amqp::BasicGet m;
+      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
+      ch.pending_gets.push_back(
+          PendingGet{m.queue.empty() ? ch.last_declared_queue : m.queue, m.no_ack});
+      return true;
+    }
+    default: {  // basic.recover, basic.recover-async
+      amqp::BasicRecover m;
+      amqp::BasicRecoverAsync async;
+      bool ok = key == mid::basic_recover
+                    ? amqp::decode_method(frame.payload, m) == amqp::MethodError::none
+                    : amqp::decode_method(frame.payload, async) == amqp::MethodError::none;
+      if (!ok) return false;
+      // The broker requeues everything unacked on the channel, the proxy's own included.
+      if (key == mid::basic_recover ? m.requeue : async.requeue) {
+        return_all(ch, ReturnCause::recover);
+      }
+      return true;
+    }
+  }
+}
+
+bool Session::start_broker_delivery(ChannelState& ch, const Frame& frame, std::uint32_t key) {
+  Delivery d = ch.fresh_delivery();
+  if (key == mid::basic_deliver) {
+    // Decoded into buffers that served earlier deliveries: no allocation per delivery.
+    amqp::BasicDeliver& m = deliver_scratch_;
+    if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
+    if (const Consumer* consumer = ch.find_consumer(m.consumer_tag)) {
+      d.queue = consumer->queue;
+      d.no_ack = consumer->no_ack;
+    }
+    d.consumer_tag = m.consumer_tag;
+    d.broker_tag = m.delivery_tag;
+    d.redelivered = m.redelivered;
+    d.exchange = m.exchange;
+    d.routing_key = m.routing_key;
+  } else {
+    amqp::BasicGetOk m;
+    if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
+    if (!ch.pending_gets.empty()) {
+      d.queue = ch.pending_gets.front().queue;
+      d.no_ack = ch.pending_gets.front().no_ack;
+      ch.pending_gets.pop_front();
+    }
+    d.from_get = true;
+    d.broker_tag = m.delivery_tag;
+    d.redelivered = m.redelivered;
+    d.exchange = std::move(m.exchange);
+    d.routing_key = std::move(m.routing_key);
+  }
+  begin_delivery(ch, frame, std::move(d));
+  return true;
+}
+
+bool Session::note_broker_consumer_method(ChannelState& ch, const Frame& frame, std::uint32_t key) {
+  if (key == mid::basic_consume_ok) {
+    amqp::BasicConsumeOk m;
+    if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
+    Consumer consumer;
+    if (!ch.pending_consumes.empty()) {
+      consumer.queue = ch.pending_consumes.front().queue;
+      consumer.no_ack = ch.pending_consumes.front().no_ack;
+      ch.pending_consumes.pop_front();
+    }
+    ch.consumers[m.consumer_tag] = std::move(consumer);
+    return true;
+  }
+  // basic.cancel or cancel-ok: the same fields either way; a broker-sent cancel has a no-wait
+  // bit after the tag.
+  amqp::ByteReader in(frame.payload.subspan(4));
+  std::string tag = in.shortstr();
+  if (!in.ok()) return false;
+  ch.forget_consumer(tag);
+  return true;
 }
 
 }  // namespace nackguard::session
