@@ -63,6 +63,11 @@ def _unescape(text, allow_quote, where):
     return "".join(out)
 
 
+def _escape(value):
+    """A label value as the text format writes it (the inverse of _unescape)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
 def _parse_value(text, where):
     if text in ("NaN", "+Inf", "-Inf", "Inf"):
         return float(text.replace("Inf", "inf").replace("NaN", "nan"))
@@ -151,6 +156,18 @@ class MetricsPage:
     def labels_of(self, name, label):
         """The values of `label` over the samples named `name`, as a set."""
         return {labels[label] for labels, _ in self.series(name) if label in labels}
+
+    def flat(self):
+        """{'name{label="value",...}': value} of every sample, its labels in page order and
+        escaped as the page has them."""
+        out = {}
+        for family in self.families.values():
+            for sample, labels, value in family.samples:
+                key = sample
+                if labels:
+                    key += "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+                out[key] = value
+        return out
 
     def counters(self):
         """{(sample name, sorted label items): value} of every counter and histogram sample."""
