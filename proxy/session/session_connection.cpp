@@ -2,9 +2,6 @@
 // the session keeps of the rest (the vhost, the broker's version, the client's name), and the
 // connection's end (session.hpp).
 
-#include <algorithm>
-#include <limits>
-
 #include "proxy/amqp/method_codec.hpp"
 #include "proxy/session/consumer_label.hpp"
 #include "proxy/session/session.hpp"
