@@ -106,7 +106,7 @@ class ChannelState {
   // The delivery whose method arrived and whose header or body is still arriving.
   std::optional<Delivery> incoming;
   amqp::Bytes incoming_method_frame;  // held until the header arrives
-  // The same frame where it was read, while it is still there (Session::original_method).
+  // The same frame where it was read, while it is still there (DeliveryRouter::original_method).
   amqp::ByteView incoming_method_raw;
   std::uint64_t incoming_method_pass = 0;
   // How the incoming delivery's frames are routed once its header is in.

@@ -21,12 +21,15 @@ std::string_view to_string(Side side) {
 Session::Session(SessionOptions options, SessionObserver* observer)
     : options_(options),
       observer_(observer ? observer : &null_observer_),
-      tuning_(options.max_frame_bytes) {
+      tuning_(options.max_frame_bytes),
+      router_(*observer_, options_.body_budget, io(Side::client).out, clock_ms_) {
   // Before tune-ok the spec allows only frame-min-size; RabbitMQ's own handshake frames are
   // small, but clients with large property tables exist, so allow up to 128 KiB until then.
   std::uint32_t initial =
       std::clamp<std::uint32_t>(options_.max_frame_bytes, amqp::kFrameMinSize, 131072);
   for (auto& side : io_) side.decoder.set_frame_max(initial);
+  io(Side::client).out.set_source(io(Side::broker).in);
+  io(Side::broker).out.set_source(io(Side::client).in);
 }
 
 const ChannelState* Session::channel(std::uint16_t number) const {
@@ -48,7 +51,7 @@ void Session::feed(Side from, ByteView data) {
 }
 
 std::span<std::uint8_t> Session::input_space(Side from, std::size_t buffer_bytes) {
-  copy_forwarded(other(from));  // the next read overwrites what it points to
+  io(other(from)).out.copy_forwarded();  // the next read overwrites what it points to
   SideIo& side = io(from);
   return side.in.space(buffer_bytes, side.decoder.frame_max());
 }
@@ -64,7 +67,7 @@ void Session::commit_input(Side from, std::size_t n) {
 std::size_t Session::process(Side from, ByteView data) {
   SideIo& in = io(from);
   std::size_t used = 0;
-  ++process_pass_;
+  router_.next_pass();
   if (tx_replay_pending_) replay_behind_commits();
   if (from == Side::client && phase_ == Phase::protocol_header) {
     switch (amqp::check_protocol_header(data)) {
@@ -121,9 +124,7 @@ void Session::return_all(ChannelState& ch, ReturnCause cause) {
   for (const Delivery& d : ch.take_all()) {
     if (!d.no_ack) returned(d, end_cause(ch, d, cause));
   }
-  if (!ch.held_back.empty()) --channels_with_held_back_;
-  std::deque<ChannelState::HeldBackDelivery> held_back = std::move(ch.held_back);
-  ch.held_back.clear();
+  std::deque<ChannelState::HeldBackDelivery> held_back = router_.take_held_back(ch);
   ch.suspect_client_tag = 0;
   for (ChannelState::HeldBackDelivery& h : held_back) {
     if (!h.delivery.no_ack) returned(h.delivery, end_cause(ch, h.delivery, cause));

@@ -21,8 +21,10 @@
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/methods.hpp"
 #include "proxy/session/channel.hpp"
+#include "proxy/session/delivery_router.hpp"
 #include "proxy/session/input_buffer.hpp"
 #include "proxy/session/observer.hpp"
+#include "proxy/session/outbox.hpp"
 #include "proxy/session/tuning.hpp"
 
 namespace nackguard::session {
@@ -74,19 +76,16 @@ class Session {
   void close_gracefully(std::uint16_t code, std::string text);
 
   // Bytes to write to `side`, in order. The caller moves them out and writes them.
-  amqp::Bytes& output(Side side) {
-    copy_forwarded(side);
-    return io(side).out;
-  }
+  amqp::Bytes& output(Side side) { return io(side).out.bytes(); }
   // Frames for `side` forwarded as they were read, still in the other side's input buffer:
   // they come before everything in output(side), which is empty while this is not. Valid
   // until the next input_space() of the other side, or output(side). A caller that writes
   // them without a copy says how many it wrote with forwarded_written().
-  amqp::ByteView forwarded(Side side) const { return io(side).forwarded; }
+  amqp::ByteView forwarded(Side side) const { return io(side).out.forwarded(); }
   // The first `n` bytes of forwarded(side) were written; the rest moves to output(side).
-  void forwarded_written(Side side, std::size_t n);
+  void forwarded_written(Side side, std::size_t n) { io(side).out.forwarded_written(n); }
   // Once everything for `side` is written, its socket is to be closed.
-  bool close_after_flush(Side side) const { return io(side).close_after_flush; }
+  bool close_after_flush(Side side) const { return io(side).out.closed(); }
   // Input from `side` is no longer read (the session is closing it).
   bool input_closed(Side side) const { return io(side).input_closed; }
   bool finished() const {
@@ -134,56 +133,34 @@ class Session {
 
   struct SideIo {
     InputBuffer in;  // a partial frame carried over to the next read
-    amqp::Bytes out;
-    amqp::ByteView forwarded;  // see forwarded(): ahead of `out`, which is empty meanwhile
+    Outbox out;      // its source is the other side's `in`
     std::vector<Injection> injections;
     amqp::FrameDecoder decoder;
     bool input_closed = false;
-    bool close_after_flush = false;
   };
 
   SideIo& io(Side side) { return io_[static_cast<int>(side)]; }
   const SideIo& io(Side side) const { return io_[static_cast<int>(side)]; }
 
   std::size_t process(Side from, amqp::ByteView data);
-  std::uint64_t process_pass_ = 0;  // counts the calls of process(): see original_method()
-  // Moves forwarded(to) into output(to): its bytes are about to be overwritten.
-  void copy_forwarded(Side to);
   void handle_client_frame(const amqp::Frame& frame);
   void handle_broker_frame(const amqp::Frame& frame);
   void handle_client_connection_method(const amqp::Frame& frame, std::uint32_t key);
   void handle_broker_connection_method(const amqp::Frame& frame, std::uint32_t key);
   void handle_client_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   void handle_broker_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
+  // Content frames from the broker: a delivery's go through the delivery router.
   void handle_broker_content(ChannelState& ch, const amqp::Frame& frame);
   // Basic-class bookkeeping (in session_channels.cpp); each is false for a method that does
   // not decode. A client's ack, nack or reject, to settle_from_client:
   bool client_settlement(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   // basic.consume, cancel, get, recover and recover-async from the client:
   bool note_client_basic_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
-  // basic.deliver or get-ok from the broker: a delivery begins (begin_delivery).
+  // basic.deliver or get-ok from the broker: a delivery begins (DeliveryRouter::begin).
   bool start_broker_delivery(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   // basic.consume-ok, cancel or cancel-ok from the broker:
   bool note_broker_consumer_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
-  void begin_delivery(ChannelState& ch, const amqp::Frame& frame, Delivery delivery);
-  void route_delivery_header(ChannelState& ch, const amqp::Frame& frame);
-  // The incoming delivery's header came past the body budget: forwarded untracked.
-  void forward_untracked(ChannelState& ch, const amqp::Frame& frame);
-  void route_delivery_body(ChannelState& ch, const amqp::Frame& frame);
-  void complete_delivery(ChannelState& ch);
-  // Emits a delivery to the client under the next client tag: its method frame (the tag
-  // patched when the two sequences differ) and, when given, the rest of its frames. An
-  // unpatched frame goes out as `original` when given: the bytes as they were read.
-  void emit_delivery(ChannelState& ch, Delivery& delivery, amqp::Bytes& method_frame,
-                     amqp::ByteView original = {});
-  // The incoming delivery's method frame where it was read, if the bytes handled now came in
-  // the same pass of process() (and are therefore still there); otherwise empty.
-  amqp::ByteView original_method(const ChannelState& ch) const {
-    return ch.incoming_method_pass == process_pass_ ? ch.incoming_method_raw : amqp::ByteView{};
-  }
-  // A delivery whose frames were all buffered: carry out `plan` on it.
-  void dispatch_buffered(ChannelState& ch, Delivery delivery, amqp::Bytes frames,
-                         DeliveryPlan plan);
+  // Hands out what is held back on `ch` (DeliveryRouter::release_next), at a frame boundary.
   void release_held_back(ChannelState& ch);
   void release_all_held_back();
   void settle_from_client(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
@@ -248,7 +225,7 @@ class Session {
   void end_all_channels(ReturnCause cause);
   void returned(const Delivery& delivery, ReturnCause cause);
 
-  void emit(Side to, amqp::ByteView bytes);
+  void emit(Side to, amqp::ByteView bytes) { io(to).out.emit(bytes); }
   // Carries out what an observer's call returned, in order.
   void apply(ObserverActions actions);
   // connection.close (channel 0, no failing method) to `to`.
@@ -278,7 +255,6 @@ class Session {
   std::string vhost_;
   std::string broker_version_;
   std::string client_name_;
-  std::size_t channels_with_held_back_ = 0;  // channels whose held_back queue may be released
   enum class ProxyClose { none, awaiting_client, awaiting_broker };
   ProxyClose proxy_close_ = ProxyClose::none;
   SessionStats stats_;
@@ -288,6 +264,7 @@ class Session {
   amqp::BasicDeliver deliver_scratch_;
   bool tx_replay_pending_ = false;  // some channel's frames wait for replay_behind_commits
   std::int64_t clock_ms_ = -1;      // on_tick's last reading; -1 before the first tick
+  DeliveryRouter router_;           // after what it refers to: observer_, io_, clock_ms_
   // Channels on which the client closed while the proxy's ack-timeout close crossed it: the
   // client's close-ok for the proxy's close is still to come, and is not forwarded.
   std::vector<std::uint16_t> stray_close_oks_;

@@ -346,7 +346,7 @@ bool Session::start_broker_delivery(ChannelState& ch, const Frame& frame, std::u
     d.exchange = std::move(m.exchange);
     d.routing_key = std::move(m.routing_key);
   }
-  begin_delivery(ch, frame, std::move(d));
+  router_.begin(ch, frame, std::move(d));
   return true;
 }
 

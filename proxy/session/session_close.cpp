@@ -23,7 +23,7 @@ void Session::emit_connection_close(Side to, std::uint16_t code, std::string tex
 
 void Session::close_both_after_flush() {
   for (auto& side : io_) {
-    side.close_after_flush = true;
+    side.out.close();
     side.input_closed = true;
     side.injections.clear();
   }
@@ -71,10 +71,10 @@ void Session::on_eof(Side side) {
   io(side).input_closed = true;
   if (proxy_close_ != ProxyClose::none) {
     channels_.clear();  // shutdown: not returns
-    channels_with_held_back_ = 0;
+    router_.forget_channels();
   }
   if (phase_ == Phase::closed) {
-    io(side).close_after_flush = true;
+    io(side).out.close();
     return;
   }
   if (side == Side::broker && phase_ == Phase::open) {
@@ -104,7 +104,7 @@ void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
     bool closing = key && (*key == mid::connection_close_ok || *key == mid::connection_close);
     if (from == Side::client && closing && proxy_close_ == ProxyClose::awaiting_client) {
       io(Side::client).input_closed = true;
-      io(Side::client).close_after_flush = true;
+      io(Side::client).out.close();
       emit_connection_close(Side::broker, reply::success,
                             "nackguard: the client connection was closed at shutdown");
       proxy_close_ = ProxyClose::awaiting_broker;
@@ -112,7 +112,7 @@ void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
     }
     if (from == Side::broker && closing) {
       channels_.clear();  // requeued by the broker; not returns
-      channels_with_held_back_ = 0;
+      router_.forget_channels();
       close_both_after_flush();
       return;
     }

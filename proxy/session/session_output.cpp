@@ -2,45 +2,10 @@
 
 #include <cstdint>
 
-// What the session queues towards each side: frames forwarded as they were read (without a
-// copy, while nothing else is queued), frames copied or built, and injections that wait for
-// a frame boundary.
+// What the session queues towards each side besides the frames it forwards (outbox.hpp):
+// injections that wait for a frame boundary, and the observer's actions.
 
 namespace nackguard::session {
-
-using amqp::ByteView;
-
-// Frames forwarded as they were read are not copied: while nothing else is queued for `to`,
-// they stay in the input buffer they were read into, as one run of consecutive bytes that the
-// relay can write from there (forwarded()).
-void Session::emit(Side to, ByteView bytes) {
-  SideIo& out = io(to);
-  if (out.close_after_flush) return;
-  ByteView& run = out.forwarded;
-  if (!run.empty() && bytes.data() == run.data() + run.size()) {
-    run = ByteView(run.data(), run.size() + bytes.size());
-    return;
-  }
-  if (run.empty() && out.out.empty() && io(other(to)).in.holds(bytes)) {
-    run = bytes;
-    return;
-  }
-  copy_forwarded(to);
-  out.out.insert(out.out.end(), bytes.begin(), bytes.end());
-}
-
-void Session::copy_forwarded(Side to) {
-  SideIo& out = io(to);
-  if (out.forwarded.empty()) return;
-  out.out.insert(out.out.end(), out.forwarded.begin(), out.forwarded.end());
-  out.forwarded = {};
-}
-
-void Session::forwarded_written(Side to, std::size_t n) {
-  SideIo& out = io(to);
-  out.forwarded = out.forwarded.subspan(std::min(n, out.forwarded.size()));
-  copy_forwarded(to);
-}
 
 void Session::inject(Side to, amqp::Bytes frames) {
   io(to).injections.push_back(Injection{std::move(frames), 0, std::nullopt});

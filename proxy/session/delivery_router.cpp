@@ -1,0 +1,280 @@
+#include "proxy/session/delivery_router.hpp"
+
+#include <limits>
+
+#include "proxy/amqp/method_codec.hpp"
+#include "proxy/amqp/properties.hpp"
+
+namespace nackguard::session {
+
+using amqp::ByteView;
+using amqp::Frame;
+namespace mid = amqp::mid;
+
+namespace {
+
+// Where the delivery tag sits in a deliver or get-ok method payload: after the class and
+// method ids, and for deliver after the consumer tag too.
+std::size_t delivery_tag_offset(std::uint32_t key, const std::string& consumer_tag) {
+  return 4 + (key == mid::basic_deliver ? 1 + consumer_tag.size() : 0);
+}
+
+void patch_u64(amqp::Bytes& bytes, std::size_t at, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) bytes[at + i] = static_cast<std::uint8_t>(value >> (56 - 8 * i));
+}
+
+// What buffering a delivery's frames costs: its method and header frames, its body, and the
+// overhead of body frames of at least the smallest frame_max. A hostile broker's body_size
+// near 2^64 saturates the sum instead of wrapping it to a small reservation; it is then
+// refused like any body too large for the budget, and the delivery is forwarded.
+std::uint64_t buffered_frames_cost(std::uint64_t method_and_header, std::uint64_t body_size) {
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  // At most 8 * (2^64 / 4096 + 1): no wrap.
+  std::uint64_t overhead = amqp::kFrameOverhead * (body_size / amqp::kFrameMinSize + 1);
+  if (body_size > kMax - overhead - method_and_header) return kMax;
+  return method_and_header + body_size + overhead;
+}
+
+// Whether the record of `d` fits within the body budget (no budget: always).
+bool admit_record(ChannelState& ch, const Delivery& d, retry::BodyBudget* budget) {
+  ch.use_budget(budget);
+  if (!budget || budget->has_room(ChannelState::record_cost(d))) return true;
+  budget->note_untracked();
+  return false;
+}
+
+// The method frame at the front of buffered frames, and the body bytes after the header.
+struct BufferedParts {
+  std::size_t method_size = 0;
+  amqp::Bytes body;
+};
+BufferedParts split_buffered(const amqp::Bytes& frames, bool want_body) {
+  BufferedParts parts;
+  amqp::FrameDecoder decoder(std::numeric_limits<std::uint32_t>::max());
+  std::size_t at = 0;
+  int index = 0;
+  while (at < frames.size()) {
+    amqp::FrameResult r = decoder.decode(ByteView(frames).subspan(at));
+    if (r.status != amqp::FrameResult::Status::frame) break;
+    if (index == 0) parts.method_size = r.frame.raw.size();
+    if (index >= 2 && want_body) {
+      parts.body.insert(parts.body.end(), r.frame.payload.begin(), r.frame.payload.end());
+    }
+    at += r.frame.raw.size();
+    ++index;
+  }
+  return parts;
+}
+
+}  // namespace
+
+void DeliveryRouter::begin(ChannelState& ch, const Frame& frame, Delivery delivery) {
+  delivery.channel = frame.channel;
+  ch.note_broker_tag(delivery.broker_tag);
+  ch.incoming = std::move(delivery);
+  ch.incoming_method_frame.assign(frame.raw.begin(), frame.raw.end());
+  ch.incoming_method_raw = frame.raw;
+  ch.incoming_method_pass = pass_;
+  ch.incoming_route = ChannelState::Route::forward;
+  ch.incoming_untracked = false;
+  ch.incoming_hashed = true;
+  ch.from_broker.phase = ContentState::Phase::awaiting_header;
+}
+
+void DeliveryRouter::header(ChannelState& ch, const Frame& frame) {
+  Delivery& d = *ch.incoming;
+  d.header_payload.assign(frame.payload.begin(), frame.payload.end());
+  d.body_size = amqp::peek_body_size(frame.payload).value_or(0);
+  if (!ch.hasher) ch.hasher = std::make_unique<BodyHasher>();
+  ch.hasher->reset();
+  if (!d.no_ack && !admit_record(ch, d, budget_)) return forward_untracked(ch, frame);
+
+  bool gated = !d.from_get && (ch.suspect_client_tag != 0 || !ch.held_back.empty()) &&
+               !observer_.decide_before_holding_back(d);
+  DeliveryPlan plan;
+  if (gated) {
+    d.held_back = true;
+    plan.action = DeliveryPlan::Action::need_body;
+  } else {
+    plan = observer_.on_delivery(d);
+    d.cookie = plan.cookie;
+  }
+  if (plan.action == DeliveryPlan::Action::need_body) {
+    std::uint64_t frames_size =
+        buffered_frames_cost(ch.incoming_method_frame.size() + frame.raw.size(), d.body_size);
+    ch.incoming_buffer_reservation = retry::RetainedBody::make(budget_, frames_size);
+    if (ch.incoming_buffer_reservation) {
+      ch.incoming_route = ChannelState::Route::buffer;
+      ch.incoming_frames = std::move(ch.incoming_method_frame);
+      ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
+      return;
+    }
+    // Over the memory budget: hand it out now rather than hold it.
+    d.held_back = false;
+    if (gated) {
+      plan = observer_.on_delivery(d);
+      d.cookie = plan.cookie;
+    }
+    if (plan.action == DeliveryPlan::Action::need_body) plan = DeliveryPlan{};
+  }
+  ch.incoming_hashed = plan.hash_body;
+  if (plan.retain_body) {
+    d.body = retry::RetainedBody::make(budget_, d.body_size);
+    // Within the budget just reserved; without a budget the size is the broker's word only.
+    if (d.body && budget_) d.body->bytes.reserve(d.body_size);
+  }
+  if (plan.action == DeliveryPlan::Action::take_over) {
+    ch.incoming_route = ChannelState::Route::take_over;
+    ch.note_owned();
+    ch.incoming_method_frame.clear();  // its capacity serves the next delivery
+    return;
+  }
+  ch.incoming_route = ChannelState::Route::forward;
+  d.suspect = plan.suspect && !d.no_ack;
+  hand_out(ch, d, ch.incoming_method_frame, original_method(ch));
+  ch.incoming_method_frame.clear();  // its capacity serves the next delivery
+  to_client_.emit(frame.raw);
+  ch.to_client = ch.from_broker;
+}
+
+void DeliveryRouter::forward_untracked(ChannelState& ch, const Frame& frame) {
+  // Handed out as it is, and the observer hears nothing of it, so its returns are not counted
+  // (a fallback). No record is kept, only a run of tags (ChannelState::note_untracked); past
+  // kMaxUntrackedRuns, a record of its tags alone.
+  Delivery& d = *ch.incoming;
+  ch.incoming_route = ChannelState::Route::forward;
+  hand_out(ch, d, ch.incoming_method_frame, original_method(ch));
+  ch.incoming_method_frame.clear();
+  to_client_.emit(frame.raw);
+  ch.to_client = ch.from_broker;
+  ch.incoming_untracked = ch.note_untracked(d.client_tag, d.broker_tag);
+  ChannelState::make_slim(d);
+}
+
+void DeliveryRouter::body(ChannelState& ch, const Frame& frame) {
+  Delivery& d = *ch.incoming;
+  // A retained body is hashed from the retained bytes, if ever asked (BodyHash).
+  if (!d.body && ch.incoming_hashed) ch.hasher->update(frame.payload);
+  switch (ch.incoming_route) {
+    case ChannelState::Route::forward:
+      to_client_.emit(frame.raw);
+      ch.to_client = ch.from_broker;
+      break;
+    case ChannelState::Route::take_over:
+      break;
+    case ChannelState::Route::buffer:
+      ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
+      return;
+  }
+  if (d.body) d.body->bytes.insert(d.body->bytes.end(), frame.payload.begin(), frame.payload.end());
+}
+
+void DeliveryRouter::complete(ChannelState& ch) {
+  Delivery d = std::move(*ch.incoming);
+  ch.incoming.reset();
+  if (d.body && d.body->bytes.size() == d.body_size) {
+    d.body_hash.defer_to(d.body);
+  } else if (ch.incoming_hashed) {
+    d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
+  } else {
+    d.body_hash.forget();
+  }
+  ch.incoming_hashed = true;
+  d.body_complete = true;
+  switch (ch.incoming_route) {
+    case ChannelState::Route::forward:
+      if (!d.no_ack && !ch.incoming_untracked) ch.add_unacked(std::move(d));
+      ch.incoming_untracked = false;
+      break;
+    case ChannelState::Route::take_over:
+      take_over(ch, std::move(d));
+      break;
+    case ChannelState::Route::buffer: {
+      amqp::Bytes frames = std::move(ch.incoming_frames);
+      ch.incoming_frames.clear();
+      auto reservation = std::move(ch.incoming_buffer_reservation);
+      if (d.held_back) {
+        if (ch.held_back.empty()) ++channels_with_held_back_;
+        ch.note_owned();
+        ch.held_back.push_back({std::move(d), std::move(frames), std::move(reservation)});
+        return;
+      }
+      DeliveryPlan plan = observer_.on_delivery(d);
+      d.cookie = plan.cookie;
+      dispatch_buffered(ch, std::move(d), std::move(frames), plan);
+      break;
+    }
+  }
+}
+
+void DeliveryRouter::take_over(ChannelState& ch, Delivery delivery) {
+  std::uint64_t tag = delivery.broker_tag;
+  ch.add_taken_over(std::move(delivery));
+  const Delivery* owned = ch.find_taken_over(tag);
+  if (!owned) return;
+  ObserverActions more = observer_.on_taken_over(*owned);
+  if (actions_.empty()) {
+    actions_ = std::move(more);
+  } else {
+    for (ObserverAction& action : more) actions_.push_back(std::move(action));
+  }
+}
+
+void DeliveryRouter::hand_out(ChannelState& ch, Delivery& d, amqp::Bytes& method_frame,
+                              ByteView original) {
+  d.client_tag = ch.next_client_tag();
+  d.handed_out_ms = clock_ms_;
+  if (d.client_tag != d.broker_tag) {
+    ch.note_owned();
+    ByteView payload = ByteView(method_frame).subspan(amqp::kFrameHeaderSize);
+    std::size_t at =
+        amqp::kFrameHeaderSize +
+        delivery_tag_offset(amqp::peek_method_key(payload).value_or(0), d.consumer_tag);
+    patch_u64(method_frame, at, d.client_tag);
+  }
+  if (d.suspect) ch.suspect_client_tag = d.client_tag;
+  ch.note_handed_out(d.client_tag, d.broker_tag);
+  if (d.client_tag == d.broker_tag && !original.empty()) {
+    to_client_.emit(original);  // forwarded from where it was read, not copied again
+  } else {
+    to_client_.emit(method_frame);
+  }
+}
+
+void DeliveryRouter::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes frames,
+                                       DeliveryPlan plan) {
+  if (plan.action == DeliveryPlan::Action::need_body) plan.action = DeliveryPlan::Action::forward;
+  d.held_back = false;
+  BufferedParts parts = split_buffered(frames, plan.retain_body);
+  if (plan.retain_body) {
+    d.body = retry::RetainedBody::make(budget_, parts.body.size());
+    if (d.body) d.body->bytes = std::move(parts.body);
+  }
+  if (plan.action == DeliveryPlan::Action::take_over) return take_over(ch, std::move(d));
+  d.suspect = plan.suspect && !d.no_ack;
+  amqp::Bytes method(frames.begin(),
+                     frames.begin() + static_cast<std::ptrdiff_t>(parts.method_size));
+  hand_out(ch, d, method);
+  to_client_.emit(ByteView(frames).subspan(parts.method_size));
+  if (!d.no_ack) ch.add_unacked(std::move(d));
+}
+
+bool DeliveryRouter::release_next(ChannelState& ch) {
+  if (ch.held_back.empty() || ch.suspect_client_tag != 0) return false;
+  ChannelState::HeldBackDelivery h = std::move(ch.held_back.front());
+  ch.held_back.pop_front();
+  if (ch.held_back.empty()) --channels_with_held_back_;
+  DeliveryPlan plan = observer_.on_delivery(h.delivery);
+  h.delivery.cookie = plan.cookie;
+  dispatch_buffered(ch, std::move(h.delivery), std::move(h.frames), plan);
+  return true;
+}
+
+std::deque<ChannelState::HeldBackDelivery> DeliveryRouter::take_held_back(ChannelState& ch) {
+  if (!ch.held_back.empty()) --channels_with_held_back_;
+  std::deque<ChannelState::HeldBackDelivery> held_back = std::move(ch.held_back);
+  ch.held_back.clear();
+  return held_back;
+}
+
+}  // namespace nackguard::session

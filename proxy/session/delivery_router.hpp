@@ -1,0 +1,86 @@
+#pragma once
+// The delivery router: the broker's deliveries on their way to the client. A delivery's
+// method, content header and body frames are forwarded, taken over by the proxy, or held back
+// behind a suspect delivery, as the observer plans (DeliveryPlan), and recorded in their
+// channel as unacked once complete.
+//
+// Sans-io, and it never calls the session: the frames for the client go into its Outbox, and
+// what the observer asks for a delivery it took over (on_taken_over) is kept for the session
+// to apply (take_actions). The session checks the content sequence before a frame gets here.
+
+#include <cstdint>
+
+#include "proxy/amqp/frame.hpp"
+#include "proxy/session/channel.hpp"
+#include "proxy/session/observer.hpp"
+#include "proxy/session/outbox.hpp"
+
+namespace nackguard::session {
+
+class DeliveryRouter {
+ public:
+  // `to_client`: where deliveries go. `clock_ms`: the session's clock (-1 before it starts),
+  // which stamps when a delivery was handed out. All must outlive the router.
+  DeliveryRouter(SessionObserver& observer, retry::BodyBudget* budget, Outbox& to_client,
+                 const std::int64_t& clock_ms)
+      : observer_(observer), budget_(budget), to_client_(to_client), clock_ms_(clock_ms) {}
+  DeliveryRouter(const DeliveryRouter&) = delete;
+  DeliveryRouter& operator=(const DeliveryRouter&) = delete;
+
+  // The session handles a new batch of bytes: frames read before may be gone, so a delivery's
+  // method frame from an earlier batch is forwarded from the router's copy.
+  void next_pass() { ++pass_; }
+
+  // A basic.deliver or get-ok method frame: `delivery` begins on `ch`. Nothing goes out
+  // until its content header arrives.
+  void begin(ChannelState& ch, const amqp::Frame& frame, Delivery delivery);
+  // The incoming delivery's content header and body frames, in sequence; ch.from_broker
+  // already counts `frame`. Once it is complete, complete() follows.
+  void header(ChannelState& ch, const amqp::Frame& frame);
+  void body(ChannelState& ch, const amqp::Frame& frame);
+  void complete(ChannelState& ch);
+
+  // Hands out the next delivery held back on `ch`, unless none is or a suspect delivery still
+  // blocks them: false then. Only at a frame boundary towards the client (the caller checks);
+  // the caller applies the actions of each before the next.
+  bool release_next(ChannelState& ch);
+  // Whether some channel may have deliveries to release.
+  bool any_held_back() const { return channels_with_held_back_ > 0; }
+  // The channel ends: its held-back deliveries, taken out of the router's count.
+  std::deque<ChannelState::HeldBackDelivery> take_held_back(ChannelState& ch);
+  // Every channel is gone at once (the connection's end), without take_held_back.
+  void forget_channels() { channels_with_held_back_ = 0; }
+
+  // The observer's actions for the deliveries taken over since the last call, in order.
+  bool has_actions() const { return !actions_.empty(); }
+  ObserverActions take_actions() { return std::move(actions_); }
+
+ private:
+  // The incoming delivery's header came past the body budget: forwarded untracked.
+  void forward_untracked(ChannelState& ch, const amqp::Frame& frame);
+  // A delivery whose frames were all buffered: carry out `plan` on it.
+  void dispatch_buffered(ChannelState& ch, Delivery delivery, amqp::Bytes frames,
+                         DeliveryPlan plan);
+  // The proxy owns `delivery` now: the observer hears of it.
+  void take_over(ChannelState& ch, Delivery delivery);
+  // Hands a delivery to the client under the next client tag: its method frame (the tag
+  // patched when the two sequences differ). An unpatched frame goes out as `original` when
+  // given: the bytes as they were read.
+  void hand_out(ChannelState& ch, Delivery& delivery, amqp::Bytes& method_frame,
+                amqp::ByteView original = {});
+  // The incoming delivery's method frame where it was read, if it came in this pass (and is
+  // therefore still there); otherwise empty.
+  amqp::ByteView original_method(const ChannelState& ch) const {
+    return ch.incoming_method_pass == pass_ ? ch.incoming_method_raw : amqp::ByteView{};
+  }
+
+  SessionObserver& observer_;
+  retry::BodyBudget* budget_;
+  Outbox& to_client_;
+  const std::int64_t& clock_ms_;
+  std::uint64_t pass_ = 0;
+  std::size_t channels_with_held_back_ = 0;  // channels whose held_back queue may be released
+  ObserverActions actions_;
+};
+
+}  // namespace nackguard::session

@@ -1,0 +1,128 @@
+// The delivery router alone, without a Session: what reaches the client's outbox, what the
+// channel records, and that the observer's actions for a takeover are kept for the session
+// to apply rather than applied (the takeover tests check the same through a Session).
+
+#include <gtest/gtest.h>
+
+#include "proxy/session/delivery_router.hpp"
+#include "session/script.hpp"
+
+namespace nackguard::session::test {
+namespace {
+
+class DeliveryRouterTest : public ::testing::Test {
+ protected:
+  DeliveryRouterTest() { outbox.set_source(broker_input); }
+
+  // Feeds one delivery's frames (deliver, header, body) as the session would.
+  void deliver_one(std::uint64_t broker_tag, std::string_view body_text) {
+    Bytes wire = deliver(1, "ctag", broker_tag, body_text);
+    amqp::FrameDecoder decoder(1u << 20);
+    ByteView rest(wire);
+    int index = 0;
+    while (!rest.empty()) {
+      amqp::FrameResult r = decoder.decode(rest);
+      ASSERT_EQ(r.status, amqp::FrameResult::Status::frame);
+      if (index == 0) {
+        Delivery d;
+        d.broker_tag = broker_tag;
+        d.consumer_tag = "ctag";
+        router.begin(ch, r.frame, std::move(d));
+      } else if (index == 1) {
+        ch.from_broker.phase = ContentState::Phase::awaiting_body;
+        ch.from_broker.remaining = body_text.size();
+        router.header(ch, r.frame);
+      } else {
+        ch.from_broker.remaining -= r.frame.payload.size();
+        router.body(ch, r.frame);
+      }
+      rest = rest.subspan(r.frame.raw.size());
+      ++index;
+    }
+    ch.from_broker.phase = ContentState::Phase::idle;
+    router.complete(ch);
+  }
+  std::vector<WireFrame> to_client() {
+    std::vector<WireFrame> frames = decode_frames(outbox.bytes());
+    outbox.bytes().clear();
+    return frames;
+  }
+
+  InputBuffer broker_input;
+  Outbox outbox;
+  RecordingObserver observer;
+  std::int64_t clock_ms = 5000;
+  DeliveryRouter router{observer, nullptr, outbox, clock_ms};
+  ChannelState ch;
+};
+
+TEST_F(DeliveryRouterTest, AForwardedDeliveryReachesTheClientUnchangedAndIsRecorded) {
+  deliver_one(1, "first");
+  EXPECT_EQ(to_client(), frames({deliver(1, "ctag", 1, "first")}));
+  const Delivery* d = ch.find_unacked(1);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->broker_tag, 1u);
+  EXPECT_EQ(d->handed_out_ms, 5000);
+  EXPECT_EQ(observer.take_events(), (std::vector<std::string>{"delivery ch1 b1"}));
+  EXPECT_FALSE(router.has_actions());
+}
+
+TEST_F(DeliveryRouterTest, ATakeoverKeepsTheObserversActionsForTheSession) {
+  observer.take_over_at_delivery.insert({1, 1});
+  ObserverAction send;
+  send.frames = raw_method(7, 60, 40);
+  observer.actions.push_back(send);
+  deliver_one(1, "poison");
+  EXPECT_TRUE(to_client().empty());
+  EXPECT_EQ(ch.taken_over_count(), 1u);
+  EXPECT_EQ(observer.take_events(),
+            (std::vector<std::string>{"delivery ch1 b1", "taken-over ch1 b1 poison"}));
+  ASSERT_TRUE(router.has_actions());
+  ObserverActions actions = router.take_actions();
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].frames, send.frames);
+  EXPECT_FALSE(router.has_actions());
+
+  // The client's tags go on without the gap: broker tag 2 is client tag 1.
+  deliver_one(2, "next");
+  Bytes renumbered = cat({method(1, deliver_method("ctag", 1)), content(1, "next")});
+  EXPECT_EQ(to_client(), frames({renumbered}));
+  ASSERT_NE(ch.find_unacked(1), nullptr);
+  EXPECT_EQ(ch.find_unacked(1)->broker_tag, 2u);
+}
+
+TEST_F(DeliveryRouterTest, ADeliveryBehindASuspectOneWaitsUntilItIsSettled) {
+  deliver_one(1, "suspect");
+  to_client();
+  ch.suspect_client_tag = 1;  // what a suspect plan leaves behind
+  deliver_one(2, "waits");
+  EXPECT_TRUE(to_client().empty());
+  EXPECT_TRUE(router.any_held_back());
+  ASSERT_EQ(ch.held_back.size(), 1u);
+  EXPECT_FALSE(router.release_next(ch));  // still blocked
+  // Held back, the observer has not been asked yet.
+  EXPECT_EQ(observer.take_events(), (std::vector<std::string>{"delivery ch1 b1"}));
+
+  ch.suspect_client_tag = 0;
+  EXPECT_TRUE(router.release_next(ch));
+  EXPECT_FALSE(router.release_next(ch));
+  EXPECT_FALSE(router.any_held_back());
+  EXPECT_EQ(to_client(), frames({deliver(1, "ctag", 2, "waits")}));
+  EXPECT_EQ(observer.take_events(), (std::vector<std::string>{"delivery ch1 b2"}));
+  EXPECT_NE(ch.find_unacked(2), nullptr);
+}
+
+TEST_F(DeliveryRouterTest, AnEndingChannelTakesItsHeldBackDeliveriesOutOfTheCount) {
+  deliver_one(1, "suspect");
+  ch.suspect_client_tag = 1;
+  deliver_one(2, "waits");
+  ASSERT_TRUE(router.any_held_back());
+  std::deque<ChannelState::HeldBackDelivery> held = router.take_held_back(ch);
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held.front().delivery.broker_tag, 2u);
+  EXPECT_FALSE(router.any_held_back());
+  EXPECT_TRUE(ch.held_back.empty());
+}
+
+}  // namespace
+}  // namespace nackguard::session::test
