@@ -38,12 +38,12 @@ with x-queue-type quorum), NACKGUARD_COMPAT_TIMEOUT (seconds per client, 60).
 """
 
 import datetime
+import http.client
 import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 
 from compat_common import (GOOD, MAX_REDELIVERIES, MESSAGES, POISON, PROTOCOL_ERROR_PATTERNS,
@@ -51,6 +51,7 @@ from compat_common import (GOOD, MAX_REDELIVERIES, MESSAGES, POISON, PROTOCOL_ER
                            TIMEOUT, harness)
 from compat_clients import BY_NAME, CLIENTS, Run
 from compat_report import print_result, write_report, write_result
+from metrics_page import MetricsFormatError
 from redelivery_support import NO_RATE_LIMITS, Broker, GuardProxy, policy_yaml
 
 
@@ -72,23 +73,14 @@ def tally(events):
 
 
 def scrape_metrics(proxy, queue):
-    """The proxy's counters for `queue` (and the dead-letter histogram), or an error text."""
+    """The proxy's metrics for `queue`, {'name{other labels}': value} without the queue label
+    or the nackguard_ prefix; {"error": "GET /metrics: ..."} when the scrape fails."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics",
-                                    timeout=5) as reply:
-            text = reply.read().decode()
-    except OSError as exc:
+        page = proxy.metrics()  # the shared scrape and checking parser (metrics_page.py)
+    except (OSError, http.client.HTTPException, AssertionError, MetricsFormatError) as exc:
         return {"error": f"GET /metrics: {exc}"}
-    found = {}
-    label = f'queue="{queue}"'
-    for line in text.splitlines():
-        if line.startswith("#") or label not in line:
-            continue
-        name_labels, _, value = line.rpartition(" ")
-        name_labels = name_labels.replace(label + ",", "").replace("," + label, "")
-        name_labels = name_labels.replace("{" + label + "}", "")
-        found[name_labels.replace("nackguard_", "")] = float(value)
-    return found
+    return {key.removeprefix("nackguard_"): value
+            for key, value in page.flat(queue=queue).items()}
 
 
 def queue_types(*names):

@@ -5,7 +5,9 @@ plain HTTP helpers. Proxy.metrics() (proxy_process.py) and the operations tests 
                      (HELP/TYPE before the samples, one TYPE per family, contiguous families,
                      histogram suffixes, label escapes, no duplicate series) and returns a
                      MetricsPage
-  MetricsPage        value(name, **labels), series(name), labels_of(name, label)
+  MetricsPage        value(name, **labels), series(name), labels_of(name, label),
+                     flat(**only) ({'name{labels}': value}; with only, the series with
+                     those labels, keyed without them)
   http_get()         one GET through http.client: (status, content type, body text)
   raw_http()         raw bytes to a port, the whole answer back: (status or None, raw bytes)
 """
@@ -157,15 +159,20 @@ class MetricsPage:
         """The values of `label` over the samples named `name`, as a set."""
         return {labels[label] for labels, _ in self.series(name) if label in labels}
 
-    def flat(self):
+    def flat(self, **only):
         """{'name{label="value",...}': value} of every sample, its labels in page order and
-        escaped as the page has them."""
+        escaped as the page has them. With `only` (label=value, ...): the samples carrying
+        those labels, which their keys leave out (flat(queue="q") gives "x_total" for
+        x_total{queue="q"})."""
         out = {}
         for family in self.families.values():
             for sample, labels, value in family.samples:
+                if any(labels.get(k) != v for k, v in only.items()):
+                    continue
+                rest = [(k, v) for k, v in labels.items() if k not in only]
                 key = sample
-                if labels:
-                    key += "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+                if rest:
+                    key += "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in rest) + "}"
                 out[key] = value
         return out
 
