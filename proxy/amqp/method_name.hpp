@@ -1,7 +1,8 @@
 #pragma once
-// The spec's name of each AMQP 0-9-1 method ("basic.nack", "queue.declare-ok"), for messages
-// and test output. The one table of method names in C++ (the seed capture,
-// tests/fuzz/capture_corpus.py, keeps a Python one for the seeds' file names).
+// The spec's name of each AMQP 0-9-1 method ("basic.nack", "queue.declare-ok"), for messages,
+// test output and the seed corpus's file names. The one table of method names: the seed
+// capture, tests/fuzz/capture_corpus.py, reads method_name.cpp's `{method_key(C, M), "name"},`
+// lines (one entry a line, in that exact shape, or the capture stops and names the file).
 
 #include <cstdint>
 #include <string>

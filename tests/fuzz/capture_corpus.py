@@ -31,6 +31,7 @@ import datetime
 import decimal
 import hashlib
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -46,34 +47,61 @@ FRAME_END = 0xCE
 MAX_SEED_BYTES = 8 * 1024
 MAX_VARIANTS = 3  # distinct frames kept under one name
 
-# The methods nackguard's codec knows (proxy/amqp/methods.hpp). Other methods seen on the wire
-# (queue.delete, ...) still go to the frame decoder corpus, not to fuzz_methods.
-METHOD_NAMES = {
-    (10, 10): "connection.start", (10, 11): "connection.start-ok",
-    (10, 30): "connection.tune", (10, 31): "connection.tune-ok",
-    (10, 40): "connection.open", (10, 41): "connection.open-ok",
-    (10, 50): "connection.close", (10, 51): "connection.close-ok",
-    (10, 60): "connection.blocked", (10, 61): "connection.unblocked",
-    (20, 10): "channel.open", (20, 11): "channel.open-ok",
-    (20, 20): "channel.flow", (20, 21): "channel.flow-ok",
-    (20, 40): "channel.close", (20, 41): "channel.close-ok",
-    (50, 10): "queue.declare", (50, 11): "queue.declare-ok",
-    (60, 10): "basic.qos", (60, 11): "basic.qos-ok",
-    (60, 20): "basic.consume", (60, 21): "basic.consume-ok",
-    (60, 30): "basic.cancel", (60, 31): "basic.cancel-ok",
-    (60, 40): "basic.publish", (60, 50): "basic.return",
-    (60, 60): "basic.deliver", (60, 70): "basic.get",
-    (60, 71): "basic.get-ok", (60, 72): "basic.get-empty",
-    (60, 80): "basic.ack", (60, 90): "basic.reject",
-    (60, 100): "basic.recover-async", (60, 110): "basic.recover",
-    (60, 111): "basic.recover-ok", (60, 120): "basic.nack",
-    (85, 10): "confirm.select", (85, 11): "confirm.select-ok",
-}
-OTHER_METHOD_NAMES = {
-    (50, 20): "queue.bind", (50, 21): "queue.bind-ok",
-    (50, 30): "queue.purge", (50, 31): "queue.purge-ok",
-    (50, 40): "queue.delete", (50, 41): "queue.delete-ok",
-}
+# Method names and the methods the codec decodes come from the C++ sources, which hold the one
+# table of each: proxy/amqp/method_name.cpp's kNames ({method_key(C, M), "name"}) names every
+# method, and proxy/amqp/methods.hpp's structs (kKey = mid::NAME, a key of constants.hpp's
+# namespace mid) are what the codec decodes, so their payloads go to fuzz_methods. Other
+# methods seen on the wire (queue.delete, ...) still go to the frame decoder corpus.
+AMQP_SOURCES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "proxy", "amqp")
+_NAME_ENTRY = re.compile(r'^ *\{method_key\(([0-9]+), ([0-9]+)\), "([a-z]+\.[a-z-]+)"\},$')
+_MID_ENTRY = re.compile(r"^inline constexpr std::uint32_t ([a-z_]+) = method_key\(([0-9]+), "
+                        r"([0-9]+)\);$")
+_STRUCT_KEY = re.compile(r"^ *static constexpr std::uint32_t kKey = mid::([a-z_]+);$")
+
+
+def read_entries(file_name, marker, pattern):
+    """The groups of `pattern` on every line of proxy/amqp/<file_name> that holds `marker`.
+    Exits naming the file when a line with the marker does not match (the C++ changed shape)
+    or when there is none."""
+    path = os.path.join(AMQP_SOURCES, file_name)
+    try:
+        with open(path, encoding="utf-8") as source:
+            lines = source.read().splitlines()
+    except OSError as exc:
+        sys.exit(f"capture_corpus.py: cannot read {path}: {exc}")
+    entries = []
+    for number, line in enumerate(lines, start=1):
+        if marker in line:
+            match = pattern.match(line)
+            if not match:
+                sys.exit(f"capture_corpus.py: {path}:{number}: expected {pattern.pattern}, "
+                         f"found {line.strip()!r}")
+            entries.append(match.groups())
+    if not entries:
+        sys.exit(f"capture_corpus.py: {path}: no line holds {marker!r}")
+    return entries
+
+
+def method_tables_from_sources():
+    """({(class, method): name} of every method, the set of keys the codec decodes)."""
+    names = {(int(c), int(m)): name
+             for c, m, name in read_entries("method_name.cpp", "{method_key(", _NAME_ENTRY)}
+    mid = {name: (int(c), int(m))
+           for name, c, m in read_entries("constants.hpp", "= method_key(", _MID_ENTRY)}
+    decoded = set()
+    for (key_name,) in read_entries("methods.hpp", "kKey = mid::", _STRUCT_KEY):
+        if key_name not in mid:
+            sys.exit(f"capture_corpus.py: {AMQP_SOURCES}/methods.hpp: kKey = mid::{key_name}, "
+                     f"which constants.hpp does not define")
+        if mid[key_name] not in names:
+            sys.exit("capture_corpus.py: %s/method_name.cpp has no name for %d.%d (mid::%s)"
+                     % (AMQP_SOURCES, *mid[key_name], key_name))
+        decoded.add(mid[key_name])
+    return names, decoded
+
+
+METHOD_NAMES, DECODED_METHODS = method_tables_from_sources()
 
 WORK_QUEUE = "nackguard.capture.work"
 DEAD_LETTER_QUEUE = "nackguard.capture.dlq"
@@ -390,7 +418,7 @@ class Corpus:
 
 
 def method_name(key):
-    return METHOD_NAMES.get(key) or OTHER_METHOD_NAMES.get(key) or "method-%d-%d" % key
+    return METHOD_NAMES.get(key) or "method-%d-%d" % key
 
 
 def add_stream(corpus, side, frames):
@@ -402,7 +430,7 @@ def add_stream(corpus, side, frames):
             name = method_name(key)
             last_method[channel] = name
             corpus.add("fuzz_frame_decoder", "%s-%s" % (side, name), raw)
-            if key in METHOD_NAMES:
+            if key in DECODED_METHODS:
                 corpus.add("fuzz_methods", "%s-%s" % (side, name), payload)
             for field, table in method_tables(key, payload).items():
                 corpus.add("fuzz_field_table", "%s-%s.%s" % (side, name, field), table)
