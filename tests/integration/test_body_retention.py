@@ -15,7 +15,6 @@ deliveries of 64 KiB unacked:
 
 import unittest
 
-import harness
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 

@@ -25,7 +25,6 @@ broker's own delivery limit ended would be gone. What is proven, with exact coun
 import os
 import subprocess
 import sys
-import time
 import uuid
 
 import harness
