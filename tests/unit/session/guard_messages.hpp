@@ -1,0 +1,244 @@
+#pragma once
+// The frames, messages and policies of the guard tests (guard_script.hpp): the client's and
+// the broker's frames under the names these tests use, messages with ids and return counts,
+// and the copies the proxy publishes decoded back.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proxy/amqp/frame.hpp"
+#include "proxy/amqp/method_codec.hpp"
+#include "proxy/retry/policy.hpp"
+#include "session/script.hpp"
+
+namespace nackguard::session::guard_test {
+
+using amqp::Bytes;
+using amqp::ByteView;
+using amqp::FrameType;
+namespace mid = amqp::mid;
+
+inline constexpr std::int64_t kT0 = 1'700'000'000'000;  // the wall clock when a test starts
+inline constexpr std::uint16_t kProxyChannel = 2047;    // the broker's channel_max
+inline constexpr std::uint16_t kCh = 1;                 // the client's channel
+inline constexpr const char* kQueue = "q";
+inline constexpr const char* kConsumer = "c1";
+
+// ---- frames ----
+// Built and read with the session tests' own helpers (script.hpp), under the names these
+// tests use.
+
+using Wire = test::WireFrame;
+using test::cat;
+using test::decode_frames;
+using test::frames;
+using test::method;
+
+// The frame decoded as method M; a frame that is not M fails the test.
+template <typename M>
+M as(const Wire& frame) {
+  return test::decode_as<M>(frame);
+}
+
+inline Bytes content_header(std::uint16_t channel, std::uint64_t body_size,
+                            const amqp::BasicProperties& properties) {
+  return test::header(channel, body_size, properties);
+}
+
+inline Bytes body_frame(std::uint16_t channel, std::string_view data) {
+  return test::body(channel, data);
+}
+
+inline Bytes ack(std::uint64_t tag, bool multiple = false, std::uint16_t channel = kCh) {
+  return method(channel, amqp::BasicAck{tag, multiple});
+}
+inline Bytes nack(std::uint64_t tag, bool requeue = true, bool multiple = false,
+                  std::uint16_t channel = kCh) {
+  return method(channel, amqp::BasicNack{tag, multiple, requeue});
+}
+inline Bytes reject(std::uint64_t tag, bool requeue = true, std::uint16_t channel = kCh) {
+  return method(channel, amqp::BasicReject{tag, requeue});
+}
+inline Bytes channel_close(std::uint16_t code, std::string text, std::uint16_t class_id = 0,
+                           std::uint16_t method_id = 0, std::uint16_t channel = kProxyChannel) {
+  amqp::ChannelClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  close.class_id = class_id;
+  close.method_id = method_id;
+  return method(channel, close);
+}
+inline Bytes declare_ok(std::string queue, std::uint16_t channel = kProxyChannel) {
+  return method(channel, amqp::QueueDeclareOk{std::move(queue), 0, 0});
+}
+
+// What the proxy declares: a passive check, or its own durable queue with `arguments`.
+inline amqp::QueueDeclare passive_declare(std::string queue) {
+  amqp::QueueDeclare d;
+  d.queue = std::move(queue);
+  d.passive = true;
+  return d;
+}
+inline amqp::QueueDeclare durable_declare(std::string queue, amqp::FieldTable arguments = {}) {
+  amqp::QueueDeclare d;
+  d.queue = std::move(queue);
+  d.durable = true;
+  d.arguments = std::move(arguments);
+  return d;
+}
+// The arguments of a delay queue with `ttl_ms` in front of queue "q".
+inline amqp::FieldTable delay_arguments(std::int64_t ttl_ms) {
+  amqp::FieldTable args;
+  args.set("x-message-ttl", amqp::FieldValue::i64(ttl_ms));
+  args.set("x-dead-letter-exchange", amqp::FieldValue::string(""));
+  args.set("x-dead-letter-routing-key", amqp::FieldValue::string(kQueue));
+  args.set("x-expires", amqp::FieldValue::i64(2 * ttl_ms + 60000));
+  return args;
+}
+
+// ---- messages ----
+
+struct Message {
+  std::string id;
+  std::string body;
+  amqp::BasicProperties properties;
+};
+
+// A message with most properties set, a header table whose type letters must survive, and a
+// body holding the frame-end octet and zeros.
+inline Message message(const std::string& id, std::optional<std::int64_t> returns_header = {}) {
+  Message m;
+  m.id = id;
+  m.body = std::string("body of ") + id + std::string("\0\xCE\x01\xFF", 4);
+  amqp::BasicProperties& p = m.properties;
+  p.content_type = "application/json";
+  p.delivery_mode = 2;
+  p.priority = 3;
+  p.correlation_id = "corr-" + id;
+  p.message_id = id;
+  p.timestamp = 1690000000;
+  p.app_id = "orders";
+  amqp::FieldTable headers;
+  headers.set("trace", amqp::FieldValue::string("t-" + id));
+  headers.set("x-small", amqp::FieldValue::i16(7));
+  if (returns_header) headers.set("x-nackguard-returns", amqp::FieldValue::i64(*returns_header));
+  p.headers = std::move(headers);
+  return m;
+}
+
+// The message as a quorum queue redelivers it: with x-delivery-count `count`.
+inline Message with_delivery_count(Message m, std::int64_t count) {
+  if (!m.properties.headers) m.properties.headers.emplace();
+  m.properties.headers->set("x-delivery-count", amqp::FieldValue::i64(count));
+  return m;
+}
+
+inline amqp::BasicProperties without_headers(amqp::BasicProperties p) {
+  p.headers.reset();
+  return p;
+}
+
+// basic.deliver, content header and body frames (of at most `chunk` bytes each).
+inline Bytes delivery(std::uint64_t tag, const amqp::BasicProperties& properties,
+                      std::string_view body, bool redelivered = false, std::string exchange = "ex",
+                      std::string routing_key = "rk", std::size_t chunk = 1 << 16) {
+  amqp::BasicDeliver d;
+  d.consumer_tag = kConsumer;
+  d.delivery_tag = tag;
+  d.redelivered = redelivered;
+  d.exchange = std::move(exchange);
+  d.routing_key = std::move(routing_key);
+  Bytes out = cat({method(kCh, d), content_header(kCh, body.size(), properties)});
+  for (std::size_t at = 0; at < body.size(); at += chunk) {
+    Bytes b = body_frame(kCh, body.substr(at, chunk));
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  return out;
+}
+inline Bytes delivery(std::uint64_t tag, const Message& m, bool redelivered = false) {
+  return delivery(tag, m.properties, m.body, redelivered);
+}
+
+// A field value as its type letter and value, `absent` for none, so that a failed comparison
+// reads as the header it is: l 3, S "ex", T 1700000001.
+inline std::string text(const amqp::FieldValue* v) {
+  if (!v) return "absent";
+  std::string out(1, v->type);
+  if (const std::string* s = v->as_string()) return out + " \"" + *s + "\"";
+  if (const auto* t = std::get_if<std::uint64_t>(&v->value)) return out + " " + std::to_string(*t);
+  if (auto n = v->as_int()) return out + " " + std::to_string(*n);
+  return out + " (not shown)";
+}
+inline std::string text(const amqp::FieldValue& v) {
+  return text(&v);
+}
+
+// A copy the proxy published: its method, header and the body of its body frames.
+struct Copy {
+  amqp::BasicPublish publish;
+  amqp::ContentHeader header;
+  Bytes body;
+  std::size_t frames = 0;  // method, header and body frames
+
+  const amqp::FieldValue* header_value(std::string_view name) const {
+    return header.properties.headers ? header.properties.headers->find(name) : nullptr;
+  }
+  // The header `name` of the copy, as text().
+  std::string header_text(std::string_view name) const { return text(header_value(name)); }
+};
+
+// The publish starting at frames[at], all of it on the proxy's channel.
+inline Copy take_copy(const std::vector<Wire>& frames, std::size_t at = 0) {
+  Copy copy;
+  if (frames.size() < at + 2 || !frames[at].is(mid::basic_publish)) {
+    ADD_FAILURE() << "no basic.publish at frame " << at << " of " << frames.size();
+    return copy;
+  }
+  copy.publish = as<amqp::BasicPublish>(frames[at]);
+  EXPECT_EQ(frames[at].channel, kProxyChannel);
+  const Wire& header = frames[at + 1];
+  EXPECT_EQ(header.type, static_cast<std::uint8_t>(FrameType::header));
+  EXPECT_EQ(header.channel, kProxyChannel);
+  EXPECT_EQ(amqp::decode_content_header(header.payload, copy.header), amqp::HeaderError::none);
+  std::size_t i = at + 2;
+  while (copy.body.size() < copy.header.body_size && i < frames.size() &&
+         frames[i].type == static_cast<std::uint8_t>(FrameType::body)) {
+    EXPECT_EQ(frames[i].channel, kProxyChannel);
+    copy.body.insert(copy.body.end(), frames[i].payload.begin(), frames[i].payload.end());
+    ++i;
+  }
+  EXPECT_EQ(copy.body.size(), copy.header.body_size);
+  copy.frames = i - at;
+  return copy;
+}
+
+inline Bytes bytes_of(std::string_view text) {
+  ByteView view = amqp::as_bytes(text);
+  return Bytes(view.begin(), view.end());
+}
+
+// ---- policies ----
+
+// A policy for queue "q" that forwards every return up to `max_redeliveries`, never sees an
+// outage, never rate-limits, and identifies messages by message_id.
+inline retry::Policy policy(std::uint32_t max_redeliveries) {
+  retry::Policy p;
+  p.queue = kQueue;
+  p.max_redeliveries = max_redeliveries;
+  p.identity = {{retry::IdentitySource::Kind::message_id, ""}};
+  p.requeue = retry::RequeueMode::immediate;
+  p.backoff.initial = retry::Millis(1000);
+  p.backoff.multiplier = 2.0;
+  p.backoff.jitter = retry::Backoff::Jitter::none;
+  p.rate.per_message = 1000;
+  p.rate.min_messages = 1000000;
+  return p;
+}
+
+}  // namespace nackguard::session::guard_test
