@@ -148,12 +148,8 @@ inline amqp::BasicProperties without_headers(amqp::BasicProperties p) {
 inline Bytes delivery(std::uint64_t tag, const amqp::BasicProperties& properties,
                       std::string_view body, bool redelivered = false, std::string exchange = "ex",
                       std::string routing_key = "rk", std::size_t chunk = 1 << 16) {
-  amqp::BasicDeliver d;
-  d.consumer_tag = kConsumer;
-  d.delivery_tag = tag;
-  d.redelivered = redelivered;
-  d.exchange = std::move(exchange);
-  d.routing_key = std::move(routing_key);
+  amqp::BasicDeliver d = test::deliver_method(kConsumer, tag, redelivered, std::move(exchange),
+                                              std::move(routing_key));
   Bytes out = cat({method(kCh, d), content_header(kCh, body.size(), properties)});
   for (std::size_t at = 0; at < body.size(); at += chunk) {
     Bytes b = body_frame(kCh, body.substr(at, chunk));

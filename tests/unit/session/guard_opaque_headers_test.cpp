@@ -85,12 +85,8 @@ Bytes header_payload(std::uint64_t body_size, const Bytes& table_entries, const 
 
 Bytes raw_delivery(std::uint64_t tag, const Bytes& header, std::string_view body, bool redelivered,
                    std::string exchange = "ex", std::string routing_key = "rk") {
-  amqp::BasicDeliver d;
-  d.consumer_tag = kConsumer;
-  d.delivery_tag = tag;
-  d.redelivered = redelivered;
-  d.exchange = std::move(exchange);
-  d.routing_key = std::move(routing_key);
+  amqp::BasicDeliver d = test::deliver_method(kConsumer, tag, redelivered, std::move(exchange),
+                                              std::move(routing_key));
   Bytes out = method(kCh, d);
   amqp::append_frame(out, FrameType::header, kCh, header);
   Bytes b = body_frame(kCh, body);
