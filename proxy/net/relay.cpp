@@ -237,9 +237,11 @@ asio::awaitable<void> Relay::reader(Side side) {
     }
     self.last_read = Clock::now();
     session_.commit_input(side, n);
-    report_traffic(side);
+    // Send first: what only counts (the last delivery's record, the traffic metrics) waits.
     flush(other(side));
     flush(side);
+    session_.finish_bookkeeping();
+    report_traffic(side);
   }
 }
 

@@ -153,8 +153,16 @@ void DeliveryRouter::forward_untracked(ChannelState& ch, const Frame& frame) {
 
 void DeliveryRouter::body(ChannelState& ch, const Frame& frame) {
   Delivery& d = *ch.incoming;
-  // A retained body is hashed from the retained bytes, if ever asked (BodyHash).
-  if (!d.body && ch.incoming_hashed) ch.hasher->update(frame.payload);
+  // A retained body is hashed from the retained bytes, if ever asked (BodyHash). A forwarded
+  // frame is hashed after it is sent (settle_deferred).
+  if (!d.body && ch.incoming_hashed) {
+    if (ch.incoming_route == ChannelState::Route::forward) {
+      deferred_.ch = &ch;
+      deferred_.body = frame.payload;
+    } else {
+      ch.hasher->update(frame.payload);
+    }
+  }
   switch (ch.incoming_route) {
     case ChannelState::Route::forward:
       to_client_.emit(frame.raw);
@@ -172,18 +180,27 @@ void DeliveryRouter::body(ChannelState& ch, const Frame& frame) {
 void DeliveryRouter::complete(ChannelState& ch) {
   Delivery d = std::move(*ch.incoming);
   ch.incoming.reset();
+  const bool forward = ch.incoming_route == ChannelState::Route::forward;
+  bool digest = false;
   if (d.body && d.body->bytes.size() == d.body_size) {
     d.body_hash.defer_to(d.body);
   } else if (ch.incoming_hashed) {
-    d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
+    digest = true;
   } else {
     d.body_hash.forget();
   }
+  if (digest && !forward) d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
   ch.incoming_hashed = true;
   d.body_complete = true;
   switch (ch.incoming_route) {
     case ChannelState::Route::forward:
-      if (!d.no_ack && !ch.incoming_untracked) ch.add_unacked(std::move(d));
+      if (!d.no_ack && !ch.incoming_untracked) {
+        // Recorded once its frames are sent (settle_deferred); a body of 0 bytes, or one
+        // hashed before, has its digest taken then too.
+        deferred_.ch = &ch;
+        deferred_.complete = std::move(d);
+        deferred_.digest = digest;
+      }
       ch.incoming_untracked = false;
       break;
     case ChannelState::Route::take_over:
@@ -205,6 +222,18 @@ void DeliveryRouter::complete(ChannelState& ch) {
       break;
     }
   }
+}
+
+void DeliveryRouter::settle_deferred() {
+  ChannelState& ch = *deferred_.ch;
+  deferred_.ch = nullptr;
+  if (!deferred_.body.empty()) ch.hasher->update(deferred_.body);
+  deferred_.body = {};
+  if (!deferred_.complete) return;
+  Delivery& d = *deferred_.complete;
+  if (deferred_.digest) d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
+  ch.add_unacked(std::move(d));
+  deferred_.complete.reset();
 }
 
 void DeliveryRouter::take_over(ChannelState& ch, Delivery delivery) {

@@ -9,6 +9,7 @@
 // to apply (take_actions). The session checks the content sequence before a frame gets here.
 
 #include <cstdint>
+#include <optional>
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/session/channel.hpp"
@@ -51,6 +52,13 @@ class DeliveryRouter {
   // Every channel is gone at once (the connection's end), without take_held_back.
   void forget_channels() { channels_with_held_back_ = 0; }
 
+  // The bookkeeping of the last frame, put off until its bytes are sent: the body hash of a
+  // forwarded delivery and, once it is complete, its unacked record. The session calls this
+  // before it handles the next frame and before anything else reads or changes a channel or
+  // the input buffer the frame lies in (Session::finish_bookkeeping).
+  bool has_deferred() const { return deferred_.ch != nullptr; }
+  void settle_deferred();
+
   // The observer's actions for the deliveries taken over since the last call, in order.
   bool has_actions() const { return !actions_.empty(); }
   ObserverActions take_actions() { return std::move(actions_); }
@@ -74,6 +82,15 @@ class DeliveryRouter {
     return ch.incoming_method_pass == pass_ ? ch.incoming_method_raw : amqp::ByteView{};
   }
 
+  // What settle_deferred() still owes `ch`: a body frame's payload to hash, where it was read,
+  // and the complete delivery to record (its digest taken first when `digest`).
+  struct Deferred {
+    ChannelState* ch = nullptr;
+    amqp::ByteView body;
+    std::optional<Delivery> complete;
+    bool digest = false;
+  };
+
   SessionObserver& observer_;
   retry::BodyBudget* budget_;
   Outbox& to_client_;
@@ -81,6 +98,7 @@ class DeliveryRouter {
   std::uint64_t pass_ = 0;
   std::size_t channels_with_held_back_ = 0;  // channels whose held_back queue may be released
   ObserverActions actions_;
+  Deferred deferred_;
 };
 
 }  // namespace nackguard::session

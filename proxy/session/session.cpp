@@ -43,14 +43,17 @@ void Session::feed(Side from, ByteView data) {
   if (in.in.empty()) {
     // Nothing kept from before: handle the frames where they are, keep only the remainder.
     data = data.subspan(process(from, data));
+    finish_bookkeeping();  // before `data` is gone
     if (in.input_closed || data.empty()) return;
   }
   std::span<std::uint8_t> space = input_space(from, in.in.pending().size() + data.size());
   std::memcpy(space.data(), data.data(), data.size());
   commit_input(from, data.size());
+  finish_bookkeeping();
 }
 
 std::span<std::uint8_t> Session::input_space(Side from, std::size_t buffer_bytes) {
+  finish_bookkeeping();                  // the frame it reads lies in an input buffer
   io(other(from)).out.copy_forwarded();  // the next read overwrites what it points to
   SideIo& side = io(from);
   return side.in.space(buffer_bytes, side.decoder.frame_max());
@@ -89,6 +92,7 @@ std::size_t Session::process(Side from, ByteView data) {
   while (!in.input_closed) {
     amqp::FrameResult result = in.decoder.decode(data.subspan(used));
     if (result.status == amqp::FrameResult::Status::need_more) break;
+    finish_bookkeeping();  // the last frame's, before the next is handled
     if (result.status == amqp::FrameResult::Status::error) {
       protocol_error(from, reply::frame_error,
                      "FRAME_ERROR - " + std::string(amqp::to_string(result.error)));
@@ -106,7 +110,10 @@ std::size_t Session::process(Side from, ByteView data) {
       handle_broker_frame(frame);
     }
   }
-  if (tx_replay_pending_) replay_behind_commits();
+  if (tx_replay_pending_) {
+    finish_bookkeeping();
+    replay_behind_commits();
+  }
   return used;
 }
 
@@ -153,6 +160,7 @@ void Session::end_all_channels(ReturnCause cause) {
 }
 
 void Session::on_tick(std::int64_t now_ms) {
+  finish_bookkeeping();
   if (tx_replay_pending_) replay_behind_commits();
   for (auto& [number, ch] : channels_) {
     if (ch.suspect_client_tag == 0 || ch.held_back.empty()) {
@@ -174,6 +182,7 @@ void Session::on_tick(std::int64_t now_ms) {
 
 bool Session::settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
                                 bool requeue) {
+  finish_bookkeeping();
   auto it = channels_.find(channel);
   if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none ||
       it->second.ack_close.active) {

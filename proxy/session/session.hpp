@@ -63,8 +63,15 @@ class Session {
   // to hold a whole frame whose header is in (frame_max at most).
   // Valid until the next call for `from`; only the reader of `from` may use it.
   std::span<std::uint8_t> input_space(Side from, std::size_t buffer_bytes);
-  // `n` bytes were read into input_space(from): handles the complete frames among them.
+  // `n` bytes were read into input_space(from): handles the complete frames among them. The
+  // last frame's bookkeeping (a forwarded delivery's body hash and unacked record) waits for
+  // finish_bookkeeping(), so that the relay can send first.
   void commit_input(Side from, std::size_t n);
+  // Does the bookkeeping commit_input() put off. Every other call does it first too, so
+  // calling it is needed only before reading a channel() after commit_input().
+  void finish_bookkeeping() {
+    if (router_.has_deferred()) router_.settle_deferred();
+  }
   // `side` is gone: its TCP connection closed or failed, or its heartbeats stopped.
   void on_eof(Side side);
   // Called about once a second with a monotonic time: releases deliveries held back too long,

@@ -68,6 +68,7 @@ void Session::reject_unknown_method(std::uint16_t channel, std::uint32_t key) {
 }
 
 void Session::on_eof(Side side) {
+  finish_bookkeeping();
   io(side).input_closed = true;
   if (proxy_close_ != ProxyClose::none) {
     channels_.clear();  // shutdown: not returns
@@ -87,6 +88,7 @@ void Session::on_eof(Side side) {
 }
 
 void Session::close_gracefully(std::uint16_t code, std::string text) {
+  finish_bookkeeping();
   if (proxy_close_ != ProxyClose::none || phase_ == Phase::closed) return;
   if (phase_ != Phase::open) {
     close_both_after_flush();

@@ -48,7 +48,10 @@ void Session::handle_broker_content(ChannelState& ch, const Frame& frame) {
     ch.to_client = state;
   }
   if (!state.in_progress()) {
-    if (router_.any_held_back()) release_all_held_back();
+    if (router_.any_held_back()) {
+      finish_bookkeeping();  // a release records deliveries too, in tag order
+      release_all_held_back();
+    }
     flush_injections(Side::client);
   }
 }

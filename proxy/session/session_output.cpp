@@ -8,6 +8,7 @@
 namespace nackguard::session {
 
 void Session::inject(Side to, amqp::Bytes frames) {
+  finish_bookkeeping();
   io(to).injections.push_back(Injection{std::move(frames), 0, std::nullopt});
   flush_injections(to);
 }

@@ -3,6 +3,7 @@
 // to apply rather than applied (the takeover tests check the same through a Session).
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include "proxy/session/delivery_router.hpp"
 #include "session/script.hpp"
@@ -14,15 +15,20 @@ class DeliveryRouterTest : public ::testing::Test {
  protected:
   DeliveryRouterTest() { outbox.set_source(broker_input); }
 
-  // Feeds one delivery's frames (deliver, header, body) as the session would.
-  void deliver_one(std::uint64_t broker_tag, std::string_view body_text) {
-    Bytes wire = deliver(1, "ctag", broker_tag, body_text);
+  // Feeds one delivery's frames (deliver, header, body frames of at most `body_frame` bytes)
+  // as the session would: the last frame's bookkeeping is done before the next frame.
+  void deliver_one(std::uint64_t broker_tag, std::string_view body_text,
+                   std::size_t body_frame = 131064) {
+    if (router.has_deferred()) router.settle_deferred();  // before the frames it points to go
+    wire =
+        cat({method(1, deliver_method("ctag", broker_tag)), content(1, body_text, {}, body_frame)});
     amqp::FrameDecoder decoder(1u << 20);
     ByteView rest(wire);
     int index = 0;
     while (!rest.empty()) {
       amqp::FrameResult r = decoder.decode(rest);
       ASSERT_EQ(r.status, amqp::FrameResult::Status::frame);
+      if (router.has_deferred()) router.settle_deferred();
       if (index == 0) {
         Delivery d;
         d.broker_tag = broker_tag;
@@ -48,6 +54,7 @@ class DeliveryRouterTest : public ::testing::Test {
     return frames;
   }
 
+  Bytes wire;  // the frames last fed, as read: a deferred hash reads them
   InputBuffer broker_input;
   Outbox outbox;
   RecordingObserver observer;
@@ -59,12 +66,40 @@ class DeliveryRouterTest : public ::testing::Test {
 TEST_F(DeliveryRouterTest, AForwardedDeliveryReachesTheClientUnchangedAndIsRecorded) {
   deliver_one(1, "first");
   EXPECT_EQ(to_client(), frames({deliver(1, "ctag", 1, "first")}));
+  // Its record waits until its frames are sent (the session's next call).
+  EXPECT_EQ(ch.find_unacked(1), nullptr);
+  ASSERT_TRUE(router.has_deferred());
+  router.settle_deferred();
+  EXPECT_FALSE(router.has_deferred());
   const Delivery* d = ch.find_unacked(1);
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->broker_tag, 1u);
   EXPECT_EQ(d->handed_out_ms, 5000);
+  EXPECT_EQ(static_cast<std::uint64_t>(d->body_hash), XXH3_64bits("first", 5));
   EXPECT_EQ(observer.take_events(), (std::vector<std::string>{"delivery ch1 b1"}));
   EXPECT_FALSE(router.has_actions());
+}
+
+TEST_F(DeliveryRouterTest, ABodyInSeveralFramesIsHashedWholeOnceSettled) {
+  std::string body(10000, 'q');
+  for (std::size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + i % 26);
+  deliver_one(1, body, 4000);  // three body frames, the last one's hash put off
+  router.settle_deferred();
+  const Delivery* d = ch.find_unacked(1);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(static_cast<std::uint64_t>(d->body_hash), XXH3_64bits(body.data(), body.size()));
+  // The next delivery on the channel starts from a fresh hash.
+  deliver_one(2, "second");
+  router.settle_deferred();
+  ASSERT_NE(ch.find_unacked(2), nullptr);
+  EXPECT_EQ(static_cast<std::uint64_t>(ch.find_unacked(2)->body_hash), XXH3_64bits("second", 6));
+}
+
+TEST_F(DeliveryRouterTest, AnEmptyBodyIsRecordedWithTheHashOfNothing) {
+  deliver_one(1, "");
+  router.settle_deferred();
+  ASSERT_NE(ch.find_unacked(1), nullptr);
+  EXPECT_EQ(static_cast<std::uint64_t>(ch.find_unacked(1)->body_hash), XXH3_64bits("", 0));
 }
 
 TEST_F(DeliveryRouterTest, ATakeoverKeepsTheObserversActionsForTheSession) {
@@ -85,6 +120,7 @@ TEST_F(DeliveryRouterTest, ATakeoverKeepsTheObserversActionsForTheSession) {
 
   // The client's tags go on without the gap: broker tag 2 is client tag 1.
   deliver_one(2, "next");
+  router.settle_deferred();
   Bytes renumbered = cat({method(1, deliver_method("ctag", 1)), content(1, "next")});
   EXPECT_EQ(to_client(), frames({renumbered}));
   ASSERT_NE(ch.find_unacked(1), nullptr);

@@ -130,6 +130,38 @@ TEST_F(ForwardedRun, ComesBeforeWhatIsQueuedAfterIt) {
   EXPECT_EQ(link.client_bytes(), cat({frames, heartbeat()}));
 }
 
+// The last frame's bookkeeping (the delivery's body hash and record) waits until the relay
+// has sent it; whatever the session does next does it first.
+TEST_F(ForwardedRun, RecordsTheDeliveryOnceTheRelayIsDone) {
+  const ChannelState* ch = link.session.channel(1);
+  ASSERT_NE(ch, nullptr);
+  EXPECT_EQ(ch->find_unacked(1), nullptr);
+  link.session.finish_bookkeeping();
+  ASSERT_NE(ch->find_unacked(1), nullptr);
+  EXPECT_EQ(static_cast<std::uint64_t>(ch->find_unacked(1)->body_hash), XXH3_64bits("payload", 7));
+}
+
+TEST_F(ForwardedRun, HashesTheBodyBeforeTheNextReadOverwritesIt) {
+  read_garbage();
+  const Delivery* d = link.session.channel(1)->find_unacked(1);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(static_cast<std::uint64_t>(d->body_hash), XXH3_64bits("payload", 7));
+}
+
+TEST_F(ForwardedRun, AClientReturnHandledNextFindsTheDelivery) {
+  link.observer.take_events();
+  link.client(nack(1, 1, false, true));
+  EXPECT_EQ(link.observer.take_events(),
+            (std::vector<std::string>{"client-return ch1 b1 c1 nack"}));
+}
+
+TEST_F(ForwardedRun, AConnectionLostNextReturnsTheDelivery) {
+  link.observer.take_events();
+  link.session.on_eof(Side::client);
+  EXPECT_EQ(link.observer.take_events(),
+            (std::vector<std::string>{"returned ch1 b1 connection_closed"}));
+}
+
 TEST(BodyHash, DeferredToARetainedBodyEqualsTheStreamedHash) {
   auto body = retry::RetainedBody::make(nullptr, 5);
   body->bytes = {'h', 'e', 'l', 'l', 'o'};
