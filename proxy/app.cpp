@@ -140,6 +140,13 @@ std::vector<std::string> keys_needing_restart(const config::Config& now,
   return keys;
 }
 
+// With one thread, only that thread touches a socket or a timer (signals come through Asio's
+// own pipe), so the reactor need not lock its I/O: 2.5% fewer instructions per message
+// (docs/performance.md). The scheduler keeps its lock, for the resolver's thread posts to it.
+int io_concurrency_hint(unsigned threads) {
+  return threads == 1 ? BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO : static_cast<int>(threads);
+}
+
 }  // namespace
 
 App::App(config::Config config, retry::PolicySet policies)
@@ -148,7 +155,7 @@ App::App(config::Config config, retry::PolicySet policies)
       metrics_listener_(registry_, &log_listener_),
       guard_(guard_settings(config_), std::make_shared<const retry::PolicySet>(std::move(policies)),
              &metrics_listener_),
-      io_(static_cast<int>(config_.threads)),
+      io_(io_concurrency_hint(config_.threads)),
       signals_strand_(boost::asio::make_strand(io_)),
       stop_signals_(signals_strand_, SIGINT, SIGTERM),
       reload_signal_(signals_strand_, SIGHUP),
