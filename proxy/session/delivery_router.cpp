@@ -178,30 +178,35 @@ void DeliveryRouter::body(ChannelState& ch, const Frame& frame) {
 }
 
 void DeliveryRouter::complete(ChannelState& ch) {
-  Delivery d = std::move(*ch.incoming);
-  ch.incoming.reset();
-  const bool forward = ch.incoming_route == ChannelState::Route::forward;
+  Delivery& incoming = *ch.incoming;
   bool digest = false;
-  if (d.body && d.body->bytes.size() == d.body_size) {
-    d.body_hash.defer_to(d.body);
+  if (incoming.body && incoming.body->bytes.size() == incoming.body_size) {
+    incoming.body_hash.defer_to(incoming.body);
   } else if (ch.incoming_hashed) {
     digest = true;
   } else {
-    d.body_hash.forget();
+    incoming.body_hash.forget();
   }
-  if (digest && !forward) d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
   ch.incoming_hashed = true;
-  d.body_complete = true;
+  incoming.body_complete = true;
+  if (ch.incoming_route == ChannelState::Route::forward) {
+    if (!incoming.no_ack && !ch.incoming_untracked) {
+      // It stays the channel's incoming delivery until its frames are sent: settle_deferred
+      // takes its digest (a body of 0 bytes, or one hashed before) and records it.
+      deferred_.ch = &ch;
+      deferred_.record = true;
+      deferred_.digest = digest;
+    } else {
+      ch.incoming.reset();
+    }
+    ch.incoming_untracked = false;
+    return;
+  }
+  if (digest) incoming.body_hash = ch.hasher ? ch.hasher->digest() : 0;
+  Delivery d = std::move(incoming);
+  ch.incoming.reset();
   switch (ch.incoming_route) {
     case ChannelState::Route::forward:
-      if (!d.no_ack && !ch.incoming_untracked) {
-        // Recorded once its frames are sent (settle_deferred); a body of 0 bytes, or one
-        // hashed before, has its digest taken then too.
-        deferred_.ch = &ch;
-        deferred_.complete = std::move(d);
-        deferred_.digest = digest;
-      }
-      ch.incoming_untracked = false;
       break;
     case ChannelState::Route::take_over:
       take_over(ch, std::move(d));
@@ -229,11 +234,12 @@ void DeliveryRouter::settle_deferred() {
   deferred_.ch = nullptr;
   if (!deferred_.body.empty()) ch.hasher->update(deferred_.body);
   deferred_.body = {};
-  if (!deferred_.complete) return;
-  Delivery& d = *deferred_.complete;
+  if (!deferred_.record) return;
+  deferred_.record = false;
+  Delivery& d = *ch.incoming;
   if (deferred_.digest) d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
   ch.add_unacked(std::move(d));
-  deferred_.complete.reset();
+  ch.incoming.reset();
 }
 
 void DeliveryRouter::take_over(ChannelState& ch, Delivery delivery) {

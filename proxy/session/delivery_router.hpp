@@ -9,7 +9,6 @@
 // to apply (take_actions). The session checks the content sequence before a frame gets here.
 
 #include <cstdint>
-#include <optional>
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/session/channel.hpp"
@@ -83,11 +82,12 @@ class DeliveryRouter {
   }
 
   // What settle_deferred() still owes `ch`: a body frame's payload to hash, where it was read,
-  // and the complete delivery to record (its digest taken first when `digest`).
+  // and, when `record`, the record of its incoming delivery, complete (its digest taken first
+  // when `digest`).
   struct Deferred {
     ChannelState* ch = nullptr;
     amqp::ByteView body;
-    std::optional<Delivery> complete;
+    bool record = false;
     bool digest = false;
   };
 
