@@ -205,28 +205,20 @@ void DeliveryRouter::complete(ChannelState& ch) {
   if (digest) incoming.body_hash = ch.hasher ? ch.hasher->digest() : 0;
   Delivery d = std::move(incoming);
   ch.incoming.reset();
-  switch (ch.incoming_route) {
-    case ChannelState::Route::forward:
-      break;
-    case ChannelState::Route::take_over:
-      take_over(ch, std::move(d));
-      break;
-    case ChannelState::Route::buffer: {
-      amqp::Bytes frames = std::move(ch.incoming_frames);
-      ch.incoming_frames.clear();
-      auto reservation = std::move(ch.incoming_buffer_reservation);
-      if (d.held_back) {
-        if (ch.held_back.empty()) ++channels_with_held_back_;
-        ch.note_owned();
-        ch.held_back.push_back({std::move(d), std::move(frames), std::move(reservation)});
-        return;
-      }
-      DeliveryPlan plan = observer_.on_delivery(d);
-      d.cookie = plan.cookie;
-      dispatch_buffered(ch, std::move(d), std::move(frames), plan);
-      break;
-    }
+  if (ch.incoming_route == ChannelState::Route::take_over) return take_over(ch, std::move(d));
+  // Route::buffer: its frames were kept until now.
+  amqp::Bytes frames = std::move(ch.incoming_frames);
+  ch.incoming_frames.clear();
+  auto reservation = std::move(ch.incoming_buffer_reservation);
+  if (d.held_back) {
+    if (ch.held_back.empty()) ++channels_with_held_back_;
+    ch.note_owned();
+    ch.held_back.push_back({std::move(d), std::move(frames), std::move(reservation)});
+    return;
   }
+  DeliveryPlan plan = observer_.on_delivery(d);
+  d.cookie = plan.cookie;
+  dispatch_buffered(ch, std::move(d), std::move(frames), plan);
 }
 
 void DeliveryRouter::settle_deferred() {
