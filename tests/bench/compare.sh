@@ -22,8 +22,13 @@
 #   --rounds N          rounds per scenario, each running every target once (default 3)
 #   --scale F           multiplies every scenario's message count (e.g. 0.5)
 #   --only LIST         comma-separated scenarios among 1k 64k 1m conn-1 conn-10 conn-100
-#                       conn-1000 1k-nack10 latency, "curve" for the four conn-N, or "none"
-#                       (with --soak)
+#                       conn-1000 1k-nack10 latency latency-paired, "curve" for the four
+#                       conn-N, or "none" (with --soak). Without it, every scenario runs.
+#                       latency: 1 KiB at --latency-rate, consumers running while publishers
+#                       publish, one target per run. latency-paired: the same load through
+#                       every target in ONE run per round (nackguard-bench --targets), message
+#                       by message in turn, so that every target sees the same machine state;
+#                       each target's added latency is against direct in the same run
 #   --proxy-threads N   threads of nackguard and of haproxy (default 1)
 #   --soak SECONDS      afterwards, a steady 1 KiB load through nackguard for this long,
 #                       sampling its RSS every 10 s
@@ -46,11 +51,13 @@
 #                       during each run with perf stat (tracepoints raw_syscalls:sys_enter,
 #                       context-switches, page-faults and a uprobe on libc's malloc that it adds if
 #                       missing), into DIR/bench-compare/perf.jsonl: per message in the summary
-#   --latency-rate R    the latency scenario's messages per second (default 5000): lower it
-#                       when the machine is slow enough that the targets queue for a CPU at
-#                       5,000 (with --scale, to keep each run short)
-#   --smoke             tiny sizes, one round, every scenario but conn-1000: exits non-zero if a
-#                       target fails to move every message (registered with CTest, label bench)
+#   --latency-rate R    the latency scenarios' messages per second (default 5000; in all,
+#                       shared by the targets, for latency-paired): lower it when the machine
+#                       is slow enough that the targets queue for a CPU at 5,000 (with --scale,
+#                       to keep each run short)
+#   --smoke             tiny sizes, one round, every scenario but conn-1000 (latency-paired at
+#                       1,000 msg/s at most): exits non-zero if a target fails to move every
+#                       message (registered with CTest, label bench)
 #
 # Every run's JSON line goes to DIR/bench-compare/results.jsonl, its table to run.log there.
 # Ports on 127.0.0.1: nackguard 31680 (metrics 31681), haproxy 31682, the candidate 31683
@@ -336,6 +343,8 @@ say "nackguard pid $nackguard_pid (idle RSS ${idle_rss_kb} kB), haproxy pid $hap
   "broker 127.0.0.1:$broker_port${broker_pid:+ (pid $broker_pid)}"
 
 # ---- scenarios: name, messages (full, smoke), nackguard-bench arguments ----
+paired_rate=$latency_rate
+((smoke && paired_rate > 1000)) && paired_rate=1000
 scenarios=(
   "1k|200000|2000|--size 1024"
   "64k|20000|200|--size 64k"
@@ -350,6 +359,8 @@ scenarios=(
   "conn-1000|100000|0|--size 1024 --connections 1000"
   "1k-nack10|200000|2000|--size 1024 --nack-fraction 0.1"
   "latency|50000|1000|--size 1024 --mode concurrent --rate $latency_rate"
+  # Every target in one run, message by message in turn (run_paired): one run per round.
+  "latency-paired|50000|500|--size 1024 --mode concurrent --rate $paired_rate"
 )
 targets=(direct nackguard haproxy)
 [[ -n $candidate_bin ]] && targets+=(candidate)
@@ -361,6 +372,7 @@ target_port() {
     candidate) echo "$candidate_port" ;;
     haproxy) echo "$haproxy_port" ;;
     floor) echo "$floor_port" ;;
+    all) echo "$upstream_port" ;; # a paired run's setup connection
   esac
 }
 target_pid() {
@@ -390,6 +402,8 @@ if ((perf)); then
 fi
 
 failures=0
+# One nackguard-bench run through one target, or through "all" with --targets among the
+# arguments (no perf stat then: perf.jsonl counts per target).
 run_one() { # scenario target messages args...
   local scenario=$1 target=$2 messages=$3
   shift 3
@@ -428,6 +442,20 @@ run_one() { # scenario target messages args...
   fi
 }
 
+# A paired run: every target in one run, starting with another one each round. The proxies'
+# --pid come in --targets order (summarize.py charges each one's CPU to its target's messages).
+run_paired() { # scenario round messages args...
+  local scenario=$1 round=$2 messages=$3 i target spec='' pid pids=()
+  shift 3
+  for ((i = 0; i < ${#targets[@]}; i++)); do
+    target=${targets[$(((i + round) % ${#targets[@]}))]}
+    spec+=${spec:+,}$target=$(target_port "$target")
+    pid=$(target_pid "$target")
+    [[ -n $pid ]] && pids+=(--pid "$pid")
+  done
+  run_one "$scenario" all "$messages" "$@" --targets "$spec" "${pids[@]}"
+}
+
 for entry in "${scenarios[@]}"; do
   IFS='|' read -r name full tiny args <<<"$entry"
   selected "$name" || continue
@@ -439,6 +467,10 @@ for entry in "${scenarios[@]}"; do
   fi
   read -r -a bench_args <<<"$args"
   for ((round = 0; round < rounds; round++)); do
+    if [[ $name == latency-paired ]]; then
+      run_paired "$name" "$round" "$messages" "${bench_args[@]}"
+      continue
+    fi
     # Each round starts with another target, so no target always runs first or last.
     for ((i = 0; i < ${#targets[@]}; i++)); do
       target=${targets[$(((i + round) % ${#targets[@]}))]}

@@ -7,7 +7,8 @@ Reads the JSON lines compare.sh collected (label "scenario:target") and prints, 
 and target: median publish and consume rates with their ratio to direct (the ratio of the
 medians, and in brackets the range of the per-round ratios), latency percentiles, and the
 proxy's CPU seconds per 100k messages and per GiB of payload (both directions counted
-together) and its peak RSS.
+together) and its peak RSS. The latency-paired scenario (label "latency-paired:all": every
+target in one run) gets its own table, from each run's latency_by_target.
 """
 
 import argparse
@@ -93,7 +94,7 @@ def throughput_table(order, runs):
           " broker CPU-s /100k | load avg | runs ok |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for scenario in order:
-        if scenario in ("latency", "soak"):
+        if scenario in ("latency", "latency-paired", "soak"):
             continue
         direct = runs[scenario].get("direct", [])
         haproxy_cpu = median([proxy_stat(r, "cpu_s_per_100k")
@@ -147,6 +148,55 @@ def latency_table(order, runs):
               f"| {fmt(added50)} | {fmt(added99)} "
               f"| {fmt(median([proxy_stat(r, 'cpu_s_per_100k') for r in ok]), 2)} "
               f"| {fmt(median([user_per_100k(r) for r in ok]), 2)} |")
+
+
+def paired_cpu_per_100k(run):
+    """Each proxy's CPU-s per 100k of its own target's messages in a paired run: compare.sh
+    passes the proxies' --pid in --targets order (the broker's, beam.smp, aside)."""
+    by_target = run["latency_by_target"]
+    proxies = [t for t in by_target if t != "direct"]
+    pids = [p for p in run.get("pids") or [] if p["name"] != "beam.smp"]
+    if len(pids) != len(proxies):
+        return {}
+    return {t: p["cpu_s"] / by_target[t]["count"] * 1e5
+            for t, p in zip(proxies, pids) if p["ok"] and by_target[t]["count"]}
+
+
+def paired_latency_table(runs):
+    """latency-paired: per target, medians over the rounds, each added figure against direct
+    in the same run."""
+    every = runs.get("latency-paired", {}).get("all", [])
+    ok = [r for r in every if r["ok"] and "direct" in r.get("latency_by_target", {})]
+    if not ok:
+        return
+    sample = ok[0]
+    print()
+    print(f"Paired latency, {sample['size']} B at {sample['rate']:.0f} msg/s in all, publish to"
+          f" delivery: every target in each run, message by message in turn"
+          f" ({sample['messages']} messages per run, shared out), medians over the rounds"
+          f" ({len(ok)}/{len(every)} ok); added = against direct in the same run:")
+    print()
+    print("| target | messages | p50 µs | p99 µs | added p50 µs | added p99 µs |"
+          " added p50 below haproxy's | proxy CPU-s /100k own msgs |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for target in TARGETS:
+        # Per round: this target's summary, and direct's and haproxy's from the same run.
+        rounds = [(r["latency_by_target"][target], r["latency_by_target"]["direct"],
+                   r["latency_by_target"].get("haproxy"), paired_cpu_per_100k(r).get(target))
+                  for r in ok if target in r["latency_by_target"]]
+        if not rounds:
+            continue
+        added = target != "direct"
+        versus = [mine["p50"] < haproxy["p50"] for mine, _, haproxy, _ in rounds if haproxy]
+        below = (f"{sum(versus)} of {len(versus)}"
+                 if added and target != "haproxy" and versus else "")
+        def added_text(key):
+            return fmt(median([m[key] - d[key] for m, d, _, _ in rounds])) if added else ""
+        print(f"| {target} | {fmt(median([m['count'] for m, _, _, _ in rounds]))} "
+              f"| {fmt(median([m['p50'] for m, _, _, _ in rounds]))} "
+              f"| {fmt(median([m['p99'] for m, _, _, _ in rounds]))} "
+              f"| {added_text('p50')} | {added_text('p99')} | {below} "
+              f"| {fmt(median([cpu for _, _, _, cpu in rounds]), 2)} |")
 
 
 def curve_table(order, runs):
@@ -257,6 +307,7 @@ def main():
         return 1
     throughput_table(order, runs)
     latency_table(order, runs)
+    paired_latency_table(runs)
     curve_table(order, runs)
     memory_lines(order, runs, args.idle_rss_kb, args.soak)
     if args.perf:

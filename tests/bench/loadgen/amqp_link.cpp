@@ -67,8 +67,8 @@ std::string describe_status(int status) {
   return amqp_error_string2(status);
 }
 
-AmqpLink::AmqpLink(const Options& options)
-    : conn_(amqp_new_connection()), where_(options.host + ":" + std::to_string(options.port)) {
+AmqpLink::AmqpLink(const Options& options, std::uint16_t port)
+    : conn_(amqp_new_connection()), where_(options.host + ":" + std::to_string(port)) {
   if (conn_ == nullptr) throw LinkError("out of memory creating a connection");
   std::string why = "cannot create a TCP socket";
   amqp_socket_t* socket = options.tls_ca_file.empty() ? amqp_tcp_socket_new(conn_)
@@ -79,8 +79,7 @@ AmqpLink::AmqpLink(const Options& options)
     throw LinkError(why);
   }
   timeval connect_timeout = to_timeval(std::chrono::seconds(10));
-  int status =
-      amqp_socket_open_noblock(socket, options.host.c_str(), options.port, &connect_timeout);
+  int status = amqp_socket_open_noblock(socket, options.host.c_str(), port, &connect_timeout);
   if (status != AMQP_STATUS_OK) {
     amqp_destroy_connection(conn_);
     conn_ = nullptr;

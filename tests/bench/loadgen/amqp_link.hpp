@@ -31,8 +31,9 @@ class AmqpLink {
  public:
   static constexpr amqp_channel_t kChannel = 1;
 
-  // Connects, logs in and opens channel 1.
-  explicit AmqpLink(const Options& options);
+  // Connects to options.host:port, logs in and opens channel 1.
+  AmqpLink(const Options& options, std::uint16_t port);
+  explicit AmqpLink(const Options& options) : AmqpLink(options, options.port) {}
   ~AmqpLink();
   AmqpLink(const AmqpLink&) = delete;
   AmqpLink& operator=(const AmqpLink&) = delete;

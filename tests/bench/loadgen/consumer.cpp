@@ -6,12 +6,16 @@ namespace {
 constexpr auto kPoll = std::chrono::milliseconds(200);
 }
 
-Consumer::Consumer(const Options& options, std::string queue, std::uint64_t expected,
-                   Progress& progress)
-    : options_(options), queue_(std::move(queue)), expected_(expected), progress_(progress) {}
+Consumer::Consumer(const Options& options, std::string queue, std::uint32_t index,
+                   std::uint64_t expected, Progress& progress)
+    : options_(options),
+      queue_(std::move(queue)),
+      index_(index),
+      expected_(expected),
+      progress_(progress) {}
 
 void Consumer::connect() {
-  link_ = std::make_unique<AmqpLink>(options_);
+  link_ = std::make_unique<AmqpLink>(options_, connection_port(options_, index_));
   link_->qos(options_.prefetch);
 }
 

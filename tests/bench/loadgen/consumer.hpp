@@ -15,7 +15,8 @@ namespace nackguard::bench {
 
 class Consumer {
  public:
-  Consumer(const Options& options, std::string queue, std::uint64_t expected, Progress& progress);
+  Consumer(const Options& options, std::string queue, std::uint32_t index, std::uint64_t expected,
+           Progress& progress);
 
   void connect();
   void run();
@@ -36,6 +37,7 @@ class Consumer {
 
   const Options& options_;
   std::string queue_;
+  std::uint32_t index_;  // the connection's, which picks its target
   std::uint64_t expected_;
   Progress& progress_;
   std::unique_ptr<AmqpLink> link_;

@@ -1,5 +1,6 @@
 #include "loadgen/options.hpp"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <cmath>
@@ -16,11 +17,13 @@ constexpr const char* kUsage =
     "Usage: nackguard-bench [--host H] [--port P] [--messages N] [--size S] [--connections C]\n"
     "                       [--prefetch P] [--ack-every K] [--confirm-window W]\n"
     "                       [--nack-fraction F] [--mode sequential|concurrent] [--rate R]\n"
-    "                       [--pid PID]... [--label NAME]\n"
+    "                       [--pid PID]... [--label NAME] [--targets LABEL=PORT,...]\n"
     "Publishes N messages of S bytes over C connections (publisher confirms, W unconfirmed at\n"
     "most per connection), then consumes them over C more connections with prefetch P and one\n"
     "ack per message (or per K, multiple=true). Connection i publishes to and consumes from its\n"
     "own queue. Prints a table and one JSON line; exits 1 if not every message went through.\n"
+    "With --targets (a paired run), connection i goes to target i mod n, the publishers take\n"
+    "turns message by message, and the report gives each target's latency.\n"
     "Options";
 
 po::options_description describe_options() {
@@ -52,7 +55,11 @@ po::options_description describe_options() {
        "fraction of first deliveries nacked once with requeue=true, then acked when they "
        "come back")  //
       ("rate", po::value<std::string>()->default_value("0"),
-       "total msg/s the publishers keep to (0: as fast as they can)")                           //
+       "total msg/s the publishers keep to (0: as fast as they can), evenly spaced across "
+       "them")  //
+      ("targets", po::value<std::string>()->default_value(""),
+       "LABEL=PORT[,LABEL=PORT...]: connection i goes to target i mod n on --host (--port "
+       "then serves only the setup connection); needs --rate; --connections defaults to n")     //
       ("persistent", "publish with delivery_mode 2 (default 1, transient)")                     //
       ("no-message-id", "publish without message_id (the proxy then hashes the body)")          //
       ("frame-max", po::value<std::string>()->default_value("131072"), "frame_max to ask for")  //
@@ -90,6 +97,36 @@ std::uint64_t parse_unsigned(const std::string& name, const std::string& text, s
   return value;
 }
 
+// "direct=5672,nackguard=5673" into targets, each label once.
+std::vector<Target> parse_targets(const std::string& text) {
+  std::vector<Target> targets;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, comma - begin);
+    const std::size_t equals = item.find('=');
+    if (equals == 0 || equals == std::string::npos) {
+      throw UsageError("--targets '" + item +
+                       "': give each target as LABEL=PORT, e.g. direct=5672,nackguard=5673");
+    }
+    Target target{item.substr(0, equals), 0};
+    try {
+      target.port =
+          static_cast<std::uint16_t>(parse_unsigned("targets", item.substr(equals + 1), 1, 65535));
+    } catch (const UsageError&) {
+      throw UsageError("--targets '" + item + "': the port must be a whole number in 1..65535");
+    }
+    for (const Target& seen : targets) {
+      if (seen.label == target.label) {
+        throw UsageError("--targets names '" + target.label + "' twice: give each label once");
+      }
+    }
+    targets.push_back(std::move(target));
+    begin = comma + 1;
+  }
+  return targets;
+}
+
 double parse_double(const std::string& name, const std::string& text, double min, double max) {
   double value = 0;
   const char* end = text.data() + text.size();
@@ -102,6 +139,23 @@ double parse_double(const std::string& name, const std::string& text, double min
                      std::to_string(max));
   }
   return value;
+}
+
+// A paired run: the connections share out evenly over the targets, at a rate that keeps
+// each message alone in the pipe.
+void check_targets(const Options& o) {
+  if (o.targets.empty()) return;
+  const std::string n = std::to_string(o.targets.size());
+  if (o.connections % o.targets.size() != 0) {
+    throw UsageError("--connections " + std::to_string(o.connections) +
+                     " is not a multiple of the " + n + " --targets: give a multiple of " + n +
+                     " (each target gets as many), or leave it out for one per target");
+  }
+  if (o.rate <= 0) {
+    throw UsageError(
+        "--targets needs --rate: a paired run flat out measures queueing, not "
+        "latency; give a total rate at which each message is alone in the pipe");
+  }
 }
 
 }  // namespace
@@ -132,6 +186,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   o.vhost = text("vhost");
   o.label = text("label");
   o.tls_ca_file = text("tls-ca");
+  if (!text("targets").empty()) o.targets = parse_targets(text("targets"));
   const std::string mode = text("mode");
   if (mode == "sequential") {
     o.mode = Mode::sequential;
@@ -143,6 +198,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
   o.messages = number("messages", 1, 1'000'000'000);
   o.size = parse_unsigned("size", text("size"), 16, 128u << 20, true);
   o.connections = static_cast<std::uint32_t>(number("connections", 1, 2000));
+  if (!o.targets.empty() && args["connections"].defaulted()) {
+    o.connections = static_cast<std::uint32_t>(o.targets.size());
+  }
   o.prefetch = static_cast<std::uint16_t>(number("prefetch", 1, 65535));
   o.ack_every = static_cast<std::uint32_t>(number("ack-every", 1, 65535));
   o.confirm_window = static_cast<std::uint32_t>(number("confirm-window", 1, 1'000'000));
@@ -164,6 +222,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
                      std::to_string(o.prefetch) +
                      ": the consumer would wait for deliveries the broker holds back");
   }
+  check_targets(o);
   if (o.messages < o.connections) {
     throw UsageError("--messages must be at least --connections (one message per queue)");
   }

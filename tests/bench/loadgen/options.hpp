@@ -15,6 +15,12 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One relay (or the broker itself) that --targets names: connection i goes to target i mod n.
+struct Target {
+  std::string label;  // e.g. "direct" or "nackguard"; keys the report's latency_by_target
+  std::uint16_t port = 0;
+};
+
 enum class Mode {
   sequential,  // publish every message, then consume them: one rate per direction
   concurrent,  // consumers run while publishers publish: latency without queueing
@@ -30,6 +36,10 @@ struct Options {
   // Not empty: TLS, verifying the peer's certificate chain against this CA file (PEM); the
   // peer's name is not checked (every target is 127.0.0.1).
   std::string tls_ca_file;
+  // Not empty: a paired run. Publishing connection i and its consuming connection go to
+  // targets[i % n], so every target sees the same machine state; `port` serves only the setup
+  // connection (queue declare and delete).
+  std::vector<Target> targets;
 
   Mode mode = Mode::sequential;
   std::uint64_t messages = 100000;
@@ -48,6 +58,12 @@ struct Options {
   double timeout_s = 900;              // give up after this long in all
   bool json_only = false;
 };
+
+// The port of connection `index`: its target's, or `port` without --targets.
+inline std::uint16_t connection_port(const Options& options, std::uint32_t index) {
+  if (options.targets.empty()) return options.port;
+  return options.targets[index % options.targets.size()].port;
+}
 
 // Parses argv. Throws UsageError with a message for a person; returns nullopt after --help.
 std::optional<Options> parse_options(int argc, char** argv);

@@ -18,7 +18,7 @@ Publisher::Publisher(const Options& options, std::string queue, std::uint32_t in
       progress_(progress) {}
 
 void Publisher::connect() {
-  link_ = std::make_unique<AmqpLink>(options_);
+  link_ = std::make_unique<AmqpLink>(options_, connection_port(options_, index_));
   link_->confirm_select();
 }
 
@@ -59,12 +59,15 @@ void Publisher::run(Clock::time_point start) {
   properties.delivery_mode = options_.persistent ? 2 : 1;
   std::string id_text;
   const double per_second = options_.rate / options_.connections;
+  // Publisher i's k-th message is due at (k + i/c) / per_second: the publishers take turns,
+  // so the messages are evenly spaced in all (and, with --targets, alternate between targets).
+  const double stagger = static_cast<double>(index_) / options_.connections;
 
   for (std::uint64_t k = 0; k < messages_; ++k) {
     if (progress_.aborted()) return;
     if (per_second > 0) {
       const auto due = start + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(k / per_second));
+                                   std::chrono::duration<double>((k + stagger) / per_second));
       for (auto now = Clock::now(); now < due && !progress_.aborted(); now = Clock::now()) {
         auto wait = std::chrono::duration_cast<std::chrono::microseconds>(due - now);
         if (published_ > confirmed_count_) {

@@ -59,6 +59,25 @@ std::string_view mode_name(Mode mode) {
   return mode == Mode::sequential ? "sequential" : "concurrent";
 }
 
+std::string latency_text(const LatencySummary& s) {
+  return "p50 " + fixed(s.p50_us, 0) + " us  p99 " + fixed(s.p99_us, 0) + " us  p99.9 " +
+         fixed(s.p999_us, 0) + " us  max " + fixed(s.max_us, 0) + " us";
+}
+
+std::string latency_json(const LatencySummary& s) {
+  return "\"count\":" + std::to_string(s.count) + ",\"p50\":" + fixed(s.p50_us, 1) +
+         ",\"p99\":" + fixed(s.p99_us, 1) + ",\"p999\":" + fixed(s.p999_us, 1) +
+         ",\"max\":" + fixed(s.max_us, 1);
+}
+
+// "127.0.0.1:5672", or with --targets "127.0.0.1 direct:5672 nackguard:5673".
+std::string destination(const Options& o) {
+  if (o.targets.empty()) return o.host + ":" + std::to_string(o.port);
+  std::string text = o.host;
+  for (const Target& t : o.targets) text += " " + t.label + ":" + std::to_string(t.port);
+  return text;
+}
+
 }  // namespace
 
 LatencySummary summarize_latency(std::vector<std::int64_t>& latencies_ns) {
@@ -74,10 +93,10 @@ LatencySummary summarize_latency(std::vector<std::int64_t>& latencies_ns) {
 
 void print_table(std::ostream& out, const Options& o, const RunResult& r) {
   const double mib = static_cast<double>(o.size) / (1024.0 * 1024.0);
-  out << "nackguard-bench " << (o.label.empty() ? "" : o.label + " ") << o.host << ':' << o.port
-      << "  " << mode_name(o.mode) << ", " << o.messages << " x " << o.size << " B, "
-      << o.connections << " conn, prefetch " << o.prefetch << ", ack every " << o.ack_every
-      << ", confirm window " << o.confirm_window << ", nack " << o.nack_fraction
+  out << "nackguard-bench " << (o.label.empty() ? "" : o.label + " ") << destination(o) << "  "
+      << mode_name(o.mode) << ", " << o.messages << " x " << o.size << " B, " << o.connections
+      << " conn, prefetch " << o.prefetch << ", ack every " << o.ack_every << ", confirm window "
+      << o.confirm_window << ", nack " << o.nack_fraction
       << (o.rate > 0 ? ", rate " + fixed(o.rate, 0) + "/s" : "") << '\n';
   out << "  publish  " << fixed(per_second(o.messages, r.publish_s), 0) << " msg/s  "
       << fixed(per_second(o.messages, r.publish_s) * mib, 1) << " MiB/s  " << fixed(r.publish_s, 3)
@@ -86,10 +105,14 @@ void print_table(std::ostream& out, const Options& o, const RunResult& r) {
       << fixed(per_second(o.messages, r.consume_s) * mib, 1) << " MiB/s  " << fixed(r.consume_s, 3)
       << " s  (" << r.deliveries << " deliveries, " << r.nacked << " nacked, " << r.redelivered
       << " redelivered)\n";
-  out << "  latency  p50 " << fixed(r.latency.p50_us, 0) << " us  p99 "
-      << fixed(r.latency.p99_us, 0) << " us  p99.9 " << fixed(r.latency.p999_us, 0) << " us  max "
-      << fixed(r.latency.max_us, 0) << " us  (" << r.latency.count << " first deliveries"
+  out << "  latency  " << latency_text(r.latency) << "  (" << r.latency.count << " first deliveries"
       << (o.mode == Mode::sequential ? ", queueing included" : "") << ")\n";
+  std::size_t width = 0;
+  for (const TargetLatency& t : r.latency_by_target) width = std::max(width, t.label.size());
+  for (const TargetLatency& t : r.latency_by_target) {
+    out << "    " << t.label << std::string(width - t.label.size() + 2, ' ')
+        << latency_text(t.latency) << "  (" << t.latency.count << ")\n";
+  }
   for (const PidReport& p : r.pids) {
     out << "  pid " << p.pid << " (" << p.name << ")  ";
     if (!p.ok) {
@@ -128,12 +151,15 @@ void print_json(std::ostream& out, const Options& o, const RunResult& r) {
       << ",\"msg_per_s\":" << fixed(per_second(o.messages, r.consume_s), 1)
       << ",\"deliveries\":" << r.deliveries << ",\"acked\":" << r.acked
       << ",\"nacked\":" << r.nacked << ",\"redelivered\":" << r.redelivered
-      << ",\"duplicates\":" << r.duplicates << ",\"missing\":" << r.missing
-      << "},\"latency_us\":{\"count\":" << r.latency.count
-      << ",\"p50\":" << fixed(r.latency.p50_us, 1) << ",\"p99\":" << fixed(r.latency.p99_us, 1)
-      << ",\"p999\":" << fixed(r.latency.p999_us, 1) << ",\"max\":" << fixed(r.latency.max_us, 1)
+      << ",\"duplicates\":" << r.duplicates << ",\"missing\":" << r.missing << "},\"latency_us\":{"
+      << latency_json(r.latency)
       << ",\"queueing_included\":" << (o.mode == Mode::sequential ? "true" : "false")
-      << "},\"pids\":[";
+      << "},\"latency_by_target\":{";
+  for (std::size_t i = 0; i < r.latency_by_target.size(); ++i) {
+    const TargetLatency& t = r.latency_by_target[i];
+    out << (i ? "," : "") << json_string(t.label) << ":{" << latency_json(t.latency) << "}";
+  }
+  out << "},\"pids\":[";
   for (std::size_t i = 0; i < r.pids.size(); ++i) {
     const PidReport& p = r.pids[i];
     out << (i ? "," : "") << "{\"pid\":" << p.pid << ",\"name\":" << json_string(p.name)

@@ -34,6 +34,12 @@ struct LatencySummary {
   double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0;
 };
 
+// One --targets target's share of a paired run.
+struct TargetLatency {
+  std::string label;
+  LatencySummary latency;
+};
+
 struct RunResult {
   bool ok = false;
   std::string error;
@@ -43,6 +49,7 @@ struct RunResult {
   std::uint64_t deliveries = 0, acked = 0, nacked = 0, redelivered = 0;
   std::uint64_t duplicates = 0, missing = 0;
   LatencySummary latency;
+  std::vector<TargetLatency> latency_by_target;  // in --targets order; empty without it
   std::vector<PidReport> pids;
   double self_cpu_s = 0;
   double load_start = -1, load_end = -1;

@@ -199,7 +199,7 @@ RunResult Run::execute() {
     const std::uint64_t share = options_.messages / c + (i < options_.messages % c ? 1 : 0);
     publishers_.push_back(
         std::make_unique<Publisher>(options_, queues_[i], i, share, run_id, progress_));
-    consumers_.push_back(std::make_unique<Consumer>(options_, queues_[i], share, progress_));
+    consumers_.push_back(std::make_unique<Consumer>(options_, queues_[i], i, share, progress_));
   }
 
   for (std::size_t i = 0; i < options_.pids.size(); ++i) {
@@ -251,13 +251,19 @@ RunResult Run::execute() {
   }
   Clock::time_point publish_end = t0, consume_end = consume_start;
   std::vector<std::int64_t> latencies;
+  std::vector<std::vector<std::int64_t>> by_target(options_.targets.size());
   for (auto& p : publishers_) {
     publish_end = std::max(publish_end, p->finished());
     r.broker_nacks += p->broker_nacks();
   }
-  for (auto& cons : consumers_) {
+  for (std::size_t i = 0; i < consumers_.size(); ++i) {
+    const Consumer* cons = consumers_[i].get();
     consume_end = std::max(consume_end, cons->finished());
     latencies.insert(latencies.end(), cons->latencies().begin(), cons->latencies().end());
+    if (!by_target.empty()) {
+      std::vector<std::int64_t>& mine = by_target[i % by_target.size()];  // as connection_port
+      mine.insert(mine.end(), cons->latencies().begin(), cons->latencies().end());
+    }
     r.nacked += cons->nacked();
     r.redelivered += cons->redelivered();
     r.duplicates += cons->duplicates();
@@ -270,6 +276,9 @@ RunResult Run::execute() {
   r.confirmed = progress_.confirmed.load();
   r.acked = progress_.acked.load();
   r.latency = summarize_latency(latencies);
+  for (std::size_t t = 0; t < by_target.size(); ++t) {
+    r.latency_by_target.push_back({options_.targets[t].label, summarize_latency(by_target[t])});
+  }
 
   try {
     for (const std::string& q : queues_) setup->delete_queue(q);
