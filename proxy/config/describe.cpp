@@ -3,6 +3,7 @@
 
 #include "proxy/config/config.hpp"
 #include "proxy/config/policy_loader.hpp"
+#include "proxy/retry/decision.hpp"
 
 namespace nackguard::config {
 namespace {
@@ -70,8 +71,7 @@ std::string describe(const Config& config) {
       << "metrics.address: " << config.metrics.host << "\n"
       << "metrics.port: " << config.metrics.port << "\n"
       << "metrics.max_queue_labels: " << config.metrics_max_queue_labels << "\n"
-      << "metrics.show_identities: " << (config.metrics_show_identities ? "true" : "false")
-      << "\n"
+      << "metrics.show_identities: " << (config.metrics_show_identities ? "true" : "false") << "\n"
       << "log.level: " << config.log_level << "\n"
       << "log.format: " << config.log_format << "\n"
       << "limits.max_frame_bytes: " << config.max_frame_bytes << "\n"
@@ -102,14 +102,17 @@ std::vector<std::string> policy_warnings(const retry::PolicySet& policies) {
   std::vector<std::string> warnings;
   auto check = [&](const retry::Policy& policy) {
     for (const std::string& warning : policy.warnings) warnings.push_back("warning: " + warning);
-    if (policy.max_redeliveries < kQuorumDefaultLimit) return;
+    // From x-delivery-count 19 on nackguard republishes: one more return, and one the
+    // consumer never sees, could pass 20 (retry::kUnseenReturns).
+    if (policy.max_redeliveries + retry::kUnseenReturns < kQuorumDefaultLimit) return;
     if (policy.broker_delivery_limit.kind == retry::BrokerDeliveryLimit::Kind::none) return;
     warnings.push_back(
         "warning: " + policy.source +
         ": max_redeliveries: " + std::to_string(policy.max_redeliveries) +
-        " is at or past the delivery limit RabbitMQ 4.0 and later give every quorum queue (20 "
-        "unless the queue sets x-delivery-limit); before a return would pass the broker's "
-        "limit nackguard republishes the message to the back of its queue with its count, so "
+        " reaches the delivery limit RabbitMQ 4.0 and later give every quorum queue (20 "
+        "unless the queue sets x-delivery-limit, less one return the consumer may never see); "
+        "before a return could pass the broker's limit nackguard republishes the message to the "
+        "back of its queue with its count, so "
         "none is dropped, but its order changes. Set broker_delivery_limit to the queue's "
         "real limit (or none), or lower max_redeliveries below it");
   };

@@ -1,5 +1,7 @@
 #include "proxy/retry/queue_facts.hpp"
 
+#include "proxy/retry/decision.hpp"
+
 #include <algorithm>
 #include <limits>
 
@@ -62,7 +64,10 @@ void QueueFactsRegistry::on_declare(std::string_view queue, QueueFacts::Type typ
   // see: what a delivery showed stays.
   if (type != QueueFacts::Type::unknown) facts.type = type;
   facts.declared_limit = delivery_limit;
-  if (delivery_limit == 0) zero_limit_declared_.store(true, std::memory_order_relaxed);
+  if (delivery_limit && *delivery_limit >= 0 && *delivery_limit <= kUnseenReturns + 1 &&
+      next_return_passes(0, static_cast<std::uint32_t>(*delivery_limit))) {
+    tight_limit_declared_.store(true, std::memory_order_relaxed);
+  }
 }
 
 void QueueFactsRegistry::on_delivery_count(std::string_view queue) {

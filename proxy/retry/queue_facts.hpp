@@ -50,9 +50,12 @@ class QueueFactsRegistry {
   // A delivery from the queue carried x-delivery-count: only quorum queues count deliveries.
   void on_delivery_count(std::string_view queue);
   QueueFacts find(std::string_view queue) const;
-  // Whether a queue was ever declared with x-delivery-limit 0 through the proxy (sticky): only
-  // such a limit leaves a message's first return no room. Lock-free, for every delivery.
-  bool zero_limit_declared() const { return zero_limit_declared_.load(std::memory_order_relaxed); }
+  // Whether a queue was ever declared through the proxy with an x-delivery-limit that leaves a
+  // message's first return no room (next_return_passes(0, limit): 0 or 1), sticky. Lock-free,
+  // for every delivery.
+  bool tight_limit_declared() const {
+    return tight_limit_declared_.load(std::memory_order_relaxed);
+  }
 
   std::size_t size() const;
   std::size_t max_queues() const { return max_queues_; }
@@ -66,7 +69,7 @@ class QueueFactsRegistry {
   std::unordered_map<std::string, QueueFacts> facts_;
   std::deque<std::string> order_;  // names in the order they were learnt
   std::uint64_t forgotten_ = 0;
-  std::atomic<bool> zero_limit_declared_{false};
+  std::atomic<bool> tight_limit_declared_{false};
 };
 
 }  // namespace nackguard::retry

@@ -175,9 +175,9 @@ bool Guard::copy_possible(const Delivery& d, const retry::Decision& decision) {
   const char* detail = nullptr;
   if (!d.body || d.body->bytes.size() != d.body_size) {
     cause = "body_not_retained";
-    detail = skipped ? "the body was not kept: the queue's delivery limit of 0 was not known "
-                       "at its delivery; set broker_delivery_limit: 0 in the queue's policy "
-                       "to keep every body"
+    detail = skipped ? "the body was not kept: the queue's delivery limit (0 or 1) was not "
+                       "known at its delivery; set broker_delivery_limit to it in the queue's "
+                       "policy to keep every body"
                      : "the body could not be kept within limits.retained_body_bytes";
   } else if (!facts_.reserved_channel) {
     cause = "no_channel";

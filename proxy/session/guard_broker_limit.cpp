@@ -50,9 +50,9 @@ bool Guard::first_return_passes_broker_limit(const retry::Policy& policy,
     case retry::BrokerDeliveryLimit::Kind::fixed:
       return retry::next_return_passes(0, limit.value);
     case retry::BrokerDeliveryLimit::Kind::automatic:
-      // Only a declared x-delivery-limit of 0 leaves no room (4.0's default is 20): the
+      // Only a declared x-delivery-limit of 0 or 1 leaves no room (4.0's default is 20): the
       // queue's facts are looked up once such a declaration was seen, not at every delivery.
-      return context_.queue_facts().zero_limit_declared() &&
+      return context_.queue_facts().tight_limit_declared() &&
              retry::next_return_passes(0, broker_limit(policy, queue));
   }
   return true;

@@ -54,14 +54,15 @@ TEST(QueueTypeKey, Values) {
 }
 
 TEST(PolicyWarnings, MaxRedeliveriesAtTheQuorumDefaultLimit) {
-  retry::Policy under = parse("queue: a\nmax_redeliveries: 19\n");
-  retry::Policy at = parse("queue: b\nmax_redeliveries: 20\n");
+  retry::Policy under = parse("queue: a\nmax_redeliveries: 18\n");
+  // 19: its 20th delivery carries x-delivery-count 19, republished (retry::kUnseenReturns).
+  retry::Policy at = parse("queue: b\nmax_redeliveries: 19\n");
   retry::Policy none = parse("queue: c\nmax_redeliveries: 30\nbroker_delivery_limit: none\n");
   retry::Policy fixed = parse("queue: d\nmax_redeliveries: 30\nbroker_delivery_limit: 50\n");
   const std::vector<std::string> warnings =
       policy_warnings(retry::PolicySet({under, at, none, fixed}));
   ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_EQ(warnings[0].substr(0, 50), "warning: p.yaml: max_redeliveries: 20 is at or pas");
+  EXPECT_EQ(warnings[0].substr(0, 49), "warning: p.yaml: max_redeliveries: 19 reaches the");
   EXPECT_NE(warnings[0].find("broker_delivery_limit"), std::string::npos);
   EXPECT_EQ(warnings[1].substr(0, 38), "warning: p.yaml: max_redeliveries: 30 ");
   // The built-in default (10) warns of nothing.

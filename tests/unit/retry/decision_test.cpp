@@ -357,9 +357,15 @@ TEST(DecideReturn, DeliveriesWithoutARecordComeFromTheHeaders) {
 }
 
 TEST(BrokerLimit, NextReturnPasses) {
-  EXPECT_FALSE(next_return_passes(19, 20u));
+  EXPECT_FALSE(next_return_passes(18, 20u));
+  // Count 20 after the client's return, and 21 > 20 after one the client never saw (a requeue
+  // that crossed the consumer's cancel: kUnseenReturns).
+  EXPECT_TRUE(next_return_passes(19, 20u));
   EXPECT_TRUE(next_return_passes(20, 20u));  // the 21st return: count 21 > 20
   EXPECT_TRUE(next_return_passes(0, 0u));
+  EXPECT_TRUE(next_return_passes(0, 1u));
+  EXPECT_FALSE(next_return_passes(0, 2u));
+  EXPECT_TRUE(next_return_passes(std::numeric_limits<std::uint32_t>::max(), 20u));  // no wrap
   EXPECT_FALSE(next_return_passes(1000, std::nullopt));
 }
 

@@ -69,18 +69,21 @@ TEST(QueueFactsRegistry, BoundedOldestForgotten) {
   EXPECT_EQ(registry.find("c").type, Type::quorum);
 }
 
-// Only a declared limit of 0 leaves a first return no room; the flag lets the guard skip the
-// lookup at every delivery until one is seen.
-TEST(QueueFactsRegistry, RemembersThatALimitOfZeroWasDeclared) {
+// Only a declared limit of 0 or 1 leaves a first return no room (its return and one the
+// client never sees); the flag lets the guard skip the lookup at every delivery until one is seen.
+TEST(QueueFactsRegistry, RemembersThatATightLimitWasDeclared) {
   QueueFactsRegistry registry(10);
-  registry.on_declare("a", Type::quorum, 1);
+  registry.on_declare("a", Type::quorum, 2);
   registry.on_declare("b", Type::quorum, -1);
   registry.on_declare("c", Type::quorum, std::nullopt);
-  EXPECT_FALSE(registry.zero_limit_declared());
-  registry.on_declare("d", Type::quorum, 0);
-  EXPECT_TRUE(registry.zero_limit_declared());
+  EXPECT_FALSE(registry.tight_limit_declared());
+  registry.on_declare("d", Type::quorum, 1);
+  EXPECT_TRUE(registry.tight_limit_declared());
   registry.on_declare("d", Type::quorum, 5);
-  EXPECT_TRUE(registry.zero_limit_declared());  // sticky: only a lookup cost, never a loss
+  EXPECT_TRUE(registry.tight_limit_declared());  // sticky: only a lookup cost, never a loss
+  QueueFactsRegistry zero(10);
+  zero.on_declare("e", Type::quorum, 0);
+  EXPECT_TRUE(zero.tight_limit_declared());
 }
 
 TEST(QueueFacts, TypeArgument) {

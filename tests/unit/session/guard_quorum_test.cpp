@@ -138,6 +138,26 @@ TEST_F(GuardQuorum, OnFourDotZeroADeliveryAtTheDefaultLimitIsRepublishedBeforeTh
   EXPECT_EQ(got[2].payload, bytes_of(m.body));
 }
 
+TEST_F(GuardQuorum, OnFourDotZeroTheDeliveryBeforeTheLimitIsRepublishedToo) {
+  broker_version = "4.0.5";
+  start(policy(30));
+  // x-delivery-count 18: the consumer's requeue makes it 19, and a return the consumer never
+  // sees (a requeue that crosses its basic.cancel) 20, within the limit: handed out.
+  deliver_passes(delivery(1, with_delivery_count(message("m1"), 18), true));
+  client_passes(nack(1));
+  // 19: the requeue would make it 20 and the unseen return 21, and RabbitMQ 4.0.5 drops it
+  // (test_redelivery's test_i lost its poison so): republished before the consumer sees it.
+  broker(delivery(2, with_delivery_count(message("m1"), 19), true));
+  EXPECT_TRUE(client_bytes().empty());
+  Copy copy = republished();
+  EXPECT_EQ(copy.publish.routing_key, "q");
+  EXPECT_EQ(copy.header_text("x-delivery-count"), "absent");
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(listener.requeues,
+            (std::vector<retry::Action>{retry::Action::forward, retry::Action::republish}));
+}
+
 TEST_F(GuardQuorum, ARefusedRepublishFallsBackAndSaysTheBrokersLimitMayEndIt) {
   broker_version = "4.0.5";
   start(policy(30));
@@ -184,7 +204,7 @@ TEST_F(GuardQuorum, ARequeueThatWouldPassADeclaredLimitIsTakenOverAsARepublish) 
 
 TEST_F(GuardQuorum, APolicyLimitReachedWhereTheBrokersIsTooIsDeadLetteredWithItsReason) {
   retry::Policy p = policy(3);
-  p.broker_delivery_limit = {retry::BrokerDeliveryLimit::Kind::fixed, 3};
+  p.broker_delivery_limit = {retry::BrokerDeliveryLimit::Kind::fixed, 4};
   start(p);
   const Message m = message("m1");
   deliver_passes(delivery(1, m));
@@ -193,7 +213,8 @@ TEST_F(GuardQuorum, APolicyLimitReachedWhereTheBrokersIsTooIsDeadLetteredWithIts
   client_passes(nack(2));
   deliver_passes(delivery(3, with_delivery_count(m, 2), true));
   client_passes(nack(3));
-  // x-delivery-count 3 is at the limit: republished before the consumer sees it.
+  // x-delivery-count 3 leaves limit 4 no room for a return and one the client never sees
+  // (retry::kUnseenReturns): republished before the consumer sees it.
   broker(delivery(4, with_delivery_count(m, 3), true));
   EXPECT_TRUE(client_bytes().empty());
   Copy copy = republished();
