@@ -77,7 +77,13 @@ class ChannelState {
   std::deque<PendingGet> pending_gets;
   std::string last_declared_queue;  // what an empty queue name in consume or get means
   bool closing = false;             // a channel.close was sent by either side
-  ChannelTx tx;                     // transaction mode (tx.select), see transaction.hpp
+  // The client's channel.close, held back while a delivery taken over on the channel waits for
+  // its copy's confirm (Session::hold_client_close). Forwarded at once, the close would hand
+  // the original back to the broker, the copy would be a duplicate, and the ack after the
+  // confirm a frame on a closed channel (the broker ends the connection with 504).
+  amqp::Bytes held_close;
+  std::int64_t held_close_since_ms = -1;
+  ChannelTx tx;  // transaction mode (tx.select), see transaction.hpp
   // The channel closes because an acknowledgement timed out (RabbitMQ's consumer_timeout or
   // the policy's ack_timeout): only the delivery timed_out_broker_tag names counts a return,
   // the others go back uncounted (session_timeout.cpp).

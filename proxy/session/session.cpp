@@ -177,6 +177,14 @@ void Session::on_tick(std::int64_t now_ms) {
   }
   if (phase_ == Phase::open && proxy_close_ == ProxyClose::none) check_ack_timeouts(now_ms);
   clock_ms_ = now_ms;
+  for (auto& [number, ch] : channels_) {
+    if (ch.held_close.empty()) continue;
+    if (ch.held_close_since_ms < 0) ch.held_close_since_ms = now_ms;
+    // A copy's confirm waits 30 s at most (guard_copies.cpp), and its settlement releases the
+    // close: this bound only keeps a client from waiting for ever should none come.
+    constexpr std::int64_t kHeldCloseMs = 45000;
+    release_held_close(ch, now_ms - ch.held_close_since_ms >= kHeldCloseMs);
+  }
   apply(observer_->on_tick());
 }
 
@@ -185,7 +193,7 @@ bool Session::settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag,
   finish_bookkeeping();
   auto it = channels_.find(channel);
   if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none ||
-      it->second.ack_close.active) {
+      it->second.ack_close.active || (it->second.closing && it->second.held_close.empty())) {
     return false;
   }
   Delivery* d = it->second.find_taken_over(broker_tag);

@@ -241,6 +241,12 @@ class Session {
   // Drops queued injections for a channel that is closing: the broker requeues what they
   // would have settled, and frames on a closed channel would be a connection error.
   void drop_injections(std::uint16_t channel);
+  // The client closes a channel on which a delivery is taken over and not yet settled (its
+  // copy awaits the broker's confirm): the close waits, so that the settlement goes first. Not
+  // in a transaction, which the close rolls back anyway. False if it need not wait.
+  bool hold_client_close(ChannelState& ch, const amqp::Frame& close);
+  // Sends a held close once the channel has no taken-over delivery left, or when `overdue`.
+  void release_held_close(ChannelState& ch, bool overdue = false);
   bool content_in_progress(Side to) const;
   // Malformed or unexpected input from `offender`: close it with `code`, and the other side.
   // `failing_method` (class and method ids) goes into the close's class-id and method-id.

@@ -72,6 +72,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::channel_close:
       ch.closing = true;
+      if (hold_client_close(ch, frame)) return;
       drop_injections(frame.channel);
       break;
     case mid::channel_close_ok:
@@ -231,6 +232,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::channel_close:
       ch.closing = true;
+      ch.held_close.clear();  // the broker ends the channel: the client's close crossed it
       drop_injections(frame.channel);
       tx_abandon(ch);  // the client's close-ok may wait behind a held commit
       note_broker_channel_close(ch, frame);

@@ -36,7 +36,10 @@ void Session::flush_injections(Side to) {
     if (!injection.settles_broker_tag && !injection.tx_resend) continue;
     auto it = channels_.find(injection.channel);
     if (it == channels_.end()) continue;
-    if (injection.settles_broker_tag) it->second.remove_taken_over(*injection.settles_broker_tag);
+    if (injection.settles_broker_tag) {
+      it->second.remove_taken_over(*injection.settles_broker_tag);
+      release_held_close(it->second);
+    }
     // In the client's transaction: dropped by a rollback, written again after it.
     if (it->second.tx.active) it->second.tx.proxy_settles.push_back(std::move(injection.frames));
   }
@@ -45,6 +48,21 @@ void Session::flush_injections(Side to) {
 void Session::drop_injections(std::uint16_t channel) {
   auto& queued = io(Side::broker).injections;
   std::erase_if(queued, [channel](const Injection& i) { return i.channel == channel; });
+}
+
+bool Session::hold_client_close(ChannelState& ch, const amqp::Frame& close) {
+  if (ch.taken_over_count() == 0 || ch.tx.active || ch.ack_close.active) return false;
+  ch.held_close.assign(close.raw.begin(), close.raw.end());
+  ch.held_close_since_ms = clock_ms_;
+  return true;
+}
+
+void Session::release_held_close(ChannelState& ch, bool overdue) {
+  if (ch.held_close.empty() || (ch.taken_over_count() > 0 && !overdue)) return;
+  if (content_in_progress(Side::broker)) return;  // the next flush or tick sends it
+  amqp::Bytes close = std::move(ch.held_close);
+  ch.held_close.clear();
+  emit(Side::broker, close);
 }
 
 bool Session::content_in_progress(Side to) const {
