@@ -140,12 +140,12 @@ std::vector<std::string> keys_needing_restart(const config::Config& now,
   return keys;
 }
 
-// With one thread, only that thread touches a socket or a timer (signals come through Asio's
-// own pipe), so the reactor need not lock its I/O: about 460 fewer mutex instructions per
-// message (docs/performance.md, run RS). The scheduler keeps its lock: the resolver's thread
-// posts to it.
+// The thread count, and nothing else. BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO with one thread
+// saved about 460 mutex instructions per message (run RS), but the one paired latency run that
+// compared it end to end put it 29 µs behind, beside a slot bias of 17 µs found afterwards
+// (docs/performance.md, runs PL2 and PL5): not shown to pay, so Asio's default stays.
 int io_concurrency_hint(unsigned threads) {
-  return threads == 1 ? BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO : static_cast<int>(threads);
+  return static_cast<int>(threads);
 }
 
 }  // namespace
