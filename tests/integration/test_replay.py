@@ -162,10 +162,16 @@ class ReplayTest(ReplayCase):
             process = subprocess.Popen(
                 [BIN, "replay", "--upstream", URL, "--from", dlq, "--to", q, "--rate", "5"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-            time.sleep(0.3)
+            # Q goes once the first copy is in it: a fixed 0.3 s could pass before a slow start
+            # (AddressSanitizer) had moved anything.
+            deadline = time.monotonic() + 10
+            while (self.count(q) < 1 and process.poll() is None
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
             harness.delete_queue(q)
             out, err = process.communicate(timeout=RUN_TIMEOUT)
             self.assertEqual(process.returncode, 1, f"{out}\n{err}")
+            self.assertRegex(out, r"(?m)^moved: \d+$", err)
             moved = int(re.search(r"^moved: (\d+)$", out, re.M).group(1))
             failed = int(re.search(r"^failed: (\d+)$", out, re.M).group(1))
             self.assertEqual(moved + failed, 6, out)
