@@ -64,8 +64,9 @@ void QueueFactsRegistry::on_declare(std::string_view queue, QueueFacts::Type typ
   // see: what a delivery showed stays.
   if (type != QueueFacts::Type::unknown) facts.type = type;
   facts.declared_limit = delivery_limit;
-  if (delivery_limit && *delivery_limit >= 0 && *delivery_limit <= kUnseenReturns + 1 &&
-      next_return_passes(0, static_cast<std::uint32_t>(*delivery_limit))) {
+  if (delivery_limit && *delivery_limit >= 0 &&
+      next_return_passes(0, static_cast<std::uint32_t>(std::min<std::int64_t>(
+                                *delivery_limit, std::numeric_limits<std::uint32_t>::max())))) {
     tight_limit_declared_.store(true, std::memory_order_relaxed);
   }
 }
