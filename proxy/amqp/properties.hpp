@@ -52,6 +52,12 @@ std::uint64_t content_headers_decoded();
 // Reads only the body size, without decoding the properties: the passthrough path needs it
 // to find where a content sequence ends.
 std::optional<std::uint64_t> peek_body_size(ByteView payload);
+// Whether the properties carry a headers table (flag bit 13), read from the flags alone; false
+// for a payload too short to have them.
+inline bool peek_has_headers(ByteView payload) {
+  constexpr std::size_t kFlagsOffset = 12;  // class, weight, body size
+  return payload.size() >= kFlagsOffset + 2 && (payload[kFlagsOffset] & 0x20) != 0;
+}
 
 [[nodiscard]] bool encode_content_header(ByteWriter& out, const ContentHeader& header);
 

@@ -200,6 +200,11 @@ void Relay::flush(Side side) {
   if (!pending.empty() || session_.close_after_flush(side)) e.wake_writer.cancel();
 }
 
+bool Relay::may_send_ahead(Side side) {
+  const Endpoint& e = end(side);
+  return e.direct_writes && !e.closed && e.writing == 0 && e.sent_ahead == 0;
+}
+
 void Relay::flush_both() {
   flush(Side::client);
   flush(Side::broker);
@@ -236,7 +241,15 @@ asio::awaitable<void> Relay::reader(Side side) {
       co_return;
     }
     self.last_read = Clock::now();
-    session_.commit_input(side, n);
+    if (may_send_ahead(other(side))) {
+      amqp::ByteView ahead = session_.receive_input(side, n);
+      boost::system::error_code ec;
+      std::size_t sent = ahead.empty() ? 0 : peer.stream.try_send(ahead.data(), ahead.size(), ec);
+      if (!ec) session_.written_ahead(other(side), sent);
+      session_.handle_input(side);
+    } else {
+      session_.commit_input(side, n);
+    }
     // Send first: what only counts (the last delivery's record, the traffic metrics) waits.
     flush(other(side));
     flush(side);

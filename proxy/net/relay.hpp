@@ -96,6 +96,9 @@ class Relay : public std::enable_shared_from_this<Relay> {
   // Whether flush() may send to `side` itself now (direct_write.hpp); if so over TLS, the
   // send counts as the side's last write.
   bool may_send_directly(Side side);
+  // Whether the reader may write to `side` what the session will forward unchanged before it
+  // handles it (Session::receive_input): plain TCP, with nothing in flight towards `side`.
+  bool may_send_ahead(Side side);
   void flush_both();
   bool now_ready_to_close() const;
   void close_socket(Side side);

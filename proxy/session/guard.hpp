@@ -37,6 +37,8 @@ class Guard final : public SessionObserver {
   // Called about once a second: confirms that never came fall back.
   ObserverActions on_tick() override;
   DeliveryPlan on_delivery(const Delivery& delivery) override;
+  // A first delivery carries no count to decide on: plan_delivery forwards it.
+  bool forwards_first_deliveries() const override { return true; }
   bool decide_before_holding_back(const Delivery& delivery) override;
   void on_settled(const Delivery& delivery, SettleKind kind) override;
   ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) override;

@@ -2,6 +2,7 @@
 // before the client sees it (a decision a crash left pending, or one more return would pass
 // the broker's limit), or waiting for its body (an identity that needs it).
 
+#include "proxy/amqp/properties.hpp"
 #include "proxy/session/guard.hpp"
 #include "proxy/session/guard_internal.hpp"
 #include "proxy/session/identity.hpp"
@@ -45,7 +46,7 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
   plan.retain_body = true;
 
   // Most first deliveries carry no headers table: then no count, and nothing to decode.
-  if (!d.redelivered && !has_headers_table(d.header_payload)) {
+  if (!d.redelivered && !amqp::peek_has_headers(d.header_payload)) {
     reading.first = true;
     return plan;
   }

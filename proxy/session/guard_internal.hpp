@@ -20,13 +20,6 @@ inline constexpr std::uint64_t kHealthCounted = 4;  // counted as a message in t
 inline constexpr std::uint64_t kBodySkipped =
     8;  // a first delivery that kept no body (guard_body.cpp)
 
-// Whether a content header's property flags announce a headers table (bit 13).
-inline bool has_headers_table(const amqp::Bytes& header_payload) {
-  constexpr std::size_t kFlagsOffset = 12;  // class, weight, body size
-  if (header_payload.size() < kFlagsOffset + 2) return false;
-  return (header_payload[kFlagsOffset] & 0x20) != 0;
-}
-
 // The properties of a delivery. A headers table the codec refuses (nested 10,000 deep, say)
 // does not hide the message: its other properties and top-level headers still identify it.
 // Once per delivery and decision: what a takeover decoded goes with its Intent to build_copy.

@@ -54,6 +54,11 @@ class SessionObserver {
     (void)delivery;
     return {};
   }
+  // Whether on_delivery plans every first delivery (basic.deliver not redelivered, no headers
+  // table in its content header) as forwarded (Action::forward), whatever it keeps of it.
+  // True lets the relay write such a delivery before the session handles it
+  // (Session::receive_input). The base forwards every delivery.
+  virtual bool forwards_first_deliveries() const { return true; }
   // A delivery is about to wait in the proxy behind a suspect one (crash_suspect in the tracker),
   // where a crash would give it back without the proxy deciding anything. True: decide it now
   // instead (on_delivery follows at once), e.g. because one more return would pass the broker's

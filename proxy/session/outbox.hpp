@@ -24,6 +24,7 @@ class Outbox {
   // nothing is queued and they lie in the source; copied otherwise. Nothing once closed.
   void emit(amqp::ByteView bytes) {
     if (closed_) return;
+    if (!ahead_.empty() && !claim_ahead(bytes)) return;
     if (!forwarded_.empty() && bytes.data() == forwarded_.data() + forwarded_.size()) {
       forwarded_ = amqp::ByteView(forwarded_.data(), forwarded_.size() + bytes.size());
       return;
@@ -48,6 +49,13 @@ class Outbox {
     copy_forwarded();
     return out_;
   }
+  // The relay wrote `bytes`, frames of the source that the session will emit next, before the
+  // session handled them (Session::receive_input): their emit() then queues nothing.
+  void written_ahead(amqp::ByteView bytes) { ahead_ = bytes; }
+  // Whether bytes written ahead were not emitted as they were (a session that handled them
+  // otherwise than receive_input foresaw), or are still unclaimed.
+  bool ahead_missed() const { return ahead_missed_ || !ahead_.empty(); }
+  bool empty() const { return forwarded_.empty() && out_.empty(); }
   // Nothing more is queued: once what is queued is written, the side's socket is closed.
   void close() { closed_ = true; }
   bool closed() const { return closed_; }
@@ -59,7 +67,22 @@ class Outbox {
   }
 
  private:
+  // Claims the front of `bytes` that was written ahead; false if nothing of it is left to queue.
+  bool claim_ahead(amqp::ByteView& bytes) {
+    if (bytes.data() != ahead_.data()) {
+      ahead_missed_ = true;
+      ahead_ = {};
+      return true;
+    }
+    std::size_t n = std::min(bytes.size(), ahead_.size());
+    ahead_ = ahead_.subspan(n);
+    bytes = bytes.subspan(n);
+    return !bytes.empty();
+  }
+
   const InputBuffer* source_ = nullptr;
+  amqp::ByteView ahead_;  // written by the relay, not emitted yet
+  bool ahead_missed_ = false;
   amqp::ByteView forwarded_;
   amqp::Bytes out_;
   bool closed_ = false;

@@ -59,12 +59,22 @@ std::span<std::uint8_t> Session::input_space(Side from, std::size_t buffer_bytes
   return side.in.space(buffer_bytes, side.decoder.frame_max());
 }
 
-void Session::commit_input(Side from, std::size_t n) {
+void Session::receive(Side from, std::size_t n) {
+  SideIo& side = io(from);
+  side.in.commit(n);
+  side.received = n;
+}
+
+void Session::handle_input(Side from) {
   SideIo& side = io(from);
   InputBuffer& in = side.in;
-  in.commit(n);
-  if (!side.input_closed && n > 0) in.consume(process(from, in.pending()));
+  if (!side.input_closed && side.received > 0) in.consume(process(from, in.pending()));
+  side.received = 0;
   if (side.input_closed || in.empty()) in.clear();
+  if (io(other(from)).out.ahead_missed()) {
+    protocol_error(Side::broker, reply::internal_error,
+                   "INTERNAL_ERROR - nackguard wrote frames ahead that it then handled otherwise");
+  }
 }
 
 std::size_t Session::process(Side from, ByteView data) {

@@ -66,7 +66,19 @@ class Session {
   // `n` bytes were read into input_space(from): handles the complete frames among them. The
   // last frame's bookkeeping (a forwarded delivery's body hash and unacked record) waits for
   // finish_bookkeeping(), so that the relay can send first.
-  void commit_input(Side from, std::size_t n);
+  void commit_input(Side from, std::size_t n) {
+    receive(from, n);
+    handle_input(from);
+  }
+  // commit_input() in two steps, for a relay that may write first what the session will
+  // forward unchanged (session_send_ahead.cpp). receive_input() takes the `n` bytes read and
+  // returns the frames among them that handling is known to forward to the other side as they
+  // are, ahead of anything else: one whole first delivery alone in the read, on a channel with
+  // nothing held back, or nothing. The relay may write them, says how many bytes it wrote with
+  // written_ahead(), then calls handle_input(), whose emit of those bytes finds them written.
+  amqp::ByteView receive_input(Side from, std::size_t n);
+  void written_ahead(Side to, std::size_t n);
+  void handle_input(Side from);
   // Does the bookkeeping commit_input() put off. Every other call does it first too, so
   // calling it is needed only before reading a channel() after commit_input().
   void finish_bookkeeping() {
@@ -143,13 +155,18 @@ class Session {
     Outbox out;      // its source is the other side's `in`
     std::vector<Injection> injections;
     amqp::FrameDecoder decoder;
+    std::size_t received = 0;  // bytes receive() took that handle_input() has not handled
     bool input_closed = false;
   };
 
   SideIo& io(Side side) { return io_[static_cast<int>(side)]; }
   const SideIo& io(Side side) const { return io_[static_cast<int>(side)]; }
 
+  void receive(Side from, std::size_t n);
   std::size_t process(Side from, amqp::ByteView data);
+  // The size of the first delivery that `data` holds, if it is all of `data` and handling it
+  // will forward it unchanged (session_send_ahead.cpp); 0 otherwise.
+  std::size_t lone_first_delivery(amqp::ByteView data);
   void handle_client_frame(const amqp::Frame& frame);
   void handle_broker_frame(const amqp::Frame& frame);
   void handle_client_connection_method(const amqp::Frame& frame, std::uint32_t key);

@@ -69,6 +69,7 @@ class RecordingObserver : public SessionObserver {
     opens.push_back(facts.vhost);
     events.push_back("open " + facts.vhost);
   }
+  bool forwards_first_deliveries() const override { return take_over_at_delivery.empty(); }
   DeliveryPlan on_delivery(const Delivery& d) override {
     deliveries.push_back(d);
     events.push_back("delivery " + name(d));
