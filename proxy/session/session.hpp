@@ -15,12 +15,12 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/methods.hpp"
 #include "proxy/session/channel.hpp"
+#include "proxy/session/channel_table.hpp"
 #include "proxy/session/delivery_router.hpp"
 #include "proxy/session/input_buffer.hpp"
 #include "proxy/session/observer.hpp"
@@ -280,7 +280,7 @@ class Session {
   SessionObserver null_observer_;
   std::array<SideIo, 2> io_;
   Phase phase_ = Phase::protocol_header;
-  std::unordered_map<std::uint16_t, ChannelState> channels_;
+  ChannelTable channels_;
   Tuning tuning_;
   std::string vhost_;
   std::string broker_version_;
