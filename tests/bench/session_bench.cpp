@@ -5,7 +5,10 @@
 //     with a trivial observer and with the production Guard (tracker, policies, retained
 //     bodies);
 //   - the publishing direction: basic.publish + header + body from the client, and the
-//     broker's confirms.
+//     broker's confirms;
+//   - the deliveries read as the relay reads them, with and without the check for a lone
+//     first delivery it may write ahead (Session::receive_input), in 64 KiB reads (under load)
+//     and one delivery per read (one message at a time).
 // Each iteration moves one batch of 100 messages (a prefetch's worth). The output the session
 // writes is moved out and cleared each time, as the relay's writer does. Figures are recorded
 // in docs/performance.md.
@@ -26,6 +29,7 @@
 #include "proxy/retry/policy_set.hpp"
 #include "proxy/session/guard.hpp"
 #include "proxy/session/session.hpp"
+#include "tests/unit/session/relay_read.hpp"
 
 namespace nackguard::session {
 namespace {
@@ -289,6 +293,61 @@ void BM_Session_PublishConfirm_Guard(benchmark::State& state) {
   set_rates(state, 4 * kBatch, publish.bytes.size() + confirm.bytes.size());
 }
 BENCHMARK(BM_Session_PublishConfirm_Guard);
+
+// The deliveries read as net::Relay reads them, each read written out before the next:
+// ahead=1 through receive_input (the relay over plain TCP while it is not writing: a lone
+// first delivery goes ahead), ahead=0 through commit_input (while it writes, or over TLS).
+// lone=0 in 64 KiB reads, lone=1 one delivery per read.
+void BM_Session_DeliverAck_Guard_RelayReads(benchmark::State& state) {
+  const bool ahead = state.range(0) != 0;
+  const bool lone = state.range(1) != 0;
+  GuardRig rig;
+  SessionOptions options;
+  options.body_budget = &rig.context.budget();
+  Session session(options, &rig.guard);
+  if (!open_session(session)) return state.SkipWithError("handshake failed");
+  Batch deliver = deliveries();
+  Batch ack = acks();
+  std::vector<std::size_t> read_ends = deliver.frame_ends;
+  if (!lone) {
+    read_ends.clear();
+    for (std::size_t at = kReadChunk; at < deliver.bytes.size(); at += kReadChunk)
+      read_ends.push_back(at);
+    read_ends.push_back(deliver.bytes.size());
+  }
+  Bytes scratch;
+  std::uint64_t next_tag = 1;
+  std::size_t went_ahead = 0;
+  for (auto _ : state) {
+    deliver.renumber(next_tag);
+    ack.renumber(next_tag);
+    next_tag += kBatch;
+    std::size_t begin = 0;
+    for (std::size_t end : read_ends) {
+      const ByteView read(deliver.bytes.data() + begin, end - begin);
+      if (ahead) {
+        went_ahead += relay_read(session, read, [](ByteView offered) {
+                        benchmark::DoNotOptimize(offered.data());
+                        return offered.size();
+                      }).size();
+      } else {
+        relay_read_in_turn(session, read);
+      }
+      drain(session, scratch);
+      begin = end;
+    }
+    feed_frame_by_frame(session, Side::client, ack);
+    drain(session, scratch);
+  }
+  if (session.channel(kChannel) == nullptr) state.SkipWithError("channel 1 is gone");
+  state.counters["ahead"] = benchmark::Counter(
+      static_cast<double>(went_ahead) / static_cast<double>(deliver.bytes.size()),
+      benchmark::Counter::kAvgIterations);
+  set_rates(state, 4 * kBatch, deliver.bytes.size() + ack.bytes.size());
+}
+BENCHMARK(BM_Session_DeliverAck_Guard_RelayReads)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"ahead", "lone"});
 
 }  // namespace
 }  // namespace nackguard::session

@@ -4,28 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "session/guard_script.hpp"
+#include "session/relay_read.hpp"
 #include "session/tracking_fixture.hpp"
 
 namespace nackguard::session::test {
 namespace {
-
-// Reads `bytes` from the broker as the relay does: what receive_input offers is written, its
-// first `write` bytes at most, then the read is handled. Returns what was offered; `written`
-// gets what was written.
-ByteView read_as_relay(Session& session, const Bytes& bytes, Bytes& written,
-                       std::size_t write = SIZE_MAX) {
-  std::span<std::uint8_t> space = session.input_space(Side::broker, 4096);
-  EXPECT_GE(space.size(), bytes.size());
-  std::memcpy(space.data(), bytes.data(), bytes.size());
-  ByteView ahead = session.receive_input(Side::broker, bytes.size());
-  written.assign(ahead.begin(), ahead.begin() + std::min(write, ahead.size()));
-  session.written_ahead(Side::client, written.size());
-  session.handle_input(Side::broker);
-  return ahead;
-}
 
 class SessionSendAhead : public SessionTracking {
  protected:
@@ -33,8 +17,13 @@ class SessionSendAhead : public SessionTracking {
     SessionTracking::SetUp();
     consume(1, "q", "c1");
   }
+  // Reads `bytes` from the broker as the relay does, writing at most `write` of the bytes
+  // offered ahead; returns what was offered.
   ByteView read(const Bytes& bytes, std::size_t write = SIZE_MAX) {
-    return read_as_relay(link.session, bytes, written_, write);
+    return relay_read(link.session, bytes, [&](ByteView ahead) {
+      written_.assign(ahead.begin(), ahead.begin() + std::min(write, ahead.size()));
+      return written_.size();
+    });
   }
   // What the client got: the bytes written ahead, then what the session queued.
   Bytes to_client() {
@@ -141,11 +130,8 @@ TEST_F(SessionSendAhead, BytesWrittenAheadThatHandlingWithholdsCloseTheConnectio
   // the broker, which requeues what the client held) rather than going on inconsistent.
   link.observer.take_over_at_delivery.insert({1, 1});
   Bytes delivery = deliver(1, "c1", 1);
-  std::span<std::uint8_t> space = link.session.input_space(Side::broker, 4096);
-  std::memcpy(space.data(), delivery.data(), delivery.size());
-  EXPECT_TRUE(link.session.receive_input(Side::broker, delivery.size()).empty());
-  link.session.written_ahead(Side::client, delivery.size());
-  link.session.handle_input(Side::broker);
+  ByteView offered = relay_read(link.session, delivery, [&](ByteView) { return delivery.size(); });
+  EXPECT_TRUE(offered.empty());
   EXPECT_TRUE(link.session.close_after_flush(Side::broker));
   std::vector<WireFrame> to_broker = link.to_broker();
   ASSERT_FALSE(to_broker.empty());
@@ -159,7 +145,10 @@ class GuardSendAhead : public guard_test::GuardTest {
   // The client gets `bytes` exactly once: `ahead` of them written first, the rest queued.
   void reaches_client(const Bytes& bytes, bool ahead) {
     Bytes written;
-    ByteView offered = read_as_relay(conn->session, bytes, written);
+    ByteView offered = relay_read(conn->session, bytes, [&](ByteView ahead) {
+      written.assign(ahead.begin(), ahead.end());
+      return written.size();
+    });
     EXPECT_EQ(offered.size(), ahead ? bytes.size() : 0u);
     Bytes out = written;
     ByteView run = conn->session.forwarded(Side::client);
