@@ -12,8 +12,8 @@
 // Each iteration moves one batch of 100 messages (a prefetch's worth). The output the session
 // writes is moved out and cleared each time, as the relay's writer does. Figures are recorded
 // in docs/performance.md. The reads stay at 64 KiB, what net::Relay read when these
-// benchmarks were written (it now reads up to kRelayReadChunk), so that the figures of every
-// version compare.
+// benchmarks were written (it now reads up to net::Relay::kReadChunk, 256 KiB), so that the
+// figures of every version compare.
 
 #include <benchmark/benchmark.h>
 
