@@ -21,8 +21,9 @@ packages=(
   # The /status page test (tests/integration/test_status_page.py) drives Debian's Chromium
   # headless through selenium and chromedriver.
   chromium chromium-driver python3-selenium
-  # RabbitMQ 4.0.5 for the broker matrix: tests/rabbitmq-rootfs.sh builds a Debian 13 root
-  # file system with Debian 13's rabbitmq-server (Debian 12 has no 4.x) and runs the node in it.
+  # RabbitMQ 4.0.5 and 4.3.6 for the broker matrix: tests/rabbitmq-rootfs.sh builds a Debian
+  # 13 (trixie) and a Debian unstable (sid) root file system with their rabbitmq-server (Debian
+  # 12 has no 4.x), and the nodes run in them.
   debootstrap
   # Benchmarks (tests/bench/): compare.sh measures haproxy (mode tcp, its own config,
   # never the system service) beside nackguard, the relay its goal is set against;

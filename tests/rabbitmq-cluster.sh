@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# Start, stop and inspect a PRIVATE three-node RabbitMQ 3.10 cluster for nackguard's cluster
-# tests (tests/integration/test_cluster.py).
+# Start, stop and inspect a PRIVATE three-node RabbitMQ cluster (3.10 by default, or 4.3) for
+# nackguard's cluster tests (tests/integration/test_cluster.py).
 #
 #   tests/rabbitmq-cluster.sh start|stop|status|env DIR
+#   NACKGUARD_TEST_CLUSTER_VERSION=4.3 tests/rabbitmq-cluster.sh start DIR
 #
 # Each node is a tests/rabbitmq-node.sh node (own data directory, every port on 127.0.0.1,
-# run as the `rabbitmq` user), with the layout agreed for the cluster:
+# run as the `rabbitmq` user), with the layout agreed for the cluster (the table is
+# tests/rabbitmq-versions.sh's):
 #
-#   node                      DIR      AMQP    distribution
-#   nackguard-c1@localhost    DIR/n1   23672   23673
-#   nackguard-c2@localhost    DIR/n2   23772   23773
-#   nackguard-c3@localhost    DIR/n3   23872   23873
-#   one private epmd for the three on 23369
+#   3.10 node                 4.3 node                     DIR      AMQP (3.10, 4.3)
+#   nackguard-c1@localhost    nackguard-c1-43@localhost    DIR/n1   23672, 20672
+#   nackguard-c2@localhost    nackguard-c2-43@localhost    DIR/n2   23772, 20772
+#   nackguard-c3@localhost    nackguard-c3-43@localhost    DIR/n3   23872, 20872
+#   each node's distribution port is its AMQP port + 1; one private epmd for the three on
+#   23369 (3.10) or 20369 (4.3)
+#
+# A 4.3 cluster's three nodes run chrooted in one Debian sid root file system
+# (NACKGUARD_TEST_ROOTFS, default DIR's parent/rootfs-sid), which they share (one Erlang
+# cookie, which clustering needs); each has its own data directory, DIR/nN, bind-mounted
+# into the root as tests/rabbitmq-node.sh does for any 4.x node.
 #
 # `start` boots the three nodes at once, then joins c2 and then c3 to c1 with
 # `rabbitmqctl join_cluster`. A cluster whose three nodes already run clustered is reused;
@@ -19,7 +27,11 @@
 # data directories. `stop` stops the three at once. `status` exits 0 only when the three run
 # as one cluster. `env` prints the variables the tests read (NACKGUARD_TEST_CLUSTER_*).
 #
-#   NACKGUARD_TEST_START_TIMEOUT     seconds each node may take to boot (60)
+#   NACKGUARD_TEST_CLUSTER_VERSION   3.10 (default) or 4.3
+#   NACKGUARD_TEST_ROOTFS            4.3: the sid root file system (DIR's parent/rootfs-sid)
+#                                    (`start` saves both in DIR/cluster-settings; the other
+#                                    actions on DIR use the saved ones when they are unset)
+#   NACKGUARD_TEST_START_TIMEOUT     seconds each node may take to boot (3.10: 60, 4.3: 300)
 #   NACKGUARD_TEST_CLUSTER_FAIL_JOIN a node name: its first join fails half way, so that
 #                                    test_cluster checks that the script recovers
 set -euo pipefail
@@ -35,28 +47,56 @@ case "$action" in start | stop | status | env) ;; *) usage ;; esac
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 node_script="$here/rabbitmq-node.sh"
+# shellcheck source=tests/rabbitmq-versions.sh
+. "$here/rabbitmq-versions.sh"
 mkdir -p "$2"
 dir=$(cd "$2" && pwd)
 
-epmd_port=23369
-names=(nackguard-c1@localhost nackguard-c2@localhost nackguard-c3@localhost)
-amqp_ports=(23672 23772 23872)
-dist_ports=(23673 23773 23873)
-
 say() { echo "rabbitmq-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
+
+# The version and root file system `start` saved, for the later actions on DIR.
+settings_file="$dir/cluster-settings"
+saved_version='' saved_rootfs=''
+if [[ -f $settings_file ]]; then
+  while IFS='=' read -r key value; do
+    case "$key" in
+      version) saved_version=$value ;;
+      rootfs) saved_rootfs=$value ;;
+    esac
+  done <"$settings_file"
+fi
+version=${NACKGUARD_TEST_CLUSTER_VERSION:-${saved_version:-3.10}}
+if [[ $version != "$saved_version" ]]; then saved_rootfs=''; fi
+rabbitmq_cluster_settings "$version" ||
+  die "NACKGUARD_TEST_CLUSTER_VERSION='$version': use 3.10 or 4.3"
+rabbitmq_version_settings "$version"
+names=("${rmq_cluster_names[@]}")
+amqp_ports=("${rmq_cluster_amqp_ports[@]}")
+dist_ports=("${rmq_cluster_dist_ports[@]}")
+epmd_port=$rmq_cluster_epmd_port
+# The nodes' root file system (4.x): shared by the three, not DIR/nN's parent (DIR).
+rootfs=''
+rootfs_env=(-u NACKGUARD_TEST_ROOTFS)
+if [[ -n $rmq_suite ]]; then
+  rootfs=${NACKGUARD_TEST_ROOTFS:-${saved_rootfs:-$(dirname "$dir")/rootfs-$rmq_suite}}
+  rootfs=$(realpath -m "$rootfs")
+  rootfs_env=(NACKGUARD_TEST_ROOTFS="$rootfs")
+fi
+start_timeout=${NACKGUARD_TEST_START_TIMEOUT:-$rmq_start_timeout}
 
 # Runs tests/rabbitmq-node.sh for node $1 (0-based) with that node's settings, whatever the
 # caller's environment says about the main test node.
 node() {
   local i=$1
   shift
-  env -u NACKGUARD_TEST_RABBITMQ_CONF_EXTRA -u NACKGUARD_TEST_RABBITMQ_FRESH \
+  env -u NACKGUARD_TEST_RABBITMQ_CONF_EXTRA -u NACKGUARD_TEST_RABBITMQ_FRESH "${rootfs_env[@]}" \
     NACKGUARD_TEST_NODE="${names[i]}" \
     NACKGUARD_TEST_BROKER_PORT="${amqp_ports[i]}" \
     NACKGUARD_TEST_DIST_PORT="${dist_ports[i]}" \
     NACKGUARD_TEST_EPMD_PORT="$epmd_port" \
-    NACKGUARD_TEST_RABBITMQ_VERSION=3.10 \
+    NACKGUARD_TEST_RABBITMQ_VERSION="$version" \
+    NACKGUARD_TEST_START_TIMEOUT="$start_timeout" \
     "$@"
 }
 
@@ -113,7 +153,7 @@ join_node() {
   ctl "$i" -q stop_app >/dev/null &&
     ctl "$i" -q join_cluster "${names[0]}" >/dev/null &&
     ctl "$i" -q start_app >/dev/null &&
-    ctl "$i" -q await_startup --timeout 60 >/dev/null
+    ctl "$i" -q await_startup --timeout "$start_timeout" >/dev/null
 }
 
 # A node whose join failed half way (seen in CI: start_app after join_cluster failed with
@@ -132,9 +172,15 @@ do_start() {
   local i
   for i in 0 1 2; do node "$i" "$node_script" env "$(node_dir "$i")" >/dev/null; done
   if clustered; then
-    say "cluster ${names[*]} already running (AMQP ${amqp_ports[*]}); reusing it"
+    say "RabbitMQ $version cluster ${names[*]} already running (AMQP ${amqp_ports[*]}); reusing it"
     return 0
   fi
+  if [[ -n $saved_version && $saved_version != "$version" ]]; then
+    # Its nodes would share DIR/nN with this version's, whose fresh start wipes them.
+    say "$dir held a RabbitMQ $saved_version cluster; stopping it first"
+    NACKGUARD_TEST_CLUSTER_VERSION=$saved_version "${BASH_SOURCE[0]}" stop "$dir"
+  fi
+  printf '%s\n' "version=$version" "rootfs=$rootfs" >"$settings_file"
   local t0=$SECONDS
   for i in 0 1 2; do
     if node_running "$i"; then
@@ -142,7 +188,7 @@ do_start() {
       stop_node "$i"
     fi
   done
-  say "starting ${names[*]} in $dir"
+  say "starting RabbitMQ $version nodes ${names[*]} in $dir"
   rm -f "$dir/.join-failed"
   each_node start_node_fresh || die "a node did not start (see the lines above)"
   # c2 then c3: two joins at once raced in mnesia (one of them failed to start its app). A
@@ -153,7 +199,7 @@ do_start() {
     rejoin_node "$i" || die "node ${names[i]} could not join ${names[0]} (logs: $dir/n*/log)"
   done
   clustered || die "the three nodes run but do not form one cluster (cluster_status of ${names[0]})"
-  say "cluster ${names[*]} is up after $((SECONDS - t0))s"
+  say "RabbitMQ $version cluster ${names[*]} is up after $((SECONDS - t0))s"
 }
 
 do_stop() {
@@ -188,6 +234,7 @@ do_env() {
     dirs+="${dirs:+,}$(node_dir "$i")"
   done
   printf 'export NACKGUARD_TEST_CLUSTER_DIR=%q\n' "$dir"
+  printf 'export NACKGUARD_TEST_CLUSTER_VERSION=%q\n' "$version"
   printf 'export NACKGUARD_TEST_CLUSTER_PORTS=%q\n' "$ports"
   printf 'export NACKGUARD_TEST_CLUSTER_NODES=%q\n' "$nodes"
   printf 'export NACKGUARD_TEST_CLUSTER_NODE_DIRS=%q\n' "$dirs"

@@ -7,17 +7,16 @@
 # port it opens is on 127.0.0.1, so it never touches a system RabbitMQ node or
 # a system epmd:
 #
-#   NACKGUARD_TEST_RABBITMQ_VERSION  3.10 (Debian 12's rabbitmq-server 3.10.8, the default)
-#                               or 4.0 (Debian 13's 4.0.5, run inside NACKGUARD_TEST_ROOTFS)
-#   NACKGUARD_TEST_ROOTFS       4.0 only: the Debian 13 root file system (default: DIR's
-#                               parent directory/rootfs-trixie); `start` builds it with
-#                               tests/rabbitmq-rootfs.sh (debootstrap) if it is missing
-#   NACKGUARD_TEST_NODE         node name             (3.10: nackguard-test@localhost,
-#                                                      4.0: nackguard-test40@localhost)
-#   NACKGUARD_TEST_BROKER_PORT  AMQP listener         (21672; 4.0: 22672)
-#   NACKGUARD_TEST_DIST_PORT    Erlang distribution   (21673; 4.0: 22673; the CLI tools
-#                               use the 10 ports above it: 21674-21683)
-#   NACKGUARD_TEST_EPMD_PORT    the node's own epmd   (21369; 4.0: 22369)
+#   NACKGUARD_TEST_RABBITMQ_VERSION  3.10 (Debian 12's 3.10.8, the default), 4.0 (4.0.5)
+#                               or 4.3 (4.3.6); a 4.x node runs in NACKGUARD_TEST_ROOTFS
+#   NACKGUARD_TEST_ROOTFS       4.x: the root file system of the version's Debian suite
+#                               (default: DIR's parent/rootfs-trixie for 4.0, rootfs-sid for
+#                               4.3), built or completed by tests/rabbitmq-rootfs.sh at `start`
+#   NACKGUARD_TEST_NODE, NACKGUARD_TEST_BROKER_PORT, NACKGUARD_TEST_DIST_PORT,
+#   NACKGUARD_TEST_EPMD_PORT    node name, AMQP listener, Erlang distribution (the CLI tools
+#                               use the 10 ports above it) and the node's own epmd; defaults
+#                               per version in tests/rabbitmq-versions.sh (3.10:
+#                               nackguard-test@localhost, 21672, 21673, 21369)
 #   NACKGUARD_TEST_RABBITMQ_CONF_EXTRA  optional lines appended to rabbitmq.conf
 #   NACKGUARD_TEST_RABBITMQ_PLUGINS     plugins to enable, comma-separated (e.g.
 #                               rabbitmq_prometheus; give its listener a loopback address and
@@ -29,10 +28,11 @@
 #                               unset: no advanced.config (one left by an earlier start goes)
 #   NACKGUARD_TEST_RABBITMQ_FRESH=1     `start` wipes the node's data (queues,
 #                               users, ...) first, unless the node is running
-#   NACKGUARD_TEST_START_TIMEOUT        seconds `start` waits for the node (60)
+#   NACKGUARD_TEST_START_TIMEOUT        seconds `start` waits for the node (3.10: 60,
+#                               4.0: 120, 4.3: 300: its first boot can take over 90 s)
 #
 # The node runs as the `rabbitmq` user (runuser, clean environment) so that it
-# and the CLI tools share /var/lib/rabbitmq/.erlang.cookie. A 4.0 node and its CLI
+# and the CLI tools share /var/lib/rabbitmq/.erlang.cookie. A 4.x node and its CLI
 # tools run as the root file system's own rabbitmq user, inside it:
 # `chroot ROOTFS runuser -u rabbitmq -- env -i ...`, with ROOTFS/proc mounted and DIR
 # bind-mounted at the same path inside ROOTFS (so DIR's paths mean the same inside and
@@ -43,7 +43,7 @@
 #   rabbitmq.conf, enabled_plugins   generated configuration (and advanced.config, see
 #                                    NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG)
 #   rabbitmqctl                      generated wrapper: rabbitmqctl -n NODE ...
-#   rabbitmq-diagnostics, rabbitmq-queues   symlinks to the same wrapper
+#   rabbitmq-diagnostics, rabbitmq-queues, rabbitmq-plugins   symlinks to the same wrapper
 #   mnesia/                          node data (owned by rabbitmq)
 #   log/                             node logs (owned by rabbitmq); log/console.log
 #                                    is the node's stdout/stderr
@@ -86,33 +86,33 @@ if [[ -f $settings_file ]]; then
     esac
   done <"$settings_file"
 fi
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/rabbitmq-versions.sh
+. "$here/rabbitmq-versions.sh"
 version=${NACKGUARD_TEST_RABBITMQ_VERSION:-${saved_version:-3.10}}
-case "$version" in
-  3.10) defaults=(nackguard-test@localhost 21672 21673 21369) ;;
-  4.0) defaults=(nackguard-test40@localhost 22672 22673 22369) ;;
-  *)
-    echo "rabbitmq-node: NACKGUARD_TEST_RABBITMQ_VERSION='$version': use 3.10 or 4.0" >&2
-    exit 2
-    ;;
-esac
+if ! rabbitmq_version_settings "$version"; then
+  echo "rabbitmq-node: NACKGUARD_TEST_RABBITMQ_VERSION='$version':" \
+    "use one of ${rabbitmq_versions[*]}" >&2
+  exit 2
+fi
 # A DIR saved with another version does not lend its name and ports to this one.
 if [[ -n $saved_version && $saved_version != "$version" ]]; then
   saved_node='' saved_amqp_port='' saved_dist_port='' saved_epmd_port='' saved_rootfs=''
 fi
-node=${NACKGUARD_TEST_NODE:-${saved_node:-${defaults[0]}}}
-amqp_port=${NACKGUARD_TEST_BROKER_PORT:-${saved_amqp_port:-${defaults[1]}}}
-dist_port=${NACKGUARD_TEST_DIST_PORT:-${saved_dist_port:-${defaults[2]}}}
-epmd_port=${NACKGUARD_TEST_EPMD_PORT:-${saved_epmd_port:-${defaults[3]}}}
-rootfs=''
+node=${NACKGUARD_TEST_NODE:-${saved_node:-$rmq_node}}
+amqp_port=${NACKGUARD_TEST_BROKER_PORT:-${saved_amqp_port:-$rmq_amqp_port}}
+dist_port=${NACKGUARD_TEST_DIST_PORT:-${saved_dist_port:-$rmq_dist_port}}
+epmd_port=${NACKGUARD_TEST_EPMD_PORT:-${saved_epmd_port:-$rmq_epmd_port}}
+rootfs='' suite=$rmq_suite
 in_root=() # the prefix that runs a command inside the node's root file system
-if [[ $version == 4.0 ]]; then
-  rootfs=$(realpath -m "${NACKGUARD_TEST_ROOTFS:-${saved_rootfs:-$(dirname "$dir")/rootfs-trixie}}")
+if [[ -n $suite ]]; then
+  rootfs=$(realpath -m "${NACKGUARD_TEST_ROOTFS:-${saved_rootfs:-$(dirname "$dir")/rootfs-$suite}}")
   in_root=(chroot "$rootfs")
 fi
-rootfs_script="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/rabbitmq-rootfs.sh"
+rootfs_script="$here/rabbitmq-rootfs.sh"
 ctl_port_min=$((dist_port + 1))
 ctl_port_max=$((dist_port + 10))
-start_timeout=${NACKGUARD_TEST_START_TIMEOUT:-60}
+start_timeout=${NACKGUARD_TEST_START_TIMEOUT:-$rmq_start_timeout}
 rabbitmq_bin=/usr/lib/rabbitmq/bin
 rabbitmq_home=/var/lib/rabbitmq # the rabbitmq user's home: holds .erlang.cookie
 
@@ -170,7 +170,7 @@ node_env=(
 )
 
 # Sets `as_user`: the prefix that runs a command as the rabbitmq user (the root file
-# system's own for 4.0, inside it). Also written into the CLI wrapper (declare -f).
+# system's own for 4.x, inside it). Also written into the CLI wrapper (declare -f).
 set_as_user() {
   if [[ $(id -u) -eq 0 ]]; then
     as_user=("${in_root[@]}" runuser -u rabbitmq --)
@@ -209,7 +209,7 @@ prepare() {
   fi
 
   mkdir -p "$mnesia_dir" "$log_dir"
-  # A 4.0 DIR is chowned once its root file system exists (do_start builds it).
+  # A 4.x DIR is chowned once its root file system exists (do_start builds it).
   if [[ $(id -u) -eq 0 ]] && { [[ -z $rootfs ]] || "$rootfs_script" check "$rootfs"; }; then
     chown "$(rabbitmq_owner)" "$mnesia_dir" "$log_dir"
     chmod 0750 "$mnesia_dir"
@@ -248,6 +248,7 @@ EOF
   mv -f "$ctl.tmp" "$ctl"
   ln -sfn rabbitmqctl "$dir/rabbitmq-diagnostics"
   ln -sfn rabbitmqctl "$dir/rabbitmq-queues"
+  ln -sfn rabbitmqctl "$dir/rabbitmq-plugins"
 }
 
 is_running() {
@@ -353,11 +354,16 @@ stop_epmd() {
   fi
 }
 
-# 4.0: builds the root file system if it is missing, mounts its /proc and bind-mounts DIR
-# at the same path inside it (the node's data stays in DIR, private to this node).
+# 4.x: builds (or completes) the root file system, checks its RabbitMQ is $version, mounts
+# its /proc and bind-mounts DIR at the same path inside it (the node's data stays in DIR,
+# private to this node).
 enter_rootfs() {
-  [[ $(id -u) -eq 0 ]] || die "a RabbitMQ 4.0 node needs root (chroot and mount); run as root"
-  "$rootfs_script" ensure "$rootfs"
+  [[ $(id -u) -eq 0 ]] || die "a RabbitMQ $version node needs root (chroot and mount); run as root"
+  "$rootfs_script" ensure "$rootfs" "$suite"
+  local installed
+  installed=$("$rootfs_script" version "$rootfs")
+  [[ $installed == "$version".* ]] || die "$rootfs has rabbitmq-server $installed, not $version:" \
+    "NACKGUARD_TEST_ROOTFS names the root of another version (4.0: rootfs-trixie, 4.3: rootfs-sid)"
   prepare # chown DIR's mnesia and log to the root file system's rabbitmq user
   "$rootfs_script" mount-proc "$rootfs"
   local inside="$rootfs$dir"
@@ -369,7 +375,7 @@ enter_rootfs() {
     die "user rabbitmq of $rootfs cannot write to $mnesia_dir (bind-mounted at $inside)"
 }
 
-# 4.0, after the node's processes are gone: unmounts DIR from the root file system, and its
+# 4.x, after the node's processes are gone: unmounts DIR from the root file system, and its
 # /proc if nothing else runs inside it.
 leave_rootfs() {
   local inside="$rootfs$dir"

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # The single test command: install dependencies, build, start the private
-# RabbitMQ nodes (3.10.8 and 4.0.5), run every test with ctest.
+# RabbitMQ nodes (3.10.8, 4.0.5 and 4.3.6), run every test with ctest.
 #
 #   tests/run.sh [ctest args...]        e.g. tests/run.sh -L unit
 #   NACKGUARD_TEST_BROKERS=3.10 tests/run.sh   only the 3.10 node, and every test but those
-#                                              against 4.0 (named *.rmq40 or *.rmq40.*)
+#                                              against 4.x (named *.rmq40[.*], *.rmq43[.*])
 #   NACKGUARD_TEST_BROKERS=4.0 tests/run.sh    only the 4.0 node and the tests against it
 #                                              (e.g. integration.test_redelivery.rmq40)
+#   NACKGUARD_TEST_BROKERS=3.10,4.3 tests/run.sh  those two nodes and their tests (the ones
+#                                              without a version part, and *.rmq43[.*])
 #
 # Environment:
 #   NACKGUARD_BUILD_DIR       build directory (default: build)
 #   NACKGUARD_JOBS            parallel build jobs (default: 2)
-#   NACKGUARD_TEST_BROKERS    which RabbitMQ versions to start and test against: 3.10, 4.0,
-#                             or both (default; also written "3.10,4.0")
+#   NACKGUARD_TEST_BROKERS    which RabbitMQ versions to start and test against, comma-
+#                             separated: 3.10, 4.0, 4.3; "all" is the three (the default),
+#                             "both" 3.10,4.0 (the default before 4.3 came)
 #   NACKGUARD_TEST_KEEP_NODE=1  leave the RabbitMQ nodes running afterwards
 #                             (the next run reuses them and saves their boot time)
 #   NACKGUARD_TEST_RABBITMQ_FRESH=0  keep the nodes' queues/users from an
@@ -23,9 +26,15 @@
 #   NACKGUARD_TEST40_EPMD_PORT  the 4.0 node (build/rabbitmq-4.0; nackguard-test40@localhost,
 #                             22672, 22673, 22369); exported for the tests as
 #                             NACKGUARD_TEST40_* beside the 3.10 node's NACKGUARD_TEST_*
+#   NACKGUARD_TEST43_NODE, NACKGUARD_TEST43_BROKER_PORT, NACKGUARD_TEST43_DIST_PORT,
+#   NACKGUARD_TEST43_EPMD_PORT  the 4.3 node (build/rabbitmq-4.3; nackguard-test43@localhost,
+#                             24772, 24773, 24369); exported as NACKGUARD_TEST43_*
+#                             (tests/rabbitmq-versions.sh has the table of defaults)
 #   NACKGUARD_TEST_ROOTFS     the Debian 13 root file system the 4.0 node runs in (default:
-#                             build/rootfs-trixie; built with debootstrap, about 2 minutes,
-#                             while the C++ build runs, and kept for the next run)
+#                             build/rootfs-trixie), NACKGUARD_TEST43_ROOTFS the Debian sid one
+#                             of the 4.3 node (build/rootfs-sid); each built with debootstrap
+#                             (about 2 minutes, while the C++ build runs) and kept for the
+#                             next run
 #   NACKGUARD_TEST_ATTEMPTS   tries a failed test gets in the phases against real brokers
 #                             (default 2; see "Passed only on a second try" at the end)
 #   NACKGUARD_EXTRA_CHECKS    which checks run after the main suite, comma-separated:
@@ -65,49 +74,21 @@ fi
 step "dependencies"
 "$root/deploy/install-deps.sh"
 
-brokers=${NACKGUARD_TEST_BROKERS:-both}
-case "$brokers" in
-  both | "3.10,4.0" | "4.0,3.10" | "3.10 4.0") brokers="3.10,4.0" ;;
-  3.10 | 4.0) ;;
-  *)
-    echo "tests/run.sh: NACKGUARD_TEST_BROKERS='$brokers': use 3.10, 4.0 or both" >&2
-    exit 2
-    ;;
-esac
-wants_broker() { [[ ,$brokers, == *,$1,* ]]; }
-# A test against the 4.0 node has ".rmq40" as a part of its name (tests/CMakeLists.txt).
-# With 4.0 alone the filter is a -R, which a -R among the ctest arguments replaces.
-rmq40_regex='[.]rmq40([.]|$)'
-broker_filter=()
-if [[ $brokers == 3.10 ]]; then broker_filter=(-E "$rmq40_regex"); fi
-if [[ $brokers == 4.0 ]]; then broker_filter=(-R "$rmq40_regex"); fi
+# Which versions this run wants (brokers, wants_broker), the ctest filter that goes with them
+# (broker_filter), and each version's node (node_dir_of, run_node, cmake_node_args).
+# shellcheck source=tests/run-brokers.sh
+. "$root/tests/run-brokers.sh"
 
-node40_dir="$build_dir/rabbitmq-4.0"
-port40=${NACKGUARD_TEST40_BROKER_PORT:-22672}
-name40=${NACKGUARD_TEST40_NODE:-nackguard-test40@localhost}
-# The 4.0 node's settings, whatever NACKGUARD_TEST_* say about the 3.10 node.
-node40() {
-  NACKGUARD_TEST_RABBITMQ_VERSION=4.0 \
-    NACKGUARD_TEST_ROOTFS=${NACKGUARD_TEST_ROOTFS:-$build_dir/rootfs-trixie} \
-    NACKGUARD_TEST_NODE=$name40 \
-    NACKGUARD_TEST_BROKER_PORT=$port40 \
-    NACKGUARD_TEST_DIST_PORT=${NACKGUARD_TEST40_DIST_PORT:-22673} \
-    NACKGUARD_TEST_EPMD_PORT=${NACKGUARD_TEST40_EPMD_PORT:-22369} \
-    NACKGUARD_TEST_START_TIMEOUT=${NACKGUARD_TEST_START_TIMEOUT:-120} \
-    "$node_script" "$@"
-}
-node310() { NACKGUARD_TEST_RABBITMQ_VERSION=3.10 "$node_script" "$@"; }
-
-# Boot the nodes (5-10 s; the 4.0 node's first run also builds its root file system, about
-# 2 minutes of mostly network) while the build runs. A node must not inherit the lock
+# Boot the nodes, all at once (5-10 s; a 4.3 node's first boot can take over 90 s, and a 4.x
+# node's first run also builds its root file system, about 2 minutes of mostly network) while
+# the build runs. A node must not inherit the lock
 # (fd 9), or the lock would live as long as the node. Each start's output goes to
 # DIR-start.log and its exit status to DIR-start.status.
 nodes_started=()  # "version dir" of each node this run started
 node_start_pids=()
 start_node() { # version dir
-  local version=$1 dir=$2 fn=node310
-  [[ $version == 4.0 ]] && fn=node40
-  if "$fn" status "$dir" >/dev/null 2>&1 9>&-; then
+  local version=$1 dir=$2
+  if run_node "$version" status "$dir" >/dev/null 2>&1 9>&-; then
     echo "tests/run.sh: reusing the RabbitMQ $version node already running in $dir"
     return 0
   fi
@@ -115,16 +96,17 @@ start_node() { # version dir
   rm -f "$dir-start.status"
   {
     local t0=$SECONDS status=0
-    NACKGUARD_TEST_RABBITMQ_FRESH=${NACKGUARD_TEST_RABBITMQ_FRESH:-1} "$fn" start "$dir" ||
-      status=$?
+    NACKGUARD_TEST_RABBITMQ_FRESH=${NACKGUARD_TEST_RABBITMQ_FRESH:-1} \
+      run_node "$version" start "$dir" || status=$?
     echo "tests/run.sh: the RabbitMQ $version node's start took $((SECONDS - t0))s" \
       "(exit $status)"
     echo "$status" >"$dir-start.status"
   } >"$dir-start.log" 2>&1 9>&- &
   node_start_pids+=($!)
 }
-if wants_broker 3.10; then start_node 3.10 "$node_dir"; fi
-if wants_broker 4.0; then start_node 4.0 "$node40_dir"; fi
+for v in "${rabbitmq_versions[@]}"; do
+  if wants_broker "$v"; then start_node "$v" "$(node_dir_of "$v")"; fi
+done
 
 extras_pid=
 stop_node() {
@@ -133,16 +115,14 @@ stop_node() {
     kill -- -"$extras_pid" 2>/dev/null || true
     extras_pid=
   fi
-  local p entry fn
+  local p entry
   for p in "${node_start_pids[@]}"; do
     wait "$p" 2>/dev/null || true
   done
   node_start_pids=()
   if [[ ${NACKGUARD_TEST_KEEP_NODE:-0} != 1 ]]; then
     for entry in "${nodes_started[@]}"; do
-      fn=node310
-      [[ ${entry%% *} == 4.0 ]] && fn=node40
-      "$fn" stop "${entry#* }" >"${entry#* }-stop.log" 2>&1 9>&- ||
+      run_node "${entry%% *}" stop "${entry#* }" >"${entry#* }-stop.log" 2>&1 9>&- ||
         echo "tests/run.sh: stopping the RabbitMQ ${entry%% *} node failed; see" \
           "${entry#* }-stop.log" >&2
     done
@@ -156,13 +136,9 @@ trap 'exit 143' TERM
 step "configure ($build_dir)"
 if [[ -f $build_dir/CMakeCache.txt ]] && grep -q '^CMAKE_BUILD_TYPE:' "$build_dir/CMakeCache.txt"; then
   # Keep the existing cache (build type, options): no rebuild from scratch.
-  cmake -S "$root" -B "$build_dir" -DNACKGUARD_TEST40_BROKER_PORT="$port40" -DNACKGUARD_TEST40_NODE="$name40"
+  cmake -S "$root" -B "$build_dir" "${cmake_node_args[@]}"
 else
-  cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
-  if [[ $port40 != 22672 || $name40 != nackguard-test40@localhost ]]; then
-    # The 4.0 tests' node (tests/CMakeLists.txt), when not the default one.
-    cmake -S "$root" -B "$build_dir" -DNACKGUARD_TEST40_BROKER_PORT="$port40" -DNACKGUARD_TEST40_NODE="$name40"
-  fi
+  cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "${cmake_node_args[@]}"
 fi
 
 step "build"
@@ -200,8 +176,7 @@ build_extras() {
   if wants asan; then
     build_extra "$asan_dir" "nackguard unit_amqp unit_retry unit_session" \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNACKGUARD_SANITIZE=address,undefined \
-      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DNACKGUARD_TEST40_BROKER_PORT="$port40" \
-      -DNACKGUARD_TEST40_NODE="$name40" -DNACKGUARD_TEST40_NODE_DIR="$node40_dir"
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" "${cmake_node_args[@]}"
   fi
   if wants tsan; then
     build_extra "$tsan_dir" "unit_retry unit_session" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -218,7 +193,7 @@ if [[ -n $extra_checks ]]; then
   # A build.status left by an earlier run must not pass for this run's (see built()).
   rm -f "$asan_dir/build.status" "$tsan_dir/build.status" "$fuzz_dir/build.status"
   setsid nice -n 19 bash -c "$(declare -f build_extra build_extras wants); $(declare -p root jobs \
-    extra_checks asan_dir tsan_dir fuzz_dir port40 name40 node40_dir); build_extras" 9>&- &
+    extra_checks asan_dir tsan_dir fuzz_dir cmake_node_args); build_extras" 9>&- &
   extras_pid=$!
 fi
 
@@ -235,17 +210,16 @@ for entry in "${nodes_started[@]}"; do
     exit 1
   fi
 done
-if wants_broker 4.0; then
-  # The 4.0 node's variables for the tests, beside the 3.10 node's NACKGUARD_TEST_*.
-  node_env=$(node40 env "$node40_dir" 9>&- | sed 's/^export NACKGUARD_TEST_/export NACKGUARD_TEST40_/')
+# Each 4.x node's variables for the tests (NACKGUARD_TEST40_*, NACKGUARD_TEST43_*), beside the
+# 3.10 node's NACKGUARD_TEST_* (last, so that they are not overwritten).
+for v in 4.0 4.3 3.10; do
+  wants_broker "$v" || continue
+  rabbitmq_version_settings "$v"
+  node_env=$(run_node "$v" env "$(node_dir_of "$v")" 9>&- |
+    sed "s/^export NACKGUARD_TEST_/export $rmq_env_prefix/")
   eval "$node_env"
   echo "$node_env"
-fi
-if wants_broker 3.10; then
-  node_env=$(node310 env "$node_dir" 9>&-)
-  eval "$node_env"
-  echo "$node_env"
-fi
+done
 
 total_passed=0
 total_failed=0
@@ -348,11 +322,13 @@ if wants asan; then
     # Two at a time: the integration tests mostly wait (the tsan and fuzz builds may still
     # be running, at the lowest priority).
     asan_tests='^(amqp|retry|session)[.]|^integration[.]'
-    case "$brokers" in
-      3.10) asan_filter=(-R "$asan_tests" -E "$rmq40_regex") ;;
-      4.0) asan_filter=(-R "^integration[.].*$rmq40_regex") ;;
-      *) asan_filter=(-R "$asan_tests") ;;
-    esac
+    # The same broker filter as the main suite's (see broker_filter).
+    asan_filter=(-R "$asan_tests")
+    if ! wants_broker 3.10; then
+      asan_filter=(-R "^integration[.].*[.]($tags_wanted)([.]|\$)")
+    elif [[ -n $tags_unwanted ]]; then
+      asan_filter+=(-E "[.]($tags_unwanted)([.]|\$)")
+    fi
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       run_ctest "$asan_dir" -j2 "${attempts[@]}" "${asan_filter[@]}"
   fi

@@ -26,6 +26,9 @@ RABBITMQ_VERSION = os.environ.get("NACKGUARD_FAULTS_RABBITMQ_VERSION") or "3.10"
 _NODE_DEFAULTS = {
     "3.10": ("faults-rabbitmq", "nackguard-faults@localhost", 26672, 26673, 26369),
     "4.0": ("faults-rabbitmq-4.0", "nackguard-faults40@localhost", 27672, 27673, 27369),
+    # No ctest test uses it yet (tests/faults/CMakeLists.txt): NACKGUARD_FAULTS_RABBITMQ_VERSION
+    # =4.3 by hand, or a faults.<module>.rmq43 test there.
+    "4.3": ("faults-rabbitmq-4.3", "nackguard-faults43@localhost", 27772, 27773, 27469),
 }
 if RABBITMQ_VERSION not in _NODE_DEFAULTS:
     sys.exit(f"faults: NACKGUARD_FAULTS_RABBITMQ_VERSION={RABBITMQ_VERSION!r}: use "
@@ -33,6 +36,8 @@ if RABBITMQ_VERSION not in _NODE_DEFAULTS:
 _node_dir, _node_name, _amqp, _dist, _epmd = _NODE_DEFAULTS[RABBITMQ_VERSION]
 NODE_DIR = os.path.join(BUILD_DIR, _node_dir)
 NODE_NAME = os.environ.get("NACKGUARD_FAULTS_NODE") or _node_name
+# Seconds the node may take to boot: a fresh 4.3 node's first boot took over 90 s here.
+NODE_START_TIMEOUT = 300 if RABBITMQ_VERSION == "4.3" else 150
 BROKER_HOST = "127.0.0.1"
 BROKER_PORT = int(os.environ.get("NACKGUARD_FAULTS_BROKER_PORT") or _amqp)
 DIST_PORT = int(os.environ.get("NACKGUARD_FAULTS_DIST_PORT") or _dist)

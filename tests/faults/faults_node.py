@@ -13,7 +13,7 @@ import unittest
 
 from faults_env import (
     BROKER_PORT, BUILD_DIR, DIST_PORT, EPMD_PORT, LOCK_PATH, LOCK_WAIT, NODE_DIR, NODE_NAME,
-    PROXY_BIN, QUEUE_TYPE, RABBITMQ_VERSION, log, wait_for_port, wait_until)
+    NODE_START_TIMEOUT, PROXY_BIN, QUEUE_TYPE, RABBITMQ_VERSION, log, wait_for_port, wait_until)
 
 import private_node  # noqa: E402  (tests/integration: faults_env put it on sys.path)
 
@@ -112,9 +112,10 @@ class Node:
 
     def _env(self, fresh=False):
         return private_node.node_env(NODE_NAME, BROKER_PORT, DIST_PORT, EPMD_PORT,
-                                     version=RABBITMQ_VERSION, fresh=fresh, start_timeout=150)
+                                     version=RABBITMQ_VERSION, fresh=fresh,
+                                     start_timeout=NODE_START_TIMEOUT)
 
-    def _script(self, action, fresh=False, timeout=240):
+    def _script(self, action, fresh=False, timeout=NODE_START_TIMEOUT + 90):
         t0 = time.monotonic()
         result = private_node.node_script(action, self.dir, self._env(fresh), timeout)
         log(f"rabbitmq-node.sh {action}: exit {result.returncode} after "

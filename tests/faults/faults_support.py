@@ -11,15 +11,17 @@ Environment:
                               $NACKGUARD_BUILD_DIR/faults-rabbitmq, temp files in
                               $NACKGUARD_BUILD_DIR/faults-tmp, results in
                               $NACKGUARD_BUILD_DIR/faults-results
-  NACKGUARD_FAULTS_RABBITMQ_VERSION  3.10 (default) or 4.0: the private node's RabbitMQ
+  NACKGUARD_FAULTS_RABBITMQ_VERSION  3.10 (default), 4.0 or 4.3: the private node's RabbitMQ
                               (passed to tests/rabbitmq-node.sh as
                               NACKGUARD_TEST_RABBITMQ_VERSION); it also chooses the defaults
                               of the next four and the node's directory
-                              ($NACKGUARD_BUILD_DIR/faults-rabbitmq, faults-rabbitmq-4.0)
+                              ($NACKGUARD_BUILD_DIR/faults-rabbitmq, faults-rabbitmq-4.0,
+                              faults-rabbitmq-4.3)
   NACKGUARD_FAULTS_NODE, NACKGUARD_FAULTS_BROKER_PORT, NACKGUARD_FAULTS_DIST_PORT,
   NACKGUARD_FAULTS_EPMD_PORT  the private node (3.10: nackguard-faults@localhost, 26672,
                               26673, 26369; 4.0: nackguard-faults40@localhost, 27672, 27673,
-                              27369); passed to tests/rabbitmq-node.sh as its
+                              27369; 4.3: nackguard-faults43@localhost, 27772, 27773, 27469);
+                              passed to tests/rabbitmq-node.sh as its
                               NACKGUARD_TEST_* variables
   NACKGUARD_TEST_QUEUE_TYPE   classic (default) or quorum: the type of the queues the tests
                               declare (quorum: durable, x-queue-type quorum)

@@ -6,8 +6,8 @@
 #   tests/faults/repeat.sh 20 test_consumer_killed_holding_unacked_and_delayed
 #
 # MODULE defaults to test_process_faults. The build directory is NACKGUARD_BUILD_DIR (default
-# build; it must hold a built nackguard), the broker NACKGUARD_FAULTS_RABBITMQ_VERSION (3.10 or
-# 4.0) and the queue type NACKGUARD_TEST_QUEUE_TYPE (classic or quorum), as for ctest's fault
+# build; it must hold a built nackguard), the broker NACKGUARD_FAULTS_RABBITMQ_VERSION (3.10,
+# 4.0 or 4.3) and the queue type NACKGUARD_TEST_QUEUE_TYPE (classic or quorum), as for ctest's fault
 # tests. Each run's output goes to BUILD/faults-repeat/MODULE.TEST_METHOD.K.log.
 set -euo pipefail
 [[ $# -ge 2 ]] || { sed -n '2,11p' "$0" >&2; exit 2; }

@@ -1,6 +1,6 @@
-"""Helpers for the cluster tests (test_cluster.py): the private three-node RabbitMQ 3.10
-cluster of tests/rabbitmq-cluster.sh, its nodes one by one, and a nackguard in front of all
-three.
+"""Helpers for the cluster tests (test_cluster.py): the private three-node RabbitMQ 3.10 (or
+4.3) cluster of tests/rabbitmq-cluster.sh, its nodes one by one, and a nackguard in front of
+all three.
 
 What is here (on top of harness.py, redelivery_support.py and operations_support.py, which it
 uses and does not change):
@@ -23,7 +23,12 @@ uses and does not change):
                      serving node stopped, reconnecting consumers (reconnecting_consumer.py)
 
 Environment:
-  NACKGUARD_TEST_CLUSTER_DIR   where the nodes live ($NACKGUARD_BUILD_DIR/cluster)
+  NACKGUARD_TEST_CLUSTER_VERSION  3.10 (default) or 4.3: the cluster's RabbitMQ, with its own
+                               names and ports (tests/rabbitmq-versions.sh; 4.3's nodes run in
+                               NACKGUARD_TEST_ROOTFS, default: the cluster directory's
+                               parent/rootfs-sid, e.g. $NACKGUARD_BUILD_DIR/rootfs-sid)
+  NACKGUARD_TEST_CLUSTER_DIR   where the nodes live ($NACKGUARD_BUILD_DIR/cluster, or
+                               cluster-4.3)
   NACKGUARD_TEST_CLUSTER_KEEP=1  leave the cluster running after the tests (a developer's
                                second run then starts in seconds)
 """
@@ -45,10 +50,27 @@ from reconnecting_consumer import ReconnectingConsumer
 TESTS_DIR = os.path.dirname(harness.HERE)
 CLUSTER_SCRIPT = os.path.join(TESTS_DIR, "rabbitmq-cluster.sh")
 NODE_SCRIPT = os.path.join(TESTS_DIR, "rabbitmq-node.sh")
+VERSION = os.environ.get("NACKGUARD_TEST_CLUSTER_VERSION") or "3.10"
+# Each version's layout, as tests/rabbitmq-versions.sh has it: node names, AMQP ports (the
+# distribution port is the next one), the cluster's epmd port.
+_LAYOUTS = {
+    "3.10": (("nackguard-c1@localhost", "nackguard-c2@localhost", "nackguard-c3@localhost"),
+             (23672, 23772, 23872), 23369),
+    "4.3": (("nackguard-c1-43@localhost", "nackguard-c2-43@localhost",
+             "nackguard-c3-43@localhost"), (20672, 20772, 20872), 20369),
+}
+if VERSION not in _LAYOUTS:
+    raise SystemExit(f"NACKGUARD_TEST_CLUSTER_VERSION={VERSION!r}: use 3.10 or 4.3")
+_NAMES, _PORTS, EPMD_PORT = _LAYOUTS[VERSION]
 CLUSTER_DIR = (os.environ.get("NACKGUARD_TEST_CLUSTER_DIR") or
-               os.path.join(harness.BUILD_DIR, "cluster"))
+               os.path.join(harness.BUILD_DIR, "cluster" if VERSION == "3.10" else
+                            "cluster-" + VERSION))
+# 4.3: the root file system the three nodes share. Unset: the cluster script's default
+# (CLUSTER_DIR's parent/rootfs-sid) at its first start, then the one each node's directory
+# saved (a node started alone must not get CLUSTER_DIR/rootfs-sid, tests/rabbitmq-node.sh's
+# default for DIR/nN).
+ROOTFS = os.environ.get("NACKGUARD_TEST_ROOTFS") or None
 KEEP = os.environ.get("NACKGUARD_TEST_CLUSTER_KEEP", "") not in ("", "0")
-EPMD_PORT = 23369
 START_TIMEOUT = 300
 NODE_TIMEOUT = 120
 
@@ -76,9 +98,7 @@ class Node:
             return False
 
 
-NODES = [Node(0, "nackguard-c1@localhost", 23672, 23673),
-         Node(1, "nackguard-c2@localhost", 23772, 23773),
-         Node(2, "nackguard-c3@localhost", 23872, 23873)]
+NODES = [Node(i, _NAMES[i], _PORTS[i], _PORTS[i] + 1) for i in range(3)]
 
 
 def node_named(name):
@@ -107,9 +127,12 @@ def _node_env(node):
     """tests/rabbitmq-node.sh's variables for `node`, whatever the run set for the main test
     node (its environment wins over the settings saved in the node's directory)."""
     base = {k: v for k, v in os.environ.items()
-            if k not in ("NACKGUARD_TEST_RABBITMQ_CONF_EXTRA", "NACKGUARD_TEST_RABBITMQ_FRESH")}
+            if k not in ("NACKGUARD_TEST_RABBITMQ_CONF_EXTRA", "NACKGUARD_TEST_RABBITMQ_FRESH",
+                         "NACKGUARD_TEST_ROOTFS")}
+    if VERSION != "3.10" and ROOTFS:
+        base["NACKGUARD_TEST_ROOTFS"] = ROOTFS
     return private_node.node_env(node.name, node.port, node.dist_port, EPMD_PORT,
-                                 version="3.10", base=base)
+                                 version=VERSION, base=base)
 
 
 # The nodes' ports and names are fixed, so two runs at once (the main suite and the
@@ -129,7 +152,7 @@ def start_cluster(fail_join=None):
     if _lock_file is None:
         _lock_file = open(LOCK_PATH, "a")
         fcntl.flock(_lock_file, fcntl.LOCK_EX)
-    env = dict(os.environ)
+    env = dict(os.environ, NACKGUARD_TEST_CLUSTER_VERSION=VERSION)
     if fail_join is not None:
         env["NACKGUARD_TEST_CLUSTER_FAIL_JOIN"] = fail_join.name
     output = _run([CLUSTER_SCRIPT, "start", CLUSTER_DIR], env=env, timeout=START_TIMEOUT,

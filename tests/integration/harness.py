@@ -7,6 +7,8 @@ Environment (set by tests/run.sh and CTest):
   NACKGUARD_TEST_RABBITMQCTL  rabbitmqctl wrapper for that node (optional)
   NACKGUARD_TEST_QUEUE_TYPE   classic (default) or quorum: the type of the queues the
                               redelivery scenarios declare (declare_queue(), queue_kwargs())
+  NACKGUARD_TEST_RABBITMQ_VERSION  the variant's broker version: 4.0 or 4.3 (unset: 3.10);
+                              RABBITMQ_VERSION here
 Developer overrides:
   NACKGUARD_IT_DIRECT_ONLY=1  start no proxy: every "through the proxy" leg goes to
                               the broker directly (tests that need a proxy skip)
@@ -28,6 +30,8 @@ What is here:
   QUEUE_TYPE, queue_kwargs(), declare_queue()  the run's queue type: a quorum queue is
                      durable with x-queue-type quorum (never exclusive or auto-delete)
   broker_version()   the test broker's version from its connection.start, e.g. (4, 0, 5)
+  broker_counts_nacks(), broker_default_delivery_limit()  how the test broker's quorum queues
+                     count returns (RabbitMQ 4.3 changed it), for tests to branch on
 """
 
 import collections
@@ -54,6 +58,7 @@ DIRECT_ONLY = os.environ.get("NACKGUARD_IT_DIRECT_ONLY", "") not in ("", "0")
 _ctl = os.environ.get("NACKGUARD_TEST_RABBITMQCTL") or ""
 RABBITMQCTL = _ctl if _ctl and os.access(_ctl, os.X_OK) else None
 
+RABBITMQ_VERSION = os.environ.get("NACKGUARD_TEST_RABBITMQ_VERSION") or "3.10"
 QUEUE_TYPE = os.environ.get("NACKGUARD_TEST_QUEUE_TYPE") or "classic"
 if QUEUE_TYPE not in ("classic", "quorum"):
     raise SystemExit(f"NACKGUARD_TEST_QUEUE_TYPE={QUEUE_TYPE!r}: use classic or quorum")
@@ -189,6 +194,29 @@ def broker_version():
         _broker_version = tuple(int(p) for p in raw.split("+")[0].split("-")[0].split(".")
                                 if p.isdigit())
     return _broker_version
+
+
+# Measured directly on 3.10.8, 4.0.5 and 4.3.6 (pika, no proxy), quorum queues:
+#   3.10 and 4.0 (4.1 and 4.2 alike, by their release notes): every return counts in
+#     x-delivery-count and against the delivery limit: basic.nack and basic.reject with
+#     requeue=true, and each unacked message of a channel or connection that closed (a crash).
+#   4.3: basic.nack(requeue=true) is not counted at all (a message only ever nacked carries no
+#     x-delivery-count), while basic.reject(requeue=true) and a crash count 1 each; every
+#     redelivery carries the new x-acquired-count (deliveries before this one, nacks included).
+#   A message's first delivery carries neither header, except that 3.10's basic.get-ok gives
+#   x-delivery-count 0. A delivery-limit policy and an x-delivery-limit argument: the lower
+#   one applies, on every version.
+def broker_counts_nacks():
+    """Whether the test broker's quorum queues count basic.nack(requeue=true) in
+    x-delivery-count and against their delivery limit: RabbitMQ 3.x and 4.0 to 4.2 do; 4.3
+    does not (only rejects and crashes count), so a nack loop there never reaches the limit."""
+    return broker_version() < (4, 3)
+
+
+def broker_default_delivery_limit():
+    """The delivery limit of a quorum queue declared with none and no policy: 20 on RabbitMQ
+    4.x, none (None) before."""
+    return 20 if broker_version() >= (4,) else None
 
 
 def typed(value):

@@ -11,6 +11,17 @@ import subprocess
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_SCRIPT = os.path.join(REPO_ROOT, "tests", "rabbitmq-node.sh")
+# The RabbitMQ version of the run's variant (tests/CMakeLists.txt: NACKGUARD_TEST40_ENV and
+# NACKGUARD_TEST43_ENV set it; unset: 3.10). A suite that starts a node of its own gives each
+# version a name, directory and ports of its own (tests/rabbitmq-versions.sh lists those taken).
+VERSION = os.environ.get("NACKGUARD_TEST_RABBITMQ_VERSION") or "3.10"
+
+
+def start_timeout(version=None, at_least=0):
+    """Seconds a node of `version` (default: the run's) may take to boot, at least
+    `at_least`: tests/rabbitmq-node.sh's default for the version (a fresh 4.3 node's first boot
+    took over 90 s)."""
+    return max(at_least, {"4.0": 120, "4.3": 300}.get(version or VERSION, 60))
 
 
 def node_env(name, amqp_port, dist_port, epmd_port, version=None, fresh=None,

@@ -10,9 +10,10 @@ timeout on each channel tick, every channel_tick_interval (60 s by default); the
 ticks every 500 ms (advanced.config), so each hang lasts 2 to about 2.5 s.
 
 The node is this module's own (tests/rabbitmq-node.sh, data under
-build/rabbitmq-consumer-timeout[-4.0]): 3.10 nackguard-ctimeout@localhost on ports
-30672/30673/30369, 4.0 nackguard-ctimeout40@localhost on 30772/30773/30469 (the CLI tools use
-the 10 ports above the distribution port), so the two variants run side by side with other
+build/rabbitmq-consumer-timeout[-4.0|-4.3]): 3.10 nackguard-ctimeout@localhost on ports
+30672/30673/30369, 4.0 nackguard-ctimeout40@localhost on 30772/30773/30469, 4.3
+nackguard-ctimeout43@localhost on 30872/30873/30569 (the CLI tools use the 10 ports above the
+distribution port), so the variants run side by side with other
 tests. The ports are below Linux's ephemeral range (32768-60999): there, the local end of any
 program's outgoing connection may hold the port, for 60 s after it closed (TIME-WAIT), and the
 node's listener fails with eaddrinuse (seen with 58672, twice in a row). Started in
@@ -49,16 +50,19 @@ import private_node
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
-VERSION = os.environ.get("NACKGUARD_TEST_RABBITMQ_VERSION") or "3.10"
-SUFFIX = "40" if VERSION == "4.0" else ""
-NODE_DIR = os.path.join(harness.BUILD_DIR, "rabbitmq-consumer-timeout" +
-                        ("-4.0" if VERSION == "4.0" else ""))
-NODE_PORT, DIST_PORT, EPMD_PORT = (30772, 30773, 30469) if VERSION == "4.0" else \
-    (30672, 30673, 30369)
+VERSION = private_node.VERSION
+# Each version's node: (name suffix, directory suffix, AMQP, distribution and epmd ports).
+SUFFIX, DIR_SUFFIX, NODE_PORT, DIST_PORT, EPMD_PORT = {
+    "3.10": ("", "", 30672, 30673, 30369),
+    "4.0": ("40", "-4.0", 30772, 30773, 30469),
+    "4.3": ("43", "-4.3", 30872, 30873, 30569)}[VERSION]
+NODE_DIR = os.path.join(harness.BUILD_DIR, "rabbitmq-consumer-timeout" + DIR_SUFFIX)
 CONSUMER_TIMEOUT_MS = 2000
+START_TIMEOUT = private_node.start_timeout(VERSION, 120)
 NODE_ENV = private_node.node_env(
     f"nackguard-ctimeout{SUFFIX}@localhost", NODE_PORT, DIST_PORT, EPMD_PORT, version=VERSION,
-    fresh=True, start_timeout=120, conf_extra=f"consumer_timeout = {CONSUMER_TIMEOUT_MS}",
+    fresh=True, start_timeout=START_TIMEOUT,
+    conf_extra=f"consumer_timeout = {CONSUMER_TIMEOUT_MS}",
     # RabbitMQ checks consumer_timeout on each channel tick (rabbit_channel), once a minute
     # by default; rabbitmq.conf has no key for the interval.
     advanced_config="[{rabbit, [{channel_tick_interval, 500}]}].")
@@ -87,7 +91,7 @@ class ConsumerTimeoutTest(rs.RedeliveryTest):
             print(f"note: stopping {NODE_ENV['NACKGUARD_TEST_NODE']} left over from an "
                   "earlier run", file=sys.stderr)
             node("stop", 180)
-        started = node("start", 240)
+        started = node("start", START_TIMEOUT + 120)
         if started.returncode != 0:
             cls._lock.close()
             raise RuntimeError(f"{private_node.NODE_SCRIPT} start {NODE_DIR} failed:\n{started.stdout}"

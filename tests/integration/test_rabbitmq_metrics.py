@@ -1,10 +1,12 @@
 # ctest-variants: rmq40
 """The RabbitMQ series the dead-letter queues' alert rules and dashboard panels read
 (deploy/prometheus/alerts.yaml, deploy/grafana/nackguard.json), from a real broker's
-rabbitmq_prometheus plugin, on 3.10 and 4.0 (the rmq40 variant).
+rabbitmq_prometheus plugin, on 3.10 and 4.0 (the rmq40 variant), and 4.3 (rmq43) when a
+variant asks for it.
 
 Its own node, with the plugin on 127.0.0.1: nackguard-metrics@localhost (3.10: AMQP 25672,
-distribution 25673, epmd 25369, metrics 25692; 4.0: 25772, 25773, 25469, 25792). A classic
+distribution 25673, epmd 25369, metrics 25692; 4.0: 25772, 25773, 25469, 25792; 4.3: 25872,
+25873, 25569, 25892). A classic
 and a quorum DLQ hold 3 and 1 messages, no consumer; then one consumer on the quorum one:
 
 - every rabbitmq_* series the rules use is on /metrics/per-object (rabbitmq_queue_*) and on
@@ -24,8 +26,8 @@ import yaml
 import harness
 import private_node
 
-V40 = os.environ.get("NACKGUARD_TEST_RABBITMQ_VERSION") == "4.0"
-BASE = 25772 if V40 else 25672
+VERSION = private_node.VERSION
+BASE = {"3.10": 25672, "4.0": 25772, "4.3": 25872}[VERSION]
 AMQP_PORT, DIST_PORT, EPMD_PORT, METRICS_PORT = BASE, BASE + 1, BASE - 303, BASE + 20
 DETAILED = "/metrics/detailed?family=queue_coarse_metrics&family=queue_consumer_count"
 SAMPLE = re.compile(r'^(rabbitmq_\w+)\{([^}]*)\} (\S+)$')
@@ -58,13 +60,14 @@ class RabbitMQMetricsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         build = os.environ.get("NACKGUARD_BUILD_DIR") or os.path.join(harness.REPO_ROOT, "build")
-        cls.dir = os.path.join(build, "rabbitmq-metrics-4.0" if V40 else "rabbitmq-metrics")
+        cls.dir = os.path.join(build, "rabbitmq-metrics" +
+                               ("" if VERSION == "3.10" else "-" + VERSION))
         os.makedirs(cls.dir, exist_ok=True)
         cls.env = private_node.node_env(
             "nackguard-metrics@localhost", AMQP_PORT, DIST_PORT, EPMD_PORT, fresh=True,
             plugins="rabbitmq_prometheus",
             conf_extra=f"prometheus.tcp.port = {METRICS_PORT}\nprometheus.tcp.ip = 127.0.0.1")
-        started = cls.node("start", timeout=240)
+        started = cls.node("start", timeout=private_node.start_timeout(VERSION) + 180)
         if started.returncode != 0:
             cls.node("stop")
             raise AssertionError(f"the metrics node did not start:\n{started.stdout}"

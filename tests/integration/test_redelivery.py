@@ -1,4 +1,4 @@
-# ctest-variants: quorum rmq40 rmq40.quorum
+# ctest-variants: quorum rmq40 rmq40.quorum rmq43 rmq43.quorum
 """nackguard bounds redeliveries of poison messages, end to end against a real RabbitMQ.
 
 Every test starts its own proxy process(es) with its own policy file for its own queue,
