@@ -31,6 +31,7 @@ retry::GuardSettings guard_settings(const config::Config& cfg) {
   settings.tracker_idle_ttl = cfg.tracker_idle_ttl;
   settings.retained_body_bytes = cfg.retained_body_bytes;
   settings.host_name = host_name();
+  if (cfg.upstream_management) settings.learnt_limits_refresh = cfg.upstream_management->refresh;
   return settings;
 }
 
@@ -112,6 +113,16 @@ std::string tls_signature(const config::Config& cfg) {
   return out;
 }
 
+// What upstream.management says, as one string to compare across a reload (the password too:
+// a changed password file is read again only by a restart).
+std::string management_signature(const config::Config& cfg) {
+  const auto& api = cfg.upstream_management;
+  if (!api) return {};
+  return api->url + "|" + api->username + "|" + api->password + "|" +
+         std::to_string(api->refresh.count()) + "|" + std::to_string(api->timeout.count()) + "|" +
+         (api->verify ? "verify|" : "|") + api->ca_file.path.string();
+}
+
 // Keys a reload cannot apply: they shape sockets, threads and memory set up at start.
 std::vector<std::string> keys_needing_restart(const config::Config& now,
                                               const config::Config& loaded) {
@@ -136,6 +147,7 @@ std::vector<std::string> keys_needing_restart(const config::Config& now,
             now.tracker_idle_ttl != loaded.tracker_idle_ttl,
         "tracker");
   check(tls_signature(now) != tls_signature(loaded), "listen.tls or upstream.tls");
+  check(management_signature(now) != management_signature(loaded), "upstream.management");
   check(now.reload_watch != loaded.reload_watch, "reload.watch");
   return keys;
 }
@@ -175,6 +187,16 @@ App::App(config::Config config, retry::PolicySet policies)
                        [&budget] { return static_cast<double>(budget.untracked()); });
   status_ = std::make_unique<status::StatusBoard>(guard_, registry_, kVersion, host_name());
   status_->set_config(status_config(config_, guard_.policies()->policies().size()));
+  status_->set_queue_limits([this] {
+    return status::management_rows(guard_.learnt_limits().rows(status::kMaxQueues),
+                                   guard_.steady_ms(), guard_.wall_ms());
+  });
+  metrics_listener_.attach(guard_);
+  if (config_.upstream_management) {
+    management_ = std::make_unique<net::ManagementClient>(io_, *config_.upstream_management,
+                                                          guard_.learnt_limits(), &registry_,
+                                                          [this] { return guard_.steady_ms(); });
+  }
   metrics::HttpHandlers handlers;
   handlers.metrics = [this] { return registry_.render(); };
   handlers.status_json = [this] { return status_->json(); };
@@ -196,6 +218,7 @@ std::optional<std::string> App::not_ready_reason() const {
 int App::run() {
   server_->start();
   metrics_server_->start();
+  if (management_) management_->start();
   watch_files();
   spdlog::info("nackguard {} listening on {}:{}, forwarding to {} ({} threads)", kVersion,
                config_.listen.host, config_.listen.port, upstream_list(config_), config_.threads);
@@ -319,6 +342,7 @@ void App::watch_drain() {
       stop_signals_.cancel();
       reload_signal_.cancel();
       status_timer_.cancel();
+      if (management_) management_->stop();
       if (config_watcher_) config_watcher_->cancel();
       io_.stop();
       return;

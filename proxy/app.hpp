@@ -18,6 +18,8 @@
 #include "proxy/metrics/registry.hpp"
 #include "proxy/net/config_watcher.hpp"
 #include "proxy/net/log_listener.hpp"
+#include "proxy/net/lookup_on_delivery.hpp"
+#include "proxy/net/management_client.hpp"
 #include "proxy/net/server.hpp"
 #include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/policy_set.hpp"
@@ -47,12 +49,14 @@ class App {
   config::Config config_;
   net::LogListener log_listener_;
   metrics::Registry registry_;
-  metrics::MetricsListener metrics_listener_;
+  net::LookupOnDelivery metrics_listener_;  // a MetricsListener, and the temporary lookup hook
   retry::GuardContext guard_;
   boost::asio::io_context io_;
   std::unique_ptr<net::Server> server_;
   std::unique_ptr<status::StatusBoard> status_;
   std::unique_ptr<metrics::HttpServer> metrics_server_;
+  // Looks delivery limits up in RabbitMQ's management API; null without upstream.management.
+  std::unique_ptr<net::ManagementClient> management_;
   // The signal handlers and the drain watch run on it, one at a time: reload writes config_
   // while begin_shutdown reads it, and io_ runs on several threads.
   boost::asio::strand<boost::asio::io_context::executor_type> signals_strand_;

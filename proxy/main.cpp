@@ -12,6 +12,7 @@
 #include "proxy/config/config.hpp"
 #include "proxy/config/policy_loader.hpp"
 #include "proxy/logging.hpp"
+#include "proxy/net/management_client.hpp"
 #include "proxy/net/tls.hpp"
 #include "proxy/replay/replay.hpp"
 #include "proxy/status/status_cli.hpp"
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
     cfg = config::load_config(args["config"].as<std::string>());
     policies = config::load_policies(cfg.policies_dir);
     net::load_tls(cfg);  // a certificate or key OpenSSL refuses is a config error too
+    net::check_management_tls(cfg);
   } catch (const config::ConfigError& e) {
     std::cerr << "nackguard: " << e.what() << "\n";
     return 1;

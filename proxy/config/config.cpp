@@ -11,6 +11,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "proxy/config/management_section.hpp"
 #include "proxy/config/tls_section.hpp"
 #include "proxy/config/upstream_addresses.hpp"
 #include "proxy/config/yaml_section.hpp"
@@ -43,8 +44,8 @@ constexpr std::array<std::string_view, 11> kTopKeys{
     "listen", "upstream", "threads", "policies_dir", "metrics", "log",
     "limits", "timeouts", "tracker", "shutdown",     "reload"};
 constexpr std::array<std::string_view, 3> kListenKeys{"address", "port", "tls"};
-constexpr std::array<std::string_view, 5> kUpstreamKeys{"host", "port", "addresses",
-                                                        "connect_timeout", "tls"};
+constexpr std::array<std::string_view, 6> kUpstreamKeys{
+    "host", "port", "addresses", "connect_timeout", "tls", "management"};
 constexpr std::array<std::string_view, 4> kMetricsKeys{"address", "port", "max_queue_labels",
                                                        "show_identities"};
 constexpr std::array<std::string_view, 1> kShutdownKeys{"grace"};
@@ -171,6 +172,7 @@ void read_upstream(const Source& source, const Section& top, Config& config) {
         detail::read_duration(*timeout, milliseconds(1), kLongestTimeout);
   }
   detail::read_upstream_tls(source, upstream, config);
+  detail::read_upstream_management(source, upstream, config);
 }
 
 void read_log(const Section& top, Config& config) {

@@ -55,6 +55,24 @@ struct UpstreamTls {
   ConfigFile key_file;
 };
 
+// upstream.management: RabbitMQ's management API, read for each queue's delivery limit in
+// force (docs/operations.md, "Delivery limits from the management API").
+struct UpstreamManagement {
+  std::string url;  // as written, for messages
+  bool https = false;
+  Endpoint endpoint{"127.0.0.1", 15672};
+  std::string path_prefix;  // "" or e.g. "/rabbitmq": the API answers at PREFIX/api/...
+  std::string username;
+  // From `password`, or read from `password_file` when the config is loaded. Never shown.
+  std::string password;
+  ConfigFile password_file;  // empty when `password` is given
+  std::chrono::milliseconds refresh{60000};
+  std::chrono::milliseconds timeout{5000};
+  bool verify = true;    // https: the API's certificate chain, dates and name
+  ConfigFile ca_file;    // https; empty: the system's trust store
+  std::string location;  // "FILE:LINE:COLUMN" of the management key, for messages
+};
+
 struct Config;
 // The broker addresses to connect to: upstream.addresses, or the one of upstream.host/port.
 std::vector<Endpoint> upstream_targets(const Config& config);
@@ -70,6 +88,8 @@ struct Config {
   std::vector<Endpoint> upstream_addresses;
   std::optional<ListenTls> listen_tls;      // absent: clients connect in plain TCP
   std::optional<UpstreamTls> upstream_tls;  // absent: plain TCP to the broker
+  // Absent: no lookups; delivery limits come from declares and policies only.
+  std::optional<UpstreamManagement> upstream_management;
   std::chrono::milliseconds upstream_connect_timeout{5000};
   // 1..256. One by default: a second thread cost a third more CPU per message, for no
   // throughput, at 1 and at 100 connections (docs/performance.md, "Threads").

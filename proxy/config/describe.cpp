@@ -43,6 +43,25 @@ void append_tls(std::ostream& out, const Config& config) {
   }
 }
 
+// Only when set, and never the password itself.
+void append_management(std::ostream& out, const Config& config) {
+  const auto& api = config.upstream_management;
+  if (!api) return;
+  out << "upstream.management.url: " << api->url << "\n"
+      << "upstream.management.username: " << api->username << "\n"
+      << "upstream.management.password: "
+      << (api->password_file.empty() ? "(set in the config file)"
+                                     : "(read from " + api->password_file.path.string() + ")")
+      << "\n"
+      << "upstream.management.refresh: " << format_duration(api->refresh) << "\n"
+      << "upstream.management.timeout: " << format_duration(api->timeout) << "\n";
+  if (api->https) {
+    out << "upstream.management.verify: " << (api->verify ? "true" : "false") << "\n"
+        << "upstream.management.ca_file: "
+        << file_or(api->ca_file, api->verify ? "(none: the system trust store)" : "(none)") << "\n";
+  }
+}
+
 // upstream.host and upstream.port, or upstream.addresses when those are set.
 std::string upstream_lines(const Config& config) {
   if (config.upstream_addresses.empty()) {
@@ -83,6 +102,7 @@ std::string describe(const Config& config) {
       << "tracker.max_entries: " << config.tracker_max_entries << "\n"
       << "tracker.idle_ttl: " << format_duration(config.tracker_idle_ttl) << "\n";
   append_tls(out, config);
+  append_management(out, config);
   return out.str();
 }
 

@@ -31,10 +31,20 @@ std::string unreadable_because(const fs::path& path) {
   return {};
 }
 
-// A PEM file named under `key`: resolved against the config file's directory, and checked to
-// be readable now, so that a wrong path is reported at its line rather than by OpenSSL.
-ConfigFile read_file(const Source& source, const Section& section, std::string_view key,
-                     const fs::path& config_file, std::string_view what) {
+// `tls:` with nothing after it is most likely a half-finished edit: refuse it rather than
+// guess whether TLS was meant.
+void check_not_empty(const Section& parent, std::string_view expected_keys) {
+  const Field* tls = parent.find("tls");
+  if (tls != nullptr && tls->value().IsNull()) {
+    tls->fail("expected a map with the keys " + std::string(expected_keys) +
+              ", got nothing; remove tls for plain TCP");
+  }
+}
+
+}  // namespace
+
+ConfigFile read_config_file(const Source& source, const Section& section, std::string_view key,
+                            const fs::path& config_file, std::string_view what) {
   const Field* field = section.find(key);
   if (field == nullptr) return {};
   const std::string text = field->scalar("a file path");
@@ -53,27 +63,17 @@ ConfigFile read_file(const Source& source, const Section& section, std::string_v
               "); fix the path, or let the user running nackguard read the file");
 }
 
-// `tls:` with nothing after it is most likely a half-finished edit: refuse it rather than
-// guess whether TLS was meant.
-void check_not_empty(const Section& parent, std::string_view expected_keys) {
-  const Field* tls = parent.find("tls");
-  if (tls != nullptr && tls->value().IsNull()) {
-    tls->fail("expected a map with the keys " + std::string(expected_keys) +
-              ", got nothing; remove tls for plain TCP");
-  }
-}
-
-}  // namespace
-
 void read_listen_tls(const Source& source, const Section& listen, Config& config) {
   const Field* field = listen.find("tls");
   if (field == nullptr) return;
   check_not_empty(listen, join(kListenTlsKeys));
   const Section tls = listen.child("tls", kListenTlsKeys);
   ListenTls settings;
-  settings.cert_file = read_file(source, tls, "cert_file", config.file, "the certificate file");
-  settings.key_file = read_file(source, tls, "key_file", config.file, "the private key file");
-  settings.ca_file = read_file(source, tls, "ca_file", config.file, "the CA file");
+  settings.cert_file =
+      read_config_file(source, tls, "cert_file", config.file, "the certificate file");
+  settings.key_file =
+      read_config_file(source, tls, "key_file", config.file, "the private key file");
+  settings.ca_file = read_config_file(source, tls, "ca_file", config.file, "the CA file");
   const Field* require = tls.find("require_client_cert");
   if (require != nullptr) settings.require_client_cert = read_bool(*require);
   if (settings.cert_file.empty() || settings.key_file.empty()) {
@@ -99,14 +99,16 @@ void read_upstream_tls(const Source& source, const Section& upstream, Config& co
   const Section tls = upstream.child("tls", kUpstreamTlsKeys);
   UpstreamTls settings;
   if (const Field* verify = tls.find("verify")) settings.verify = read_bool(*verify);
-  settings.ca_file = read_file(source, tls, "ca_file", config.file, "the CA file");
+  settings.ca_file = read_config_file(source, tls, "ca_file", config.file, "the CA file");
   // With several addresses, each connection checks the name of the address it connects to.
   if (config.upstream_addresses.empty()) settings.server_name = config.upstream.host;
   if (const Field* name = tls.find("server_name")) {
     settings.server_name = read_word(*name, "a host name");
   }
-  settings.cert_file = read_file(source, tls, "cert_file", config.file, "the certificate file");
-  settings.key_file = read_file(source, tls, "key_file", config.file, "the private key file");
+  settings.cert_file =
+      read_config_file(source, tls, "cert_file", config.file, "the certificate file");
+  settings.key_file =
+      read_config_file(source, tls, "key_file", config.file, "the private key file");
   if (settings.cert_file.empty() != settings.key_file.empty()) {
     const Field* given = tls.find(settings.cert_file.empty() ? "key_file" : "cert_file");
     given->fail(std::string("set without ") +

@@ -76,6 +76,15 @@
     "Queues whose type and declared delivery limit nackguard remembers (at most 10000).")          \
   X(queue_facts_forgotten_total, counter_source,                                                   \
     "Queues forgotten, oldest first, to stay within that bound.")                                  \
+  X(management_lookups_total, counter,                                                             \
+    "Delivery-limit lookups in RabbitMQ's management API (upstream.management), by result: ok, "   \
+    "not_found (no such queue yet), no_statistics (no policies shown for it yet), failed.",        \
+    lookup_result)                                                                                 \
+  X(management_limits_known, gauge_source,                                                         \
+    "Queues whose delivery limit the management API told (at most 10000).")                        \
+  X(management_limits_forgotten_total, counter_source,                                             \
+    "Queues whose looked-up delivery limit was forgotten, oldest first, to stay within that "      \
+    "bound.")                                                                                      \
   X(retained_body_bytes, gauge_source,                                                             \
     "Message bytes held in memory for republishing and for deliveries held back, and the "        \
     "records (content headers included) of unacked deliveries.")                                   \
@@ -126,7 +135,8 @@ enum class MetricLabel : std::uint8_t {
   reason,
   cause,
   result,
-  address
+  address,
+  lookup_result
 };
 
 // Fixed value lists, in the order of the enums they label.
@@ -147,6 +157,9 @@ inline constexpr std::array<std::string_view, 7> kCauseValues{"body_not_retained
                                                               "encode_failed",
                                                               "other"};
 inline constexpr std::array<std::string_view, 2> kResultValues{"ok", "error"};
+// Indexed by LookupResult (registry.hpp).
+inline constexpr std::array<std::string_view, 4> kLookupResultValues{"ok", "not_found",
+                                                                     "no_statistics", "failed"};
 
 // The queue label value that the queues beyond max_queue_labels add up under.
 inline constexpr std::string_view kOtherQueue = "_other";
@@ -185,6 +198,8 @@ constexpr LabelDef label_def(MetricLabel label) {
       return {"result", LabelKind::fixed, kResultValues};
     case MetricLabel::address:
       return {"address", LabelKind::address, {}};
+    case MetricLabel::lookup_result:
+      return {"result", LabelKind::fixed, kLookupResultValues};
   }
   return {};
 }

@@ -64,6 +64,11 @@ void watch_guard_context(Registry& registry, retry::GuardContext& context) {
   registry.set_source(Metric::queue_facts, [&facts] { return static_cast<double>(facts.size()); });
   registry.set_source(Metric::queue_facts_forgotten_total,
                       [&facts] { return static_cast<double>(facts.forgotten()); });
+  retry::LearntLimits& limits = context.learnt_limits();
+  registry.set_source(Metric::management_limits_known,
+                      [&limits] { return static_cast<double>(limits.known()); });
+  registry.set_source(Metric::management_limits_forgotten_total,
+                      [&limits] { return static_cast<double>(limits.forgotten()); });
   registry.set_source(Metric::retained_body_bytes,
                       [&budget] { return static_cast<double>(budget.used()); });
   registry.set_source(Metric::retained_body_bytes_limit,

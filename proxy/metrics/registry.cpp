@@ -53,6 +53,7 @@ static_assert(kActionValues.size() == 4 && static_cast<int>(retry::Action::forwa
               static_cast<int>(retry::Action::delay) == 1 &&
               static_cast<int>(retry::Action::dead_letter) == 2 &&
               static_cast<int>(retry::Action::republish) == 3);
+static_assert(kLookupResultValues.size() == 4 && static_cast<int>(LookupResult::failed) == 3);
 static_assert(kReasonValues.size() == 4 &&
               static_cast<int>(retry::DeadLetterReason::max_redeliveries) == 1 &&
               static_cast<int>(retry::DeadLetterReason::crash_loop) == 2 &&
@@ -146,6 +147,11 @@ void Registry::add_traffic(Direction direction, std::uint64_t frames, std::uint6
 
 void Registry::policy_reload(bool ok) {
   add(Metric::policy_reloads_total, 0, ok ? 0 : 1);
+}
+
+void Registry::management_lookup(LookupResult result) {
+  const auto index = static_cast<std::size_t>(result);
+  if (index < kLookupResultValues.size()) add(Metric::management_lookups_total, 0, index);
 }
 
 void Registry::delivery(std::string_view queue) {

@@ -20,6 +20,9 @@
 
 namespace nackguard::metrics {
 
+// What a management API lookup of a queue's delivery limit came to (kLookupResultValues).
+enum class LookupResult : std::uint8_t { ok, not_found, no_statistics, failed };
+
 // Which way relayed frames travelled.
 enum class Direction : std::uint8_t { client_to_broker = 0, broker_to_client = 1 };
 
@@ -56,6 +59,8 @@ class Registry {
 
   // Policy reloads (whoever reloads them).
   void policy_reload(bool ok);
+  // A delivery-limit lookup in the management API (net::ManagementClient).
+  void management_lookup(LookupResult result);
 
   // The guard's events (MetricsListener forwards them).
   void delivery(std::string_view queue);

@@ -4,9 +4,6 @@
 
 namespace nackguard::net {
 
-namespace {
-// Queue names and message ids come from clients: control characters are written as \xNN so
-// that one cannot split or forge a log line.
 std::string printable(std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -23,7 +20,6 @@ std::string printable(std::string_view text) {
   }
   return out;
 }
-}  // namespace
 
 void LogListener::on_dead_letter(std::string_view queue, std::string_view identity,
                                  std::uint32_t returns, retry::DeadLetterReason reason) {

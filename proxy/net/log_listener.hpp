@@ -12,6 +12,10 @@
 
 namespace nackguard::net {
 
+// Queue names and message ids come from clients: control characters are written as \xNN so
+// that one cannot split or forge a log line.
+std::string printable(std::string_view text);
+
 class LogListener : public retry::GuardListener {
  public:
   void on_dead_letter(std::string_view queue, std::string_view identity, std::uint32_t returns,

@@ -28,6 +28,7 @@ GuardContext::GuardContext(const GuardSettings& settings, std::shared_ptr<const 
       // The message hashes outage detection keeps are bounded like the tracker's entries.
       health_(10000, settings.tracker_max_entries),
       queue_facts_(settings.max_queue_facts),
+      learnt_limits_({settings.max_learnt_limits, settings.learnt_limits_refresh}),
       budget_(settings.retained_body_bytes) {}
 
 std::shared_ptr<const PolicySet> GuardContext::policies() const {

@@ -17,6 +17,7 @@
 #include "proxy/retry/body_budget.hpp"
 #include "proxy/retry/decision.hpp"
 #include "proxy/retry/health.hpp"
+#include "proxy/retry/learnt_limits.hpp"
 #include "proxy/retry/policy_set.hpp"
 #include "proxy/retry/queue_facts.hpp"
 #include "proxy/retry/tracker.hpp"
@@ -64,6 +65,10 @@ struct GuardSettings {
   std::chrono::milliseconds confirm_timeout{30000};
   // Queues whose type and declared delivery limit the proxy remembers (QueueFactsRegistry).
   std::size_t max_queue_facts = 10000;
+  // Queues whose delivery limit the management API was asked for (LearntLimits), and how
+  // often each is asked again; zero: no management API configured, nothing is looked up.
+  std::size_t max_learnt_limits = 10000;
+  std::chrono::milliseconds learnt_limits_refresh{0};
   // The proxy's host name (the pod name in Kubernetes), for the dead-letters'
   // x-nackguard-consumer; empty leaves it out of the header.
   std::string host_name;
@@ -102,6 +107,7 @@ class GuardContext {
   // Passes `what` to the listener's on_notice the first time `key` is seen (bounded).
   void notice_once(std::string_view key, std::string_view queue, std::string_view what);
   QueueFactsRegistry& queue_facts() { return queue_facts_; }
+  LearntLimits& learnt_limits() { return learnt_limits_; }
   Tracker& tracker() { return tracker_; }
   // The names behind the tracker's most recently counted keys, for /status.
   TrackerNames& tracker_names() { return tracker_names_; }
@@ -123,6 +129,7 @@ class GuardContext {
   TrackerNames tracker_names_;
   QueueHealth health_;
   QueueFactsRegistry queue_facts_;
+  LearntLimits learnt_limits_;
   BodyBudget budget_;
 };
 

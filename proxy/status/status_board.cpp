@@ -25,6 +25,10 @@ void StatusBoard::set_config(const StatusConfig& config) {
   config_ = config;
 }
 
+void StatusBoard::set_queue_limits(std::function<std::vector<QueueLimitRow>()> source) {
+  queue_limits_ = std::move(source);
+}
+
 void StatusBoard::reloaded(const ReloadRecord& record) {
   const std::lock_guard lock(mutex_);
   last_reload_ = record;
@@ -132,6 +136,8 @@ std::string StatusBoard::json() {
         queue_json(queues[i].first, queues[i].second, guard_, *policies, config.policies_dir));
   }
   doc["queues"] = std::move(queue_rows);
+  doc["queue_limits"] =
+      queue_limits_json(queue_limits_ ? queue_limits_() : std::vector<QueueLimitRow>{});
 
   std::size_t visited = 0;
   json::array top;

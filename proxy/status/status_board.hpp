@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "proxy/metrics/registry.hpp"
 #include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/tracker_names.hpp"
+#include "proxy/status/queue_limits.hpp"
 #include "proxy/status/queue_window.hpp"
 
 namespace nackguard::status {
@@ -42,6 +44,9 @@ class StatusBoard {
               std::string host);
 
   void set_config(const StatusConfig& config);
+  // Where "queue_limits" comes from, read on each json(); unset: none. Set before json() is
+  // first called.
+  void set_queue_limits(std::function<std::vector<QueueLimitRow>()> source);
   void reloaded(const ReloadRecord& record);
   // Takes a window snapshot when one is due; call every few seconds.
   void tick();
@@ -54,6 +59,7 @@ class StatusBoard {
   const std::string version_;
   const std::string host_;
   const std::int64_t started_wall_ms_;
+  std::function<std::vector<QueueLimitRow>()> queue_limits_;
   std::mutex mutex_;  // guards what follows
   StatusConfig config_;
   std::optional<ReloadRecord> last_reload_;

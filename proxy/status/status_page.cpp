@@ -20,6 +20,7 @@ table { border-collapse: collapse; background: #fff; min-width: 40em; }
 th, td { border: 1px solid #d9dde5; padding: .25em .6em; text-align: left; white-space: nowrap; }
 th { background: #eef1f5; font-weight: 600; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.wrap { white-space: normal; min-width: 30em; }
 tr.outage td { background: #fff1f0; }
 .dead_letter { color: #b3261e; font-weight: 600; }
 .delay { color: #8a5a00; }
@@ -38,6 +39,9 @@ tr.outage td { background: #fff1f0; }
 <table id="queues"><thead><tr><th>queue</th><th>deliveries</th><th>returns</th><th>requeued</th>
 <th>delayed</th><th>republished</th><th>dead-lettered (by reason)</th><th>fallbacks</th>
 <th>outage</th><th>policy</th></tr></thead><tbody></tbody></table>
+<h2 id="queue-limits-title">Delivery limits (the broker's, per queue)</h2>
+<table id="queue-limits"><thead><tr><th>vhost</th><th>queue</th><th>type</th><th>limit</th>
+<th>source</th><th>learnt from</th><th>state</th><th>error</th></tr></thead><tbody></tbody></table>
 <h2>Limits</h2>
 <table id="limits"><tbody></tbody></table>
 <h2>Config</h2>
@@ -105,6 +109,21 @@ function draw(s) {
     cell(tr, q.outage ? "yes, ratio " + q.outage_ratio.toFixed(2) :
         q.outage_ratio === null ? "no" : "no, ratio " + q.outage_ratio.toFixed(2));
     cell(tr, q.policy);
+  });
+  const queueLimits = s.queue_limits || [];
+  for (const id of ["queue-limits-title", "queue-limits"]) {
+    document.getElementById(id).style.display = queueLimits.length ? "" : "none";
+  }
+  fill("queue-limits", queueLimits, (tr, q) => {
+    if (q.state === "failed") tr.className = "outage";
+    cell(tr, q.vhost);
+    cell(tr, q.queue, "queue");
+    cell(tr, q.type);
+    cell(tr, q.limit === null ? "none" : q.limit, "n");
+    cell(tr, q.source);
+    cell(tr, q.learnt_from);
+    cell(tr, q.state);
+    cell(tr, q.error, "wrap");
   });
   const l = s.limits;
   const limits = [

@@ -116,6 +116,19 @@ std::string header(const json::value& s) {
   return out;
 }
 
+// The broker's delivery limit per queue, when nackguard knows any.
+std::string limits_table(const json::value& limits) {
+  if (!limits.is_array() || limits.as_array().empty()) return "";
+  std::vector<std::vector<std::string>> rows{
+      {"VHOST", "QUEUE", "TYPE", "LIMIT", "SOURCE", "LEARNT FROM", "STATE", "ERROR"}};
+  for (const json::value& q : limits.as_array()) {
+    rows.push_back({text(at(q, "vhost")), text(at(q, "queue")), text(at(q, "type")),
+                    at(q, "limit").is_null() ? "none" : text(at(q, "limit")), text(at(q, "source")),
+                    text(at(q, "learnt_from")), text(at(q, "state")), text(at(q, "error"))});
+  }
+  return "\nDELIVERY LIMITS (the broker's, per queue)\n" + table(rows);
+}
+
 }  // namespace
 
 std::string render_text(const json::value& s) {
@@ -136,6 +149,7 @@ std::string render_text(const json::value& s) {
     }
   }
   out += "\nQUEUES (last " + text(at(s, "window_seconds")) + " s)\n" + table(queues);
+  out += limits_table(at(s, "queue_limits"));
   std::vector<std::vector<std::string>> top{
       {"QUEUE", "MESSAGE", "RETURNS", "DELIVERIES", "FIRST RETURN", "LAST RETURN", "NEXT"}};
   if (at(s, "top").is_array()) {

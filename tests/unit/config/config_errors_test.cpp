@@ -161,7 +161,7 @@ TEST_F(ConfigErrors, SectionGivenAScalar) {
 TEST_F(ConfigErrors, SectionGivenAList) {
   EXPECT_TRUE(starts_with(error_for("upstream: [127.0.0.1, 5672]\n"),
                           "FILE:1:11: upstream: expected a map with the keys host, port, "
-                          "addresses, connect_timeout, tls, got a list"));
+                          "addresses, connect_timeout, tls, management, got a list"));
 }
 
 TEST_F(ConfigErrors, ScalarGivenAMap) {
@@ -191,7 +191,7 @@ TEST_F(ConfigErrors, UnknownNestedKeyGivesTheDottedKeyAndASuggestion) {
 TEST_F(ConfigErrors, UnknownKeyInEachSection) {
   EXPECT_EQ(error_for("upstream: {adresses: [rabbit:5672]}\n"),
             "FILE:1:12: unknown key \"upstream.adresses\" (did you mean \"addresses\"?); valid "
-            "keys here: host, port, addresses, connect_timeout, tls");
+            "keys here: host, port, addresses, connect_timeout, tls, management");
   EXPECT_TRUE(starts_with(error_for("metrics: {prot: 1}\n"),
                           "FILE:1:11: unknown key \"metrics.prot\" (did you mean \"port\"?)"));
   EXPECT_TRUE(starts_with(error_for("log: {lvl: info}\n"), "FILE:1:7: unknown key \"log.lvl\""));

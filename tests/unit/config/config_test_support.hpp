@@ -64,6 +64,16 @@ inline bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
 }
 
+// The ConfigError of loading `text` as the tree's config file, with the file's path replaced by
+// "FILE".
+inline std::string load_error(TempTree& tree, std::string_view text) {
+  const std::filesystem::path file = tree.write(text);
+  std::string message = config_error_of([&] { load_config(file); });
+  const std::string path = file.string();
+  if (starts_with(message, path)) message.replace(0, path.size(), "FILE");
+  return message;
+}
+
 inline bool contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
 }

@@ -50,7 +50,11 @@ TEST(Registry, RendersEveryMetricInDeclaredOrder) {
   registry.fallback("orders", "no_channel");
   registry.outage("orders", true);
   registry.policy_reload(true);
+  registry.management_lookup(LookupResult::ok);
+  registry.management_lookup(LookupResult::failed);
+  registry.management_lookup(LookupResult::failed);
   registry.set_source(Metric::tracker_entries, [] { return 7.0; });
+  registry.set_source(Metric::management_limits_known, [] { return 1.0; });
 
   const std::string expected =
       R"(# HELP nackguard_build_info Always 1; the version label names the running nackguard.
@@ -130,6 +134,17 @@ nackguard_tracker_entries 7
 # TYPE nackguard_queue_facts gauge
 # HELP nackguard_queue_facts_forgotten_total Queues forgotten, oldest first, to stay within that bound.
 # TYPE nackguard_queue_facts_forgotten_total counter
+# HELP nackguard_management_lookups_total Delivery-limit lookups in RabbitMQ's management API (upstream.management), by result: ok, not_found (no such queue yet), no_statistics (no policies shown for it yet), failed.
+# TYPE nackguard_management_lookups_total counter
+nackguard_management_lookups_total{result="ok"} 1
+nackguard_management_lookups_total{result="not_found"} 0
+nackguard_management_lookups_total{result="no_statistics"} 0
+nackguard_management_lookups_total{result="failed"} 2
+# HELP nackguard_management_limits_known Queues whose delivery limit the management API told (at most 10000).
+# TYPE nackguard_management_limits_known gauge
+nackguard_management_limits_known 1
+# HELP nackguard_management_limits_forgotten_total Queues whose looked-up delivery limit was forgotten, oldest first, to stay within that bound.
+# TYPE nackguard_management_limits_forgotten_total counter
 # HELP nackguard_retained_body_bytes Message bytes held in memory for republishing and for deliveries held back, and the records (content headers included) of unacked deliveries.
 # TYPE nackguard_retained_body_bytes gauge
 # HELP nackguard_retained_body_bytes_limit limits.retained_body_bytes: past it, nackguard falls back to forwarding requeues.
