@@ -1,6 +1,9 @@
 #pragma once
-// The decision taken for each return of a message: a pure function of the policy, the
-// tracker's entry and the queue's health.
+// How a message's returns are counted, and what the policy makes of one more: pure functions of
+// the policy, what the message carries and the tracker's entry. The final decision at each
+// moment (a client's requeue, a crash, a delivery), with the broker's limit and whether a copy
+// can be made, is in outcome.hpp; docs/choosing-a-policy.md, "How nackguard counts", is the
+// model these implement.
 
 #include <cstdint>
 #include <optional>
@@ -13,7 +16,8 @@
 namespace nackguard::retry {
 
 // republish: a copy goes to the tail of the message's own queue at once and the original is
-// acked, so the broker's count (x-delivery-count) starts again; the copy carries nackguard's.
+// acked, so the copy carries the count (x-nackguard-returns) and the broker's own counters
+// start again.
 enum class Action : std::uint8_t { forward = 0, delay = 1, dead_letter = 2, republish = 3 };
 // broker_delivery_limit: the return that passed the policy's limit would also have passed the
 // broker's own delivery limit.
@@ -23,7 +27,7 @@ enum class DeadLetterReason : std::uint8_t {
   crash_loop = 2,
   broker_delivery_limit = 3,
   // The return past the limit was the consumer holding it unacked until RabbitMQ's
-  // consumer_timeout closed its channel.
+  // consumer_timeout (or the policy's ack_timeout) closed its channel.
   consumer_timeout = 4,
 };
 std::string_view to_string(Action action);
@@ -37,54 +41,86 @@ struct Decision {
   // Deliveries to consumers so far, counted or not towards the limit (an outage's and a
   // crash's included), as carried in x-nackguard-deliveries (deliveries_before).
   std::uint32_t deliveries = 0;
+  // The copy is of a crash suspect: it carries x-nackguard-suspect, so that whichever sidecar
+  // delivers it hands it out alone.
+  bool suspect = false;
 };
 
-// The counts a message carries in its headers.
+// What one delivery of a message says of its count: the headers of nackguard's copies and the
+// broker's flag and counters.
 struct CarriedCount {
-  std::uint32_t nackguard = 0;  // x-nackguard-returns: nackguard's count, on its copies
-  std::uint32_t broker = 0;     // x-delivery-count: a quorum queue's count of returns
+  // x-nackguard-returns, when it counts in the queue the message was delivered from
+  // (x-nackguard-returns-queue names it; see carried_count in proxy/session/identity.cpp): the
+  // count when the copy was made. 0 on an original, and on a dead letter read from its DLQ.
+  std::uint32_t nackguard = 0;
+  std::uint32_t broker = 0;  // x-delivery-count: a quorum queue's count of returns
   // x-delivery-count is there, 0 included (RabbitMQ 3.x sets it, 0, on a quorum queue's
   // basic.get-ok; every version from a message's first redelivery on): only quorum queues do.
   bool from_quorum_queue = false;
   // x-nackguard-deliveries: the deliveries before this message was copied, on nackguard's
   // copies.
   std::uint32_t deliveries = 0;
+  // x-nackguard-copy-id: which copy of nackguard's this is (0: not a copy). The tracker's entry
+  // is a cache of the returns since one copy; another copy makes it stale (count_base).
+  std::uint64_t copy_id = 0;
+  // The broker's redelivered flag: the message went back to its queue since it was published
+  // (or copied) without a copy recording it. nackguard writes a copy at every return it counts
+  // except a first one, so the flag stands for exactly one return (implied_returns).
+  bool redelivered = false;
+  // x-nackguard-suspect: the copy was made at a crash; hand it out alone.
+  bool suspect = false;
+  // x-acquired-count (RabbitMQ 4.3 and later, quorum queues): the deliveries before this one,
+  // whatever ended them (4.3's x-delivery-count leaves nacks out). Diagnostic only.
+  std::uint32_t acquired = 0;
 };
 
-// The deliveries a message had before the one now held. nackguard's own record wins when it
-// has one (as in count_base: the broker's x-delivery-count also counts deliveries held in the
-// proxy that no consumer saw, and every prefetched message at a crash); only a copy's
-// x-nackguard-deliveries can add to it. Without a record: the copy's x-nackguard-deliveries
-// plus the broker's count of the returns since the copy was published.
-std::uint32_t deliveries_before(const TrackerEntry* entry, CarriedCount carried);
+// Whether `entry` is a cache of this copy's returns: made since the delivery of the same copy
+// (or of the original, copy_id 0). An entry nothing was recorded in is not.
+bool entry_matches(const TrackerEntry& entry, const CarriedCount& carried);
 
-// The count a return or a delivery starts from. nackguard's own record wins when it has one:
-// the broker's x-delivery-count also counts returns that were no fault of the message (every
-// prefetched message at a consumer's crash, deliveries held back behind a crash suspect), which
-// is exactly what crash attribution corrects. Only x-nackguard-returns, nackguard's own count
-// carried on its copies, can add to the record. Without a record (another replica counted, the
-// proxy restarted, the entry was evicted) the larger of the two headers is the count.
-std::uint32_t count_base(const TrackerEntry* entry, CarriedCount carried);
+// The returns the broker's redelivered flag stands for: 1 when the message was redelivered,
+// unless a matching entry knows that the return behind the flag was not counted (the message
+// was held back in the proxy, the broker connection was lost, an outage held its count).
+std::uint32_t implied_returns(const TrackerEntry* entry, const CarriedCount& carried);
+
+// The count a return or a delivery starts from: what the message carries (x-nackguard-returns
+// plus implied_returns), or a matching entry's count if larger (returns a sidecar counted since
+// the copy and could not write into one yet). The broker's x-delivery-count is never part of
+// it: it also counts returns that were no fault of the message (every prefetched message at a
+// consumer's crash, deliveries held in the proxy, a sidecar or a node that went away).
+std::uint32_t count_base(const TrackerEntry* entry, const CarriedCount& carried);
+
+// The part of count_base that the message carries or a matching entry recorded, without the
+// one implied by the redelivered flag: a delivery is dead-lettered on this count only.
+std::uint32_t explicit_count(const TrackerEntry* entry, const CarriedCount& carried);
+
+// The deliveries a message had before the one now held: a matching entry's record, or the
+// copy's x-nackguard-deliveries plus the broker's count of returns since the copy (diagnostic:
+// x-nackguard-deliveries).
+std::uint32_t deliveries_before(const TrackerEntry* entry, const CarriedCount& carried);
 
 struct ReturnEvent {
   std::int64_t wall_ms = 0;    // for the first and last return times (header timestamps)
   std::int64_t steady_ms = 0;  // for the rate window: a wall clock's step must not move it
   CarriedCount carried;
   bool crash = false;  // the channel or connection ended with the message unacked
-  // A crash return of the one delivery whose ack timed out (RabbitMQ's consumer_timeout):
-  // past the limit, reason consumer_timeout instead of crash_loop.
+  // The crash's consumer held this message alone (on the channel, or the connection for a
+  // connection's end): the crash is the message's doing. A crash with several deliveries in
+  // the consumer's hands can dead-letter none of them (outcome.hpp).
+  bool solo = false;
+  // A crash return of the one delivery whose ack timed out (RabbitMQ's consumer_timeout or the
+  // policy's ack_timeout): past the limit, reason consumer_timeout instead of crash_loop.
   bool consumer_timeout = false;
   bool outage = false;  // the queue is in outage (QueueHealth)
 };
 
-// Counts a return in `entry` (zeroed if the tracker had none: a zeroed entry is no record of
-// nackguard's own, see count_base) and decides:
-//   - in outage: the count does not advance (it only takes count_base if larger); delay.
+// Counts a return in `entry` (a stale or empty one starts afresh for this copy: see
+// entry_matches) and decides by the policy alone:
+//   - in outage: the count does not advance (it only takes count_base); delay.
 //   - otherwise the count becomes count_base + 1, and the window count advances;
-//     count > max_redeliveries: dead-letter (crash_loop if this return was a crash);
+//     count > max_redeliveries: dead-letter (crash_loop or consumer_timeout for a crash);
 //     requeue: delayed: delay; window returns > per_message: delay; else forward.
-// A crash return's decision is also stored in the entry as pending (see decide_delivery),
-// and the entry is marked crash_suspect.
+// A crash return marks the entry crash_suspect. outcome.hpp turns this into the final decision.
 Decision decide_return(const Policy& policy, TrackerEntry& entry, const ReturnEvent& event,
                        std::mt19937_64& rng);
 
@@ -95,12 +131,6 @@ Decision decide_return(const Policy& policy, TrackerEntry& entry, const ReturnEv
 // or dead-lettered with basic.reject. The guard keeps a first delivery's body only if this, or
 // something the policy cannot tell (an outage, the broker's limit), may need it.
 bool first_return_needs_copy(const Policy& policy);
-
-// At a delivery of a message the tracker knows: the action a crash return left pending
-// (delay or dead-letter), else dead-letter if its count is already over the limit
-// (count_base), else forward. Does not change the entry; the caller clears the pending action
-// once carried out.
-Decision decide_delivery(const Policy& policy, const TrackerEntry& entry, CarriedCount carried);
 
 // Returns the broker may count that the client never saw. A requeue that crosses the consumer's
 // basic.cancel or its channel's close: the broker counts the requeue, hands the message to the
@@ -116,10 +146,5 @@ constexpr bool next_return_passes(std::uint32_t broker_count,
                                   std::optional<std::uint32_t> broker_limit) {
   return broker_limit && std::uint64_t{broker_count} + 1 + kUnseenReturns > *broker_limit;
 }
-
-// A decision for a return or delivery after which the broker's own limit would end the message:
-// it must not be forwarded. A forward becomes a republish, a dead-letter is marked
-// broker_delivery_limit; a delay's copy starts a fresh broker count anyway.
-Decision keep_from_broker_limit(Decision decision);
 
 }  // namespace nackguard::retry

@@ -1,16 +1,12 @@
 #include "proxy/retry/queue_facts.hpp"
 
 #include "proxy/retry/decision.hpp"
+#include "proxy/retry/outcome.hpp"
 
 #include <algorithm>
 #include <limits>
 
 namespace nackguard::retry {
-namespace {
-// RabbitMQ 4.0 gives every quorum queue without a limit of its own this delivery limit.
-constexpr std::uint32_t kQuorumDefaultLimit4 = 20;
-}  // namespace
-
 QueueFacts::Type queue_type_from_argument(std::string_view value) {
   if (value == "quorum") return QueueFacts::Type::quorum;
   if (value == "classic") return QueueFacts::Type::classic;
@@ -18,24 +14,40 @@ QueueFacts::Type queue_type_from_argument(std::string_view value) {
   return QueueFacts::Type::unknown;
 }
 
-std::optional<std::uint32_t> broker_delivery_limit(const BrokerDeliveryLimit& policy,
-                                                   const QueueFacts& facts, int broker_major) {
+std::string_view to_string(LimitInForce::Source source) {
+  switch (source) {
+    case LimitInForce::Source::policy_file:
+      return "policy_file";
+    case LimitInForce::Source::management:
+      return "management_api";
+    case LimitInForce::Source::declared:
+      return "declared";
+    case LimitInForce::Source::assumed:
+      return "assumed";
+    case LimitInForce::Source::classic:
+      return "classic_queue";
+  }
+  return "unknown";
+}
+
+LimitInForce broker_delivery_limit(const BrokerDeliveryLimit& policy, const QueueFacts& facts,
+                                   const std::optional<LimitInForce>& learnt) {
+  using Source = LimitInForce::Source;
   switch (policy.kind) {
     case BrokerDeliveryLimit::Kind::none:
-      return std::nullopt;
+      return {std::nullopt, Source::policy_file};
     case BrokerDeliveryLimit::Kind::fixed:
-      return policy.value;
+      return {policy.value, Source::policy_file};
     case BrokerDeliveryLimit::Kind::automatic:
       break;
   }
-  if (facts.type == QueueFacts::Type::classic) return std::nullopt;
-  if (facts.declared_limit) {
-    if (*facts.declared_limit < 0) return std::nullopt;
-    return static_cast<std::uint32_t>(
-        std::min<std::int64_t>(*facts.declared_limit, std::numeric_limits<std::uint32_t>::max()));
+  if (learnt) return *learnt;
+  if (facts.type == QueueFacts::Type::classic) return {std::nullopt, Source::classic};
+  if (facts.declared_limit && *facts.declared_limit >= 0 &&
+      *facts.declared_limit < kAssumedBrokerLimit) {
+    return {static_cast<std::uint32_t>(*facts.declared_limit), Source::declared};
   }
-  if (facts.type == QueueFacts::Type::quorum && broker_major >= 4) return kQuorumDefaultLimit4;
-  return std::nullopt;
+  return {kAssumedBrokerLimit, Source::assumed};
 }
 
 QueueType declared_queue_type(QueueType policy, const QueueFacts& facts) {

@@ -28,12 +28,27 @@ struct QueueFacts {
 // The x-queue-type argument's value: "quorum", "classic", "stream"; anything else is unknown.
 QueueFacts::Type queue_type_from_argument(std::string_view value);
 
-// The broker's delivery limit in force on a queue, nullopt for none. In this order: the policy's
-// broker_delivery_limit; the x-delivery-limit the queue was declared with; 20 for a quorum
-// queue on RabbitMQ 4.0 or later (`broker_major`, 0 if unknown), which gives every quorum
-// queue that default; otherwise none.
-std::optional<std::uint32_t> broker_delivery_limit(const BrokerDeliveryLimit& policy,
-                                                   const QueueFacts& facts, int broker_major);
+// The broker's delivery limit in force on a queue, and where nackguard has it from (for /status).
+struct LimitInForce {
+  enum class Source : std::uint8_t {
+    policy_file,  // the policy's broker_delivery_limit (a number, or none)
+    management,   // the management API's view of the queue (LearntLimits)
+    declared,     // a queue.declare's x-delivery-limit of 0 or 1, tighter than the assumed one
+    assumed,      // none could be learnt: kAssumedBrokerLimit (outcome.hpp)
+    classic,      // a classic queue has none
+  };
+  std::optional<std::uint32_t> limit;  // nullopt: none
+  Source source = Source::assumed;
+};
+std::string_view to_string(LimitInForce::Source source);
+
+// In this order: the policy's broker_delivery_limit; what the management API says of the queue
+// (`learnt`, when it was looked up); none for a queue known to be classic; otherwise the
+// assumed limit, or the x-delivery-limit the queue was declared with through the proxy when it
+// is tighter. A declared limit is only an upper bound: a RabbitMQ policy or operator policy may
+// set a lower one, which no frame shows.
+LimitInForce broker_delivery_limit(const BrokerDeliveryLimit& policy, const QueueFacts& facts,
+                                   const std::optional<LimitInForce>& learnt = std::nullopt);
 
 // The type of the DLQ and delay queues nackguard declares for a queue: the policy's choice, or
 // with `same` the source queue's type as far as the proxy knows it (classic otherwise).

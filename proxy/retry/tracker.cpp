@@ -327,6 +327,18 @@ std::optional<TrackerEntry> Tracker::find(const TrackerKey& key, std::int64_t no
   return node.entry;
 }
 
+bool Tracker::update_if_present(const TrackerKey& key, std::int64_t now_ms,
+                                const std::function<void(TrackerEntry&)>& update) {
+  Shard& shard = shard_for(key);
+  const std::lock_guard lock(shard.mutex);
+  const std::uint32_t slot = shard.find_slot(key);
+  if (slot == kNil) return false;
+  auto& node = shard.nodes[shard.slots[slot].node()];
+  if (shard.expired(node, now_ms, idle_ttl_ms_)) return false;
+  update(node.entry);
+  return true;
+}
+
 void Tracker::erase(const TrackerKey& key) {
   Shard& shard = shard_for(key);
   const std::lock_guard lock(shard.mutex);

@@ -43,6 +43,13 @@ struct TrackerEntry {
   std::uint32_t pending_delay_ms = 0;
   // Deliveries that ended in a return, counted towards the limit or not (x-nackguard-deliveries).
   std::uint32_t deliveries = 0;
+  // The copy of nackguard's whose returns this entry counts (x-nackguard-copy-id; 0: the
+  // original). A delivery of another copy finds the entry stale (retry::entry_matches).
+  std::uint64_t copy_id = 0;
+  // The message went back to the broker since that copy without its return being counted (it
+  // was held back in the proxy, the broker connection was lost, an outage held its count): its
+  // redelivered flag stands for no return (retry::implied_returns).
+  bool uncounted_redelivery = false;
 };
 
 struct TrackerStats {
@@ -66,6 +73,10 @@ class Tracker {
   // The entry, if present and not idle past idle_ttl (an expired one is dropped). Does not
   // change its recency.
   std::optional<TrackerEntry> find(const TrackerKey& key, std::int64_t now_ms);
+  // Runs `update` on the entry for `key` if there is one (not expired), without changing its
+  // recency; false if there is none.
+  bool update_if_present(const TrackerKey& key, std::int64_t now_ms,
+                         const std::function<void(TrackerEntry&)>& update);
   // Drops the entry: its message was acked or dead-lettered.
   void erase(const TrackerKey& key);
 

@@ -67,14 +67,16 @@ TEST(DecideReturn, ForwardsUpToMaxThenDeadLetters) {
   EXPECT_EQ(entry.pending_action, 0u);
 }
 
-TEST(DecideReturn, CrashReturnsSetSuspectAndPending) {
+TEST(DecideReturn, CrashReturnsSetSuspect) {
   const Policy policy = five_redeliveries();
   std::mt19937_64 rng(1);
   TrackerEntry entry;
   const Decision first = decide_return(policy, entry, crash_at(kT0), rng);
   EXPECT_EQ(first.action, Action::forward);
   EXPECT_TRUE(entry.crash_suspect);
-  EXPECT_EQ(entry.pending_action, static_cast<std::uint8_t>(Action::forward));
+  // What the broker's requeue cannot carry is left pending by decide_crash (outcome.hpp), not
+  // here.
+  EXPECT_EQ(entry.pending_action, 0u);
 
   // A nack (the message was delivered and given back normally) clears the suspicion.
   decide_return(policy, entry, nack_at(kT0 + kApart), rng);
@@ -88,26 +90,16 @@ TEST(DecideReturn, CrashReturnsSetSuspectAndPending) {
   EXPECT_EQ(sixth.reason, DeadLetterReason::crash_loop);
   EXPECT_EQ(sixth.returns, 6u);
   EXPECT_TRUE(entry.crash_suspect);
-  EXPECT_EQ(entry.pending_action, static_cast<std::uint8_t>(Action::dead_letter));
-  EXPECT_EQ(entry.pending_reason, static_cast<std::uint8_t>(DeadLetterReason::crash_loop));
-  EXPECT_EQ(entry.pending_delay_ms, 0u);
 }
 
-TEST(DecideReturn, CrashUnderDelayedRequeueLeavesThePendingDelay) {
-  Policy policy = five_redeliveries();
-  policy.requeue = RequeueMode::delayed;
+TEST(DecideReturn, ADecisionClearsWhatAnEarlierCrashLeftPending) {
+  const Policy policy = five_redeliveries();
   std::mt19937_64 rng(1);
   TrackerEntry entry;
-  decide_return(policy, entry, nack_at(kT0), rng);
-  const Decision crash = decide_return(policy, entry, crash_at(kT0 + kApart), rng);
-  EXPECT_EQ(crash.action, Action::delay);
-  EXPECT_EQ(crash.delay, Millis(2000));
-  EXPECT_EQ(entry.pending_action, static_cast<std::uint8_t>(Action::delay));
-  EXPECT_EQ(entry.pending_reason, 0u);
-  EXPECT_EQ(entry.pending_delay_ms, 2000u);
-
-  // A later normal return's decision is carried out at once: nothing stays pending.
-  decide_return(policy, entry, nack_at(kT0 + 2 * kApart), rng);
+  decide_return(policy, entry, crash_at(kT0), rng);
+  entry.pending_action = static_cast<std::uint8_t>(Action::delay);
+  entry.pending_delay_ms = 2000;
+  decide_return(policy, entry, nack_at(kT0 + kApart), rng);
   EXPECT_EQ(entry.pending_action, 0u);
   EXPECT_EQ(entry.pending_delay_ms, 0u);
 }
@@ -219,77 +211,64 @@ TEST(DecideReturn, LargerHeaderCountIsTaken) {
   EXPECT_EQ(decision.reason, DeadLetterReason::max_redeliveries);
   EXPECT_EQ(decision.returns, 8u);
 
+  // A record of this copy's returns (last_return_ms set) counts on from the larger of the two.
   TrackerEntry ahead;
   ahead.returns = 3;
+  ahead.last_return_ms = kT0;
   EXPECT_EQ(decide_return(policy, ahead, nack_at(kT0, 1), rng).returns, 4u);  // smaller: ignored
   TrackerEntry behind;
   behind.returns = 1;
+  behind.last_return_ms = kT0;
   EXPECT_EQ(decide_return(policy, behind, nack_at(kT0, 4), rng).returns, 5u);
 }
 
-TEST(DecideDelivery, PendingDelay) {
-  const Policy policy = five_redeliveries();
-  TrackerEntry entry;
-  entry.returns = 2;
-  entry.pending_action = static_cast<std::uint8_t>(Action::delay);
-  entry.pending_delay_ms = 4000;
-  const Decision decision = decide_delivery(policy, entry, {});
-  EXPECT_EQ(decision.action, Action::delay);
-  EXPECT_EQ(decision.delay, Millis(4000));
-  EXPECT_EQ(decision.returns, 2u);
-}
-
-TEST(DecideDelivery, PendingDeadLetter) {
-  const Policy policy = five_redeliveries();
-  TrackerEntry entry;
-  entry.returns = 6;
-  entry.pending_action = static_cast<std::uint8_t>(Action::dead_letter);
-  entry.pending_reason = static_cast<std::uint8_t>(DeadLetterReason::crash_loop);
-  const Decision decision = decide_delivery(policy, entry, {});
-  EXPECT_EQ(decision.action, Action::dead_letter);
-  EXPECT_EQ(decision.reason, DeadLetterReason::crash_loop);
-  EXPECT_EQ(decision.returns, 6u);
-}
-
-TEST(DecideDelivery, OverTheLimit) {
-  const Policy policy = five_redeliveries();
-  TrackerEntry entry;
-  entry.returns = 6;
-  const Decision by_entry = decide_delivery(policy, entry, {});
-  EXPECT_EQ(by_entry.action, Action::dead_letter);
-  EXPECT_EQ(by_entry.reason, DeadLetterReason::max_redeliveries);
-
-  const Decision by_header = decide_delivery(policy, TrackerEntry{}, {9, 0});
-  EXPECT_EQ(by_header.action, Action::dead_letter);
-  EXPECT_EQ(by_header.reason, DeadLetterReason::max_redeliveries);
-  EXPECT_EQ(by_header.returns, 9u);
-}
-
-TEST(DecideDelivery, Normal) {
-  const Policy policy = five_redeliveries();
-  TrackerEntry entry;
-  entry.returns = 5;  // at the limit, not over it
-  entry.crash_suspect = true;
-  const Decision decision = decide_delivery(policy, entry, {3, 0});
-  EXPECT_EQ(decision.action, Action::forward);
-  EXPECT_EQ(decision.reason, DeadLetterReason::none);
-  EXPECT_EQ(decision.delay, Millis(0));
-  EXPECT_EQ(decision.returns, 5u);
-  EXPECT_EQ(decide_delivery(policy, TrackerEntry{}, {}).action, Action::forward);
-}
-
-TEST(CountBase, OwnRecordWinsOverTheBrokersCount) {
-  TrackerEntry entry;
-  entry.returns = 2;
-  // x-delivery-count counts returns that were not the message's doing: ignored with a record.
-  EXPECT_EQ(count_base(&entry, {0, 7}), 2u);
-  // x-nackguard-returns is nackguard's own count, carried by its copies (another replica's).
-  EXPECT_EQ(count_base(&entry, {5, 7}), 5u);
-  EXPECT_EQ(count_base(&entry, {1, 0}), 2u);
-  // No record of its own (another replica, a restart, an eviction): the larger header.
-  EXPECT_EQ(count_base(nullptr, {0, 7}), 7u);
-  EXPECT_EQ(count_base(nullptr, {9, 7}), 9u);
+TEST(CountBase, TheMessageCarriesItsCount) {
+  // x-nackguard-returns, nackguard's count on its copies; the redelivered flag stands for one
+  // return since the copy that no copy recorded.
+  EXPECT_EQ(count_base(nullptr, {.nackguard = 4}), 4u);
+  EXPECT_EQ(count_base(nullptr, {.nackguard = 4, .redelivered = true}), 5u);
+  EXPECT_EQ(count_base(nullptr, {.redelivered = true}), 1u);
   EXPECT_EQ(count_base(nullptr, {}), 0u);
+  EXPECT_EQ(explicit_count(nullptr, {.nackguard = 4, .redelivered = true}), 4u);
+}
+
+TEST(CountBase, TheBrokersCountIsNeverPartOfIt) {
+  // x-delivery-count counts every prefetched message at a crash and deliveries held in the
+  // proxy: with a record or without, it adds nothing.
+  TrackerEntry entry;
+  entry.returns = 2;
+  entry.last_return_ms = kT0;
+  EXPECT_EQ(count_base(&entry, {.broker = 7, .redelivered = true}), 2u);
+  EXPECT_EQ(count_base(nullptr, {.broker = 7, .redelivered = true}), 1u);
+  EXPECT_EQ(count_base(nullptr, {.nackguard = 9, .broker = 40}), 9u);
+}
+
+TEST(CountBase, AMatchingEntryIsACacheOfReturnsTheMessageCannotCarry) {
+  TrackerEntry entry;
+  entry.returns = 3;  // this sidecar counted a crash the flag could not carry
+  entry.last_return_ms = kT0;
+  entry.copy_id = 77;
+  EXPECT_EQ(count_base(&entry, {.nackguard = 1, .copy_id = 77, .redelivered = true}), 3u);
+  // Another copy (another sidecar copied it since, or it was dead-lettered and replayed):
+  // the entry is stale and the message's own count stands.
+  EXPECT_EQ(count_base(&entry, {.nackguard = 1, .copy_id = 78, .redelivered = true}), 2u);
+  EXPECT_EQ(count_base(&entry, {.nackguard = 0, .copy_id = 0}), 0u);
+  // An entry nothing was recorded in matches nothing.
+  TrackerEntry empty;
+  EXPECT_FALSE(entry_matches(empty, {}));
+}
+
+TEST(CountBase, AnUncountedRedeliveryStandsForNoReturn) {
+  // Held back in the proxy when its consumer crashed, or the broker connection was lost: the
+  // redelivered flag the broker sets is no return of the message's.
+  TrackerEntry entry;
+  entry.returns = 2;
+  entry.uncounted_redelivery = true;
+  const CarriedCount carried{.nackguard = 2, .redelivered = true};
+  EXPECT_EQ(implied_returns(&entry, carried), 0u);
+  EXPECT_EQ(count_base(&entry, carried), 2u);
+  // Without the entry (another sidecar, a restart) the flag counts one: never more.
+  EXPECT_EQ(count_base(nullptr, carried), 3u);
 }
 
 TEST(DecideReturn, BrokerCountIgnoredOnceTheMessageHasARecord) {
@@ -304,28 +283,24 @@ TEST(DecideReturn, BrokerCountIgnoredOnceTheMessageHasARecord) {
   EXPECT_EQ(second.returns, 2u);
 }
 
-TEST(DecideReturn, BrokerCountTakenWithoutARecord) {
+TEST(DecideReturn, BrokerCountNotTakenWithoutARecordEither) {
+  // Issue 37, defect 1: a message held back behind a crash suspect carries the broker's count of
+  // every crash that returned it; nackguard had no record of it and took that count.
   const Policy policy = five_redeliveries();
   std::mt19937_64 rng(1);
   TrackerEntry fresh;
-  const Decision decision = decide_return(policy, fresh, quorum_nack_at(kT0, 5), rng);
-  EXPECT_EQ(decision.action, Action::dead_letter);
-  EXPECT_EQ(decision.returns, 6u);
+  ReturnEvent event = quorum_nack_at(kT0, 5);
+  event.carried.redelivered = true;
+  const Decision decision = decide_return(policy, fresh, event, rng);
+  EXPECT_EQ(decision.action, Action::forward);
+  EXPECT_EQ(decision.returns, 2u);  // the flag's one, and this one
   TrackerEntry in_outage;
   EXPECT_EQ(
       decide_return(
           policy, in_outage,
           ReturnEvent{.wall_ms = kT0, .steady_ms = kT0, .carried = {0, 3}, .outage = true}, rng)
           .returns,
-      3u);
-}
-
-TEST(DecideDelivery, BrokerCountIgnoredWithARecord) {
-  const Policy policy = five_redeliveries();
-  TrackerEntry entry;
-  entry.returns = 2;
-  EXPECT_EQ(decide_delivery(policy, entry, {0, 40}).action, Action::forward);
-  EXPECT_EQ(decide_delivery(policy, entry, {0, 40}).returns, 2u);
+      0u);
 }
 
 // x-nackguard-deliveries: every return ends a delivery, counted towards the limit or not.
@@ -340,7 +315,7 @@ TEST(DecideReturn, DeliveriesCountEveryReturnOutagesAndCrashesIncluded) {
   EXPECT_EQ(decide_return(policy, entry, crash_at(kT0 + 2 * kApart), rng).deliveries, 3u);
   EXPECT_EQ(entry.deliveries, 3u);
   // At its next delivery, the count is that of the deliveries before it.
-  EXPECT_EQ(decide_delivery(policy, entry, {}).deliveries, 3u);
+  EXPECT_EQ(deliveries_before(&entry, {}), 3u);
 }
 
 TEST(DecideReturn, DeliveriesWithoutARecordComeFromTheHeaders) {
@@ -367,27 +342,6 @@ TEST(BrokerLimit, NextReturnPasses) {
   EXPECT_FALSE(next_return_passes(0, 2u));
   EXPECT_TRUE(next_return_passes(std::numeric_limits<std::uint32_t>::max(), 20u));  // no wrap
   EXPECT_FALSE(next_return_passes(1000, std::nullopt));
-}
-
-TEST(BrokerLimit, KeepFromBrokerLimit) {
-  Decision forward;
-  forward.returns = 21;
-  const Decision republish = keep_from_broker_limit(forward);
-  EXPECT_EQ(republish.action, Action::republish);
-  EXPECT_EQ(republish.returns, 21u);
-
-  Decision dead;
-  dead.action = Action::dead_letter;
-  dead.reason = DeadLetterReason::max_redeliveries;
-  EXPECT_EQ(keep_from_broker_limit(dead).reason, DeadLetterReason::broker_delivery_limit);
-  dead.reason = DeadLetterReason::crash_loop;
-  EXPECT_EQ(keep_from_broker_limit(dead).reason, DeadLetterReason::crash_loop);
-
-  Decision delay;
-  delay.action = Action::delay;
-  delay.delay = Millis(4000);
-  EXPECT_EQ(keep_from_broker_limit(delay).action, Action::delay);
-  EXPECT_EQ(keep_from_broker_limit(delay).delay, Millis(4000));
 }
 
 TEST(DecisionStrings, Names) {

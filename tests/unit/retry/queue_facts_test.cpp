@@ -1,5 +1,7 @@
 #include "proxy/retry/queue_facts.hpp"
 
+#include "proxy/retry/outcome.hpp"
+
 #include <gtest/gtest.h>
 
 namespace nackguard::retry {
@@ -12,26 +14,44 @@ QueueFacts quorum(std::optional<std::int64_t> declared = std::nullopt) {
   return QueueFacts{Type::quorum, declared};
 }
 
+using Source = LimitInForce::Source;
+
+std::optional<std::uint32_t> limit(const BrokerDeliveryLimit& policy, const QueueFacts& facts,
+                                   const std::optional<LimitInForce>& learnt = std::nullopt) {
+  return broker_delivery_limit(policy, facts, learnt).limit;
+}
+
 TEST(BrokerDeliveryLimit, PolicyKeyComesFirst) {
-  EXPECT_EQ(broker_delivery_limit({Kind::fixed, 5}, quorum(3), 4), 5u);
-  EXPECT_EQ(broker_delivery_limit({Kind::fixed, 5}, QueueFacts{}, 3), 5u);
-  EXPECT_EQ(broker_delivery_limit({Kind::none, 0}, quorum(3), 4), std::nullopt);
+  EXPECT_EQ(limit({Kind::fixed, 5}, quorum(3)), 5u);
+  EXPECT_EQ(limit({Kind::fixed, 5}, QueueFacts{}), 5u);
+  EXPECT_EQ(limit({Kind::none, 0}, quorum(3)), std::nullopt);
+  EXPECT_EQ(broker_delivery_limit({Kind::fixed, 5}, quorum(3)).source, Source::policy_file);
+  const LimitInForce learnt{7u, Source::management};
+  EXPECT_EQ(limit({Kind::fixed, 5}, quorum(3), learnt), 5u);
 }
 
-TEST(BrokerDeliveryLimit, ThenTheDeclaredArgument) {
-  EXPECT_EQ(broker_delivery_limit({}, quorum(3), 3), 3u);
-  EXPECT_EQ(broker_delivery_limit({}, quorum(50), 4), 50u);
-  EXPECT_EQ(broker_delivery_limit({}, quorum(-1), 4), std::nullopt);  // -1 turns it off on 4.x
-  EXPECT_EQ(broker_delivery_limit({}, QueueFacts{Type::unknown, 7}, 3), 7u);
+TEST(BrokerDeliveryLimit, ThenWhatTheManagementApiSays) {
+  const LimitInForce learnt{7u, Source::management};
+  EXPECT_EQ(limit({}, quorum(3), learnt), 7u);
+  EXPECT_EQ(broker_delivery_limit({}, quorum(3), learnt).source, Source::management);
+  EXPECT_EQ(limit({}, quorum(), LimitInForce{std::nullopt, Source::management}), std::nullopt);
 }
 
-TEST(BrokerDeliveryLimit, ThenTwentyOnQuorumQueuesOfFourOrLater) {
-  EXPECT_EQ(broker_delivery_limit({}, quorum(), 4), 20u);
-  EXPECT_EQ(broker_delivery_limit({}, quorum(), 5), 20u);
-  EXPECT_EQ(broker_delivery_limit({}, quorum(), 3), std::nullopt);  // 3.x: no default limit
-  EXPECT_EQ(broker_delivery_limit({}, quorum(), 0), std::nullopt);  // version unknown
-  EXPECT_EQ(broker_delivery_limit({}, QueueFacts{Type::classic, std::nullopt}, 4), std::nullopt);
-  EXPECT_EQ(broker_delivery_limit({}, QueueFacts{}, 4), std::nullopt);
+TEST(BrokerDeliveryLimit, OtherwiseAssumedTightWhereARabbitMqPolicyMaySetOne) {
+  // A RabbitMQ policy, an operator policy or a declare the proxy never saw may set a limit no
+  // frame shows: assumed the tightest nackguard keeps messages from (outcome.hpp).
+  EXPECT_EQ(limit({}, quorum()), kAssumedBrokerLimit);
+  EXPECT_EQ(limit({}, quorum(50)), kAssumedBrokerLimit);  // a policy may lower a declared one
+  EXPECT_EQ(limit({}, quorum(-1)), kAssumedBrokerLimit);
+  EXPECT_EQ(limit({}, QueueFacts{}), kAssumedBrokerLimit);
+  EXPECT_EQ(broker_delivery_limit({}, quorum()).source, Source::assumed);
+  // A declared limit tighter than that is taken: it is the most the broker allows.
+  EXPECT_EQ(limit({}, quorum(1)), 1u);
+  EXPECT_EQ(limit({}, quorum(0)), 0u);
+  EXPECT_EQ(broker_delivery_limit({}, quorum(1)).source, Source::declared);
+  // A classic queue has none.
+  EXPECT_EQ(limit({}, QueueFacts{Type::classic, std::nullopt}), std::nullopt);
+  EXPECT_EQ(broker_delivery_limit({}, QueueFacts{Type::classic, 3}).source, Source::classic);
 }
 
 TEST(DeclaredQueueType, SameFollowsTheSource) {

@@ -1,0 +1,212 @@
+// Whole runs of one message through several sidecars, each with its own tracker, and the broker
+// in between (a simulation of what the broker keeps: the copy's headers, the redelivered flag,
+// x-delivery-count). The promise: a poison is delivered exactly max_redeliveries + 1 times,
+// whichever sidecar sees each delivery, a restarted one included; a message that was never
+// the consumers' trouble is never dead-lettered, whatever the broker's counters say.
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "proxy/retry/outcome.hpp"
+
+namespace nackguard::retry {
+namespace {
+
+constexpr std::int64_t kT0 = 1'700'000'000'000;
+constexpr std::int64_t kApart = 60'000;
+
+Policy immediate(std::uint32_t max) {
+  Policy policy;
+  policy.queue = "orders";
+  policy.max_redeliveries = max;
+  policy.rate.per_message = 1000;
+  return policy;
+}
+
+struct Sidecar {
+  TrackerEntry entry;
+  bool has_entry = false;
+  const TrackerEntry* find() const { return has_entry ? &entry : nullptr; }
+};
+
+// The broker's side of the run: what the next delivery carries.
+struct Broker {
+  CarriedCount message;
+  std::uint64_t next_copy_id = 100;
+  bool dead_lettered = false;
+  int deliveries = 0;
+
+  // The broker requeues the message (a forwarded requeue, a crash it handles itself).
+  void requeue() {
+    message.redelivered = true;
+    ++message.broker;
+  }
+  // The proxy published a copy and acked the original.
+  void copy(const Decision& decision) {
+    if (decision.action == Action::dead_letter) {
+      dead_lettered = true;
+      return;
+    }
+    message = CarriedCount{
+        .nackguard = decision.returns, .copy_id = next_copy_id++, .suspect = decision.suspect};
+  }
+};
+
+class CountModel : public ::testing::Test {
+ protected:
+  std::mt19937_64 rng{7};
+  std::int64_t now = kT0;
+  Circumstances circumstances;
+
+  // One delivery through `sidecar`; true if the consumer gets it. `suspect`: it is handed out
+  // alone.
+  bool deliver(const Policy& policy, Sidecar& sidecar, Broker& broker, bool* suspect = nullptr) {
+    ++broker.deliveries;
+    const Outcome out = decide_delivery(policy, sidecar.find(), broker.message, circumstances);
+    EXPECT_NE(out.decision.action, Action::dead_letter) << "at delivery " << broker.deliveries;
+    if (suspect) *suspect = out.suspect;
+    if (out.decision.action == Action::forward) return true;
+    --broker.deliveries;  // taken over before the consumer saw it
+    broker.copy(out.decision);
+    return false;
+  }
+  void nack(const Policy& policy, Sidecar& sidecar, Broker& broker) {
+    now += kApart;
+    ReturnEvent event{.wall_ms = now, .steady_ms = now, .carried = broker.message};
+    const Outcome out = decide_requeue(policy, sidecar.entry, event, circumstances, rng);
+    sidecar.has_entry = true;
+    if (out.decision.action == Action::forward) {
+      broker.requeue();
+    } else {
+      broker.copy(out.decision);
+    }
+  }
+  void crash(const Policy& policy, Sidecar& sidecar, Broker& broker, bool solo) {
+    now += kApart;
+    ReturnEvent event{
+        .wall_ms = now, .steady_ms = now, .carried = broker.message, .crash = true, .solo = solo};
+    const Outcome out = decide_crash(policy, sidecar.entry, event, circumstances, rng);
+    sidecar.has_entry = true;
+    if (out.decision.action == Action::forward) {
+      broker.requeue();
+    } else {
+      broker.copy(out.decision);
+    }
+  }
+  // A poison that every consumer nacks, delivered by the sidecars in turn.
+  int nack_loop(const Policy& policy, std::vector<Sidecar>& sidecars) {
+    Broker broker;
+    for (std::size_t turn = 0; !broker.dead_lettered && turn < 1000; ++turn) {
+      Sidecar& sidecar = sidecars[turn % sidecars.size()];
+      if (deliver(policy, sidecar, broker)) nack(policy, sidecar, broker);
+    }
+    return broker.deliveries;
+  }
+};
+
+TEST_F(CountModel, OneSidecarDeliversAPoisonMaxPlusOneTimes) {
+  for (std::uint32_t max = 0; max <= 6; ++max) {
+    std::vector<Sidecar> sidecars(1);
+    EXPECT_EQ(nack_loop(immediate(max), sidecars), static_cast<int>(max) + 1) << max;
+  }
+}
+
+TEST_F(CountModel, SidecarsInTurnShareOneCount) {
+  // Issue 37, defect 2: two sidecars nacking one poison in turn delivered it 6 and 7 times for
+  // max_redeliveries 3.
+  for (std::size_t n = 2; n <= 4; ++n) {
+    for (std::uint32_t max = 0; max <= 6; ++max) {
+      std::vector<Sidecar> sidecars(n);
+      EXPECT_EQ(nack_loop(immediate(max), sidecars), static_cast<int>(max) + 1)
+          << n << " sidecars, max " << max;
+    }
+  }
+}
+
+TEST_F(CountModel, SidecarsInTurnShareOneCountOnAQuorumQueueWithAnUnknownLimit) {
+  circumstances.broker_limit = kAssumedBrokerLimit;
+  for (std::uint32_t max = 0; max <= 6; ++max) {
+    std::vector<Sidecar> sidecars(2);
+    EXPECT_EQ(nack_loop(immediate(max), sidecars), static_cast<int>(max) + 1) << max;
+  }
+}
+
+TEST_F(CountModel, ARestartedSidecarForgetsNothing) {
+  // Issue 37, defect 3: requeued twice, the sidecar killed and restarted: 6 deliveries, not 4.
+  const Policy policy = immediate(3);
+  Broker broker;
+  Sidecar first;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(deliver(policy, first, broker));
+    nack(policy, first, broker);
+  }
+  Sidecar restarted;  // kill -9: its tracker is gone
+  while (!broker.dead_lettered && broker.deliveries < 100) {
+    if (deliver(policy, restarted, broker)) nack(policy, restarted, broker);
+  }
+  EXPECT_EQ(broker.deliveries, 4);
+}
+
+TEST_F(CountModel, ACrashLoopAcrossSidecarsIsCountedExactly) {
+  // The poison kills every consumer that holds it; in a sidecar deployment the next delivery
+  // goes to another consumer, behind another sidecar. It is in the consumer's hands with
+  // others (its prefetch) unless it is a suspect, handed out alone.
+  for (std::uint32_t max = 0; max <= 6; ++max) {
+    const Policy policy = immediate(max);
+    Broker broker;
+    std::vector<Sidecar> sidecars(3);
+    for (std::size_t turn = 0; !broker.dead_lettered && turn < 100; ++turn) {
+      Sidecar& sidecar = sidecars[turn % sidecars.size()];
+      bool suspect = false;
+      if (deliver(policy, sidecar, broker, &suspect)) crash(policy, sidecar, broker, suspect);
+    }
+    EXPECT_TRUE(broker.dead_lettered) << max;
+    // The first crash holds its prefetch, the second too on another sidecar that knew nothing
+    // of the first; a crash with others in hand counts but never dead-letters. From
+    // max_redeliveries 2 on, exactly max + 1 deliveries.
+    if (max >= 2) {
+      EXPECT_EQ(broker.deliveries, static_cast<int>(max) + 1) << max;
+    } else {
+      EXPECT_EQ(broker.deliveries, 3) << max;
+    }
+  }
+}
+
+TEST_F(CountModel, ACrashLoopThroughOneSidecarIsIsolatedAtOnce) {
+  for (std::uint32_t max = 1; max <= 6; ++max) {
+    const Policy policy = immediate(max);
+    Broker broker;
+    Sidecar sidecar;
+    for (int turn = 0; !broker.dead_lettered && turn < 100; ++turn) {
+      bool suspect = false;
+      if (deliver(policy, sidecar, broker, &suspect)) crash(policy, sidecar, broker, suspect);
+    }
+    EXPECT_EQ(broker.deliveries, static_cast<int>(max) + 1) << max;
+  }
+}
+
+TEST_F(CountModel, AMessageHeldBackBehindCrashesIsNeverDeadLettered) {
+  // Issue 37, defect 1: P1 handed out alone, the consumer crashing on it again and again, G
+  // waiting in the proxy behind it each time. The broker counts every crash against G too.
+  const Policy policy = immediate(3);
+  circumstances.broker_limit = 20;
+  Broker g;
+  Sidecar holder, other;
+  ++g.deliveries;  // G's first delivery: a prefetched message, in a batch crash
+  crash(policy, holder, g, /*solo=*/false);
+  for (int i = 0; i < 5; ++i) {
+    // Delivered again, it waits behind the poison; the consumer's crash returns it uncounted.
+    note_uncounted_return(holder.entry, g.message);
+    g.requeue();
+  }
+  // Now it reaches a consumer, behind another sidecar that knows nothing of it.
+  ASSERT_TRUE(deliver(policy, other, g));
+  EXPECT_FALSE(g.dead_lettered);
+  // Even a crash of that consumer with G among others in hand does not dead-letter it.
+  crash(policy, other, g, /*solo=*/false);
+  EXPECT_FALSE(g.dead_lettered);
+}
+
+}  // namespace
+}  // namespace nackguard::retry
