@@ -20,6 +20,8 @@ std::string_view to_string(ReturnCause cause) {
       return "broker_lost";
     case ReturnCause::consumer_timeout:
       return "consumer_timeout";
+    case ReturnCause::unseen:
+      return "unseen";
   }
   return "unknown";
 }
@@ -304,6 +306,14 @@ std::vector<Delivery> ChannelState::take_all() {
   for (auto& [tag, record] : taken_over_) taken.push_back(drop_record(record));
   taken_over_.clear();
   return taken;
+}
+
+std::vector<std::uint64_t> ChannelState::in_hand_tags() const {
+  std::vector<std::uint64_t> tags;
+  for (const auto& [client_tag, record] : unacked_) {
+    if (!is_slim(record.delivery) && !record.delivery.no_ack) tags.push_back(client_tag);
+  }
+  return tags;
 }
 
 }  // namespace nackguard::session

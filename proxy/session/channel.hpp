@@ -202,6 +202,12 @@ class ChannelState {
   std::vector<Delivery> take_unacked();
 
   std::size_t unacked_count() const { return unacked_.size(); }
+  // The client tags of the deliveries in the client's hands: unacked, with a record (not slim).
+  std::vector<std::uint64_t> in_hand_tags() const;
+  // The client's close or crash found the deliveries up to this client tag in its hands, and
+  // the observer counted them then (session_crash.cpp); later ones were never seen by the
+  // client. 0: no crash.
+  std::uint64_t crash_tag = 0;
   // The delivery RabbitMQ's consumer_timeout looks at: the one the broker handed out first
   // (the lowest broker tag) of those it has not seen settled. Its broker tag if the client
   // holds it unacked with a record; nullopt if it is the proxy's (taken over or held back), settled

@@ -85,6 +85,8 @@ struct Delivery {
 // also the deliveries of a channel closed because another delivery's ack timed out.
 // consumer_timeout: the delivery whose ack timed out (RabbitMQ's consumer_timeout closed the
 // channel with 406).
+// unseen: handed out after the client closed its channel or connection, or went away: the
+// client never saw it.
 enum class ReturnCause {
   nack,
   reject,
@@ -92,7 +94,8 @@ enum class ReturnCause {
   channel_closed,
   connection_closed,
   broker_lost,
-  consumer_timeout
+  consumer_timeout,
+  unseen
 };
 std::string_view to_string(ReturnCause cause);
 
@@ -111,7 +114,17 @@ struct DeliveryPlan {
   std::uint64_t cookie = 0;  // stored in Delivery::cookie
 };
 
-// The observer's choice when the client gives a delivery back.
+// The observer's choice when the client gives a delivery back, or its close or crash does.
 enum class ReturnAction { forward, take_over };
+
+// How the end of a channel or connection found a delivery (SessionObserver::on_returned).
+struct ReturnContext {
+  // The only delivery in the consumer's hands: on its channel for a channel's end, on the
+  // connection for the connection's end. A crash is then the message's doing.
+  bool solo = false;
+  // The session can keep the delivery from the broker until its copy is settled: the client
+  // closed its channel or connection, or went away, and the broker side is still open.
+  bool can_take_over = false;
+};
 
 }  // namespace nackguard::session

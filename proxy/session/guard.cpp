@@ -83,13 +83,14 @@ void Guard::on_settled(const Delivery& d, SettleKind) {
   context_.tracker().erase(retry::make_key(d.queue, *id.identity));
 }
 
-retry::Decision Guard::count_return(const Delivery& d, const Identified& id, bool crash,
-                                    bool recover, Intent& intent, bool consumer_timeout) {
+retry::Outcome Guard::count_return(const Delivery& d, const Identified& id, ReturnKind kind,
+                                   const ReturnContext& context, bool consumer_timeout,
+                                   Intent& intent) {
   const std::int64_t now = context_.steady_ms();
   const retry::Policy& policy = *id.policy;
   retry::TrackerKey key = retry::make_key(d.queue, *id.identity);
   retry::HealthChange health;
-  if (crash) {
+  if (kind != ReturnKind::requeue) {
     // Counted once per queue by on_returns_done; state() changes nothing, so the outage start
     // or end it may show is still reported there.
     health = context_.health().state(d.queue, policy.rate, now);
@@ -105,16 +106,25 @@ retry::Decision Guard::count_return(const Delivery& d, const Identified& id, boo
   retry::ReturnEvent event;
   event.wall_ms = context_.wall_ms();
   event.steady_ms = now;
-  event.carried = carried_count(id.props.header.properties);
-  event.crash = crash;
+  event.carried = carried_count(id.props.header.properties, d);
+  event.crash = kind != ReturnKind::requeue;
+  // A recover is the consumer's own request: the message's doing as much as a requeue.
+  event.solo = context.solo || kind == ReturnKind::recover;
   event.consumer_timeout = consumer_timeout;
   event.outage = health.holds_counts();
-  retry::Decision decision;
+  retry::Circumstances circumstances = this->circumstances(d, policy);
+  // A recover has the broker requeue everything at once: nothing can be taken over.
+  circumstances.take_over_at_crash = context.can_take_over;
+  retry::Outcome outcome;
   retry::TrackerEntry after = context_.tracker().upsert(key, now, [&](retry::TrackerEntry& e) {
-    decision = retry::decide_return(policy, e, event, rng_);
-    if (recover) {
-      // The consumer is alive and asked for everything again: the decision waits for the next
-      // delivery like a crash's, but nothing is suspect.
+    if (kind == ReturnKind::requeue) {
+      outcome = retry::decide_requeue(policy, e, event, circumstances, rng_);
+      return;
+    }
+    outcome = retry::decide_crash(policy, e, event, circumstances, rng_);
+    if (kind == ReturnKind::recover) {
+      // The consumer is alive and asked for everything again: what it decided waits for the
+      // next delivery like a crash's, but nothing is suspect.
       e.crash_suspect = false;
       if (e.pending_reason == static_cast<std::uint8_t>(retry::DeadLetterReason::crash_loop)) {
         e.pending_reason = static_cast<std::uint8_t>(retry::DeadLetterReason::max_redeliveries);
@@ -122,7 +132,7 @@ retry::Decision Guard::count_return(const Delivery& d, const Identified& id, boo
     }
   });
   context_.tracker_names().record(key, d.queue, *id.identity);
-  intent.decision = decision;
+  intent.decision = outcome.decision;
   intent.policies = policies_;
   intent.policy = &policy;
   intent.key = key;
@@ -130,32 +140,67 @@ retry::Decision Guard::count_return(const Delivery& d, const Identified& id, boo
   intent.queue = d.queue;
   intent.first_return_ms = after.first_return_ms;
   intent.last_return_ms = after.last_return_ms;
-  return decision;
+  return outcome;
+}
+
+retry::Circumstances Guard::circumstances(const Delivery& d, const retry::Policy& policy) {
+  retry::Circumstances c;
+  c.broker_limit = broker_limit(policy, d.queue).limit;
+  c.body_kept = d.body && d.body->bytes.size() == d.body_size;
+  c.body_skipped = (d.cookie & kBodySkipped) != 0;
+  c.proxy_channel = facts_.reserved_channel.has_value();
+  c.copies_failing = context_.copies_failing(d.queue, context_.steady_ms());
+  c.reject_dead_letters = policy.dead_letter.via == retry::DeadLetter::Via::reject;
+  return c;
+}
+
+void Guard::report_fallback(const std::string& queue, const retry::Outcome& outcome) {
+  using Cause = retry::FallbackCause;
+  std::string_view detail;
+  switch (outcome.fallback) {
+    case Cause::none:
+      return;
+    case Cause::body_skipped:
+      // No body by design (guard_body.cpp): the queue entered an outage, or the policy
+      // changed, since the delivery. Forwarded as a healthy queue's first return is; the
+      // redelivery keeps its body for the next return. Only a copy for the broker's limit is
+      // a fallback: the return may now pass it.
+      if (!outcome.at_broker_limit || outcome.wanted != retry::Action::republish) return;
+      detail =
+          "the body was not kept: the queue's delivery limit (0 or 1) was not known at its "
+          "delivery; set broker_delivery_limit to it in the queue's policy to keep every body";
+      break;
+    case Cause::body_not_retained:
+      detail = "the body could not be kept within limits.retained_body_bytes";
+      break;
+    case Cause::no_channel:
+      detail = "the broker's channel_max leaves no channel for the proxy";
+      break;
+    case Cause::copies_failing:
+      detail = "copies for this queue failed moments ago (see the earlier fallback line)";
+      break;
+  }
+  std::string_view cause = outcome.fallback == Cause::body_skipped
+                               ? to_string(Cause::body_not_retained)
+                               : to_string(outcome.fallback);
+  // A republish was to keep the message from the broker's own limit, which this return may
+  // now pass: said as a cause of its own, as give_back does.
+  if (outcome.at_broker_limit && outcome.wanted == retry::Action::republish) {
+    context_.listener().on_fallback(queue, "at_broker_limit",
+                                    std::string(cause) + ": " + std::string(detail));
+  } else {
+    context_.listener().on_fallback(queue, cause, detail);
+  }
 }
 
 ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   Identified id;
   if (!identify(d, id) || !id.identity) return ReturnAction::forward;
   Intent intent;
-  retry::Decision decision = count_return(d, id, false, false, intent);
-  std::uint32_t broker_count = carried_count(id.props.header.properties).broker;
-  const bool passes = retry::next_return_passes(broker_count, broker_limit(*id.policy, d.queue));
-  if (passes) {
-    // Forwarded, this requeue would have the broker drop or dead-letter the message itself.
-    decision = intent.decision = retry::keep_from_broker_limit(decision);
-  }
-  if (passes && decision.action != retry::Action::republish &&
-      context_.copies_failing(d.queue, context_.steady_ms())) {
-    // Its DLQ or delay queue is refused: republishing it to its own queue needs neither, and a
-    // fallback to the consumer's requeue would have the broker end it.
-    decision = intent.decision = {retry::Action::republish, retry::Millis(0),
-                                  retry::DeadLetterReason::none, decision.returns};
-  }
-  if (decision.action == retry::Action::forward) {
-    context_.listener().on_requeue(d.queue, retry::Action::forward);
-    return ReturnAction::forward;
-  }
-  if (needs_copy(intent) && !copy_possible(d, decision)) {
+  const retry::Outcome outcome =
+      count_return(d, id, ReturnKind::requeue, ReturnContext{}, false, intent);
+  report_fallback(d.queue, outcome);
+  if (outcome.decision.action == retry::Action::forward) {
     context_.listener().on_requeue(d.queue, retry::Action::forward);
     return ReturnAction::forward;
   }
@@ -163,39 +208,6 @@ ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   intent.props = std::move(id.props);
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
   return ReturnAction::take_over;
-}
-
-bool Guard::copy_possible(const Delivery& d, const retry::Decision& decision) {
-  const bool skipped = (d.cookie & kBodySkipped) != 0;
-  // No body by design (guard_body.cpp): the queue entered an outage, or the policy changed,
-  // since the delivery. Forwarded as a healthy queue's first return is, which nothing lets
-  // the broker end; the redelivery keeps its body for the next return.
-  if (skipped && decision.action != retry::Action::republish) return false;
-  const char* cause = nullptr;
-  const char* detail = nullptr;
-  if (!d.body || d.body->bytes.size() != d.body_size) {
-    cause = "body_not_retained";
-    detail = skipped ? "the body was not kept: the queue's delivery limit (0 or 1) was not "
-                       "known at its delivery; set broker_delivery_limit to it in the queue's "
-                       "policy to keep every body"
-                     : "the body could not be kept within limits.retained_body_bytes";
-  } else if (!facts_.reserved_channel) {
-    cause = "no_channel";
-    detail = "the broker's channel_max leaves no channel for the proxy";
-  } else if (decision.action != retry::Action::republish &&
-             context_.copies_failing(d.queue, context_.steady_ms())) {
-    cause = "republish_failed";
-    detail = "copies for this queue failed moments ago (see the earlier fallback line)";
-  }
-  if (!cause) return true;
-  // A republish was to keep the message from the broker's own limit, which this return may
-  // now pass: said as a cause of its own, as give_back does.
-  if (decision.action == retry::Action::republish) {
-    context_.listener().on_fallback(d.queue, "at_broker_limit", std::string(cause) + ": " + detail);
-  } else {
-    context_.listener().on_fallback(d.queue, cause, detail);
-  }
-  return false;
 }
 
 ObserverActions Guard::on_taken_over(const Delivery& d) {
@@ -209,21 +221,40 @@ void Guard::on_takeover_dropped(const Delivery& d) {
   intents_.erase({d.channel, d.broker_tag});
 }
 
-void Guard::on_returned(const Delivery& d, ReturnCause cause) {
+ReturnAction Guard::on_returned(const Delivery& d, ReturnCause cause,
+                                const ReturnContext& context) {
   if (d.taken_over) {
     // The broker takes back a delivery the proxy owned: its copy, if confirmed later, may be
     // a duplicate; the original is not acked.
     intents_.erase({d.channel, d.broker_tag});
-    return;
+    return ReturnAction::forward;
   }
-  if (d.held_back) return;                        // never handed out: not the consumer's doing
-  if (cause == ReturnCause::broker_lost) return;  // a broker restart is no consumer's crash
   Identified id;
-  if (!identify(d, id) || !id.identity) return;
+  if (!identify(d, id) || !id.identity) return ReturnAction::forward;
+  if (d.held_back || cause == ReturnCause::broker_lost || cause == ReturnCause::unseen) {
+    // Never in a consumer's hands, or a broker's going: not the message's doing. Its
+    // redelivered flag will stand for no return.
+    const retry::CarriedCount carried = carried_count(id.props.header.properties, d);
+    const std::int64_t now = context_.steady_ms();
+    // Only a message counted before has an entry to tell: a first delivery's flag stands
+    // for one return at most, which no delivery dead-letters on (retry::decide_delivery).
+    context_.tracker().update_if_present(
+        retry::make_key(d.queue, *id.identity), now,
+        [&](retry::TrackerEntry& e) { retry::note_uncounted_return(e, carried); });
+    return ReturnAction::forward;
+  }
+  const ReturnKind kind = cause == ReturnCause::recover ? ReturnKind::recover : ReturnKind::crash;
   Intent intent;
-  retry::Decision decision = count_return(d, id, true, cause == ReturnCause::recover, intent,
-                                          cause == ReturnCause::consumer_timeout);
-  (void)decision;  // carried out at the next delivery (TrackerEntry::pending_*)
+  const retry::Outcome outcome =
+      count_return(d, id, kind, kind == ReturnKind::recover ? ReturnContext{} : context,
+                   cause == ReturnCause::consumer_timeout, intent);
+  if (outcome.decision.action == retry::Action::forward || !context.can_take_over) {
+    return ReturnAction::forward;  // the broker requeues it; a pending decision waits
+  }
+  intent.fallback = SettleKind::nack;  // a failed copy: the broker's own requeue, as at a crash
+  intent.props = std::move(id.props);
+  intents_[{d.channel, d.broker_tag}] = std::move(intent);
+  return ReturnAction::take_over;
 }
 
 void Guard::on_returns_done() {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "proxy/retry/guard_context.hpp"
+#include "proxy/retry/outcome.hpp"
 #include "proxy/session/observer.hpp"
 #include "proxy/session/proxy_channel.hpp"
 #include "proxy/session/raw_properties.hpp"
@@ -45,7 +46,8 @@ class Guard final : public SessionObserver {
   ObserverActions on_taken_over(const Delivery& delivery) override;
   void on_settle_applied(const Settle& settle, bool sent) override;
   void on_takeover_dropped(const Delivery& delivery) override;
-  void on_returned(const Delivery& delivery, ReturnCause cause) override;
+  ReturnAction on_returned(const Delivery& delivery, ReturnCause cause,
+                           const ReturnContext& context) override;
   void on_returns_done() override;
   ObserverActions on_proxy_channel_frame(const amqp::Frame& frame) override;
   void on_queue_declare(const amqp::QueueDeclare& declare) override;
@@ -84,14 +86,16 @@ class Guard final : public SessionObserver {
   const retry::Policy& policy_for(const std::string& queue);
   // A delivery from `queue` carried x-delivery-count: it is a quorum queue.
   void learn_quorum(const std::string& queue);
-  // Whether one more return of `delivery` (whose header is `header`) would pass the broker's
+  // The broker's delivery limit in force on `queue` (retry::broker_delivery_limit).
+  retry::LimitInForce broker_limit(const retry::Policy& policy, const std::string& queue);
+  // Whether one more return of a delivery that carries `carried` would pass the broker's
   // delivery limit, and a copy can be published to prevent it.
   bool at_broker_limit(const Delivery& delivery, const retry::Policy& policy,
-                       const amqp::BasicProperties& properties);
-  // The broker's delivery limit on `queue` (retry::broker_delivery_limit), nullopt for none.
-  std::optional<std::uint32_t> broker_limit(const retry::Policy& policy, const std::string& queue);
+                       const retry::CarriedCount& carried);
+  // What the final decisions need to know besides the message (retry::Circumstances).
+  retry::Circumstances circumstances(const Delivery& delivery, const retry::Policy& policy);
   // Whether one return of a message that carries no x-delivery-count passes the broker's
-  // delivery limit on `queue` (a limit of 0).
+  // delivery limit on `queue` (a limit of 0 or 1).
   bool first_return_passes_broker_limit(const retry::Policy& policy, const std::string& queue);
   // Whether a first delivery (not redelivered, no count carried) keeps its body: whether its
   // first return may need a copy, under `policy` and with the queue's `health` at its
@@ -134,12 +138,6 @@ class Guard final : public SessionObserver {
   // on_delivery's plan. `now` is steady_ms() (guard_delivery.cpp).
   DeliveryPlan plan_delivery(const Delivery& delivery, const retry::Policy& policy,
                              std::int64_t now, DeliveryReading& reading);
-  // What becomes of a delivery from `queue` that the tracker knows (`entry`), or that one more
-  // return would take past the broker's limit (`at_limit`): forward, or a copy to publish.
-  retry::Decision decide_at_delivery(const std::string& queue, const retry::Policy& policy,
-                                     std::int64_t now,
-                                     const std::optional<retry::TrackerEntry>& entry,
-                                     const retry::CarriedCount& carried, bool at_limit);
   // Keeps the Intent of a delivery taken over before the client sees it: the decision, and
   // the header `reading` decoded. A decision a crash left pending is cleared from the tracker.
   void take_over_at_delivery(const Delivery& delivery, const retry::Policy& policy,
@@ -147,15 +145,15 @@ class Guard final : public SessionObserver {
                              const std::string& identity,
                              const std::optional<retry::TrackerEntry>& entry,
                              const retry::Decision& decision, DeliveryReading& reading);
-  // Counts a return of `delivery` and decides; fills `intent` for delay and dead-letter.
-  // consumer_timeout: a crash return of the delivery whose ack timed out.
-  retry::Decision count_return(const Delivery& delivery, const Identified& id, bool crash,
-                               bool recover, Intent& intent, bool consumer_timeout = false);
-  // Whether the copy that `decision` asks for at a client's requeue of `delivery` can be
-  // made: its body kept, a channel for the proxy, copies not failing for the queue. If not,
-  // the requeue is forwarded (a fallback the listener hears of, unless the body was skipped
-  // by design).
-  bool copy_possible(const Delivery& delivery, const retry::Decision& decision);
+  // How a return of `delivery` is counted (count_return).
+  enum class ReturnKind : std::uint8_t { requeue, crash, recover };
+  // Counts a return of `delivery` in the queue's health and the tracker, and takes the final
+  // decision (retry::decide_requeue or decide_crash); fills `intent` for a copy.
+  retry::Outcome count_return(const Delivery& delivery, const Identified& id, ReturnKind kind,
+                              const ReturnContext& context, bool consumer_timeout, Intent& intent);
+  // Tells the listener of a copy the outcome wanted and could not have (none for a first
+  // delivery's body skipped by design, unless the copy was for the broker's limit).
+  void report_fallback(const std::string& queue, const retry::Outcome& outcome);
   void execute(const Delivery& delivery);
   void finish_job(std::uint64_t job, bool ok, const std::string& why);
   // Asks the session to settle a taken-over delivery (an ObserverAction::settle).

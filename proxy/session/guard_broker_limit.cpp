@@ -1,6 +1,7 @@
 // What a Guard learns of the queues it sees (their type, the delivery limit they were declared
 // with), and the broker's own delivery limit it keeps messages from.
 
+#include "proxy/retry/outcome.hpp"
 #include "proxy/session/guard.hpp"
 #include "proxy/session/identity.hpp"
 
@@ -18,10 +19,9 @@ void Guard::on_queue_declare(const amqp::QueueDeclare& declare) {
   context_.queue_facts().on_declare(declare.queue, type, limit);
 }
 
-std::optional<std::uint32_t> Guard::broker_limit(const retry::Policy& policy,
-                                                 const std::string& queue) {
+retry::LimitInForce Guard::broker_limit(const retry::Policy& policy, const std::string& queue) {
   return retry::broker_delivery_limit(policy.broker_delivery_limit,
-                                      context_.queue_facts().find(queue), broker_major_);
+                                      context_.queue_facts().find(queue));
 }
 
 void Guard::learn_quorum(const std::string& queue) {
@@ -34,10 +34,9 @@ void Guard::learn_quorum(const std::string& queue) {
 }
 
 bool Guard::at_broker_limit(const Delivery& d, const retry::Policy& policy,
-                            const amqp::BasicProperties& properties) {
-  std::uint32_t broker_count = carried_count(properties).broker;
-  return broker_count != 0 &&
-         retry::next_return_passes(broker_count, broker_limit(policy, d.queue)) &&
+                            const retry::CarriedCount& carried) {
+  return carried.broker != 0 &&
+         retry::next_return_passes(carried.broker, broker_limit(policy, d.queue).limit) &&
          facts_.reserved_channel.has_value();
 }
 
@@ -53,7 +52,7 @@ bool Guard::first_return_passes_broker_limit(const retry::Policy& policy,
       // Only a declared x-delivery-limit of 0 or 1 leaves no room (4.0's default is 20): the
       // queue's facts are looked up once such a declaration was seen, not at every delivery.
       return context_.queue_facts().tight_limit_declared() &&
-             retry::next_return_passes(0, broker_limit(policy, queue));
+             retry::next_return_passes(0, broker_limit(policy, queue).limit);
   }
   return true;
 }

@@ -100,12 +100,27 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
     detail = "the message's properties could not be decoded";
     return false;
   }
-  // The proxy's headers, in the order they are written. The broker's x-delivery-count counts
-  // deliveries of the original; on a copy it would be stale (RabbitMQ sets it only from a
-  // message's first redelivery on), and would read as a count the copy does not have.
+  // The proxy's headers, in the order they are written. The broker's x-delivery-count and
+  // x-acquired-count count deliveries of the original; on a copy they would be stale (RabbitMQ
+  // sets them only from a message's first redelivery on), and would read as counts the copy
+  // does not have.
   std::vector<HeaderEdit> edits;
   edits.push_back({kDeliveryCountHeader, amqp::FieldValue::none(), false, true});
+  edits.push_back({kAcquiredCountHeader, amqp::FieldValue::none(), false, true});
   edits.push_back({kReturnsHeader, amqp::FieldValue::i64(intent.decision.returns)});
+  // The count travels with the copy, for the queue it was counted in; a tracker entry made for
+  // another copy is stale for this one.
+  edits.push_back({kReturnsQueueHeader, amqp::FieldValue::string(intent.queue)});
+  std::uint64_t copy_id = 0;
+  while (copy_id == 0) copy_id = rng_();
+  edits.push_back({kCopyIdHeader, amqp::FieldValue::i64(static_cast<std::int64_t>(copy_id))});
+  const bool suspect =
+      intent.decision.suspect && intent.decision.action != retry::Action::dead_letter;
+  if (suspect) {
+    edits.push_back({kSuspectHeader, amqp::FieldValue::boolean(true)});
+  } else {
+    edits.push_back({kSuspectHeader, amqp::FieldValue::none(), false, true});
+  }
   edits.push_back({kDeliveriesHeader, amqp::FieldValue::i64(intent.decision.deliveries)});
   // A return during an outage is not counted and may have no first return time yet.
   std::int64_t first_return = intent.first_return_ms != 0 ? intent.first_return_ms : now;

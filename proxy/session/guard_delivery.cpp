@@ -54,7 +54,7 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
   if (!decode_delivery_header(d, props)) return plan;
   reading.props = &props;
   const amqp::BasicProperties& properties = props.header.properties;
-  retry::CarriedCount carried = carried_count(properties);
+  retry::CarriedCount carried = carried_count(properties, d);
   if (carried.from_quorum_queue) learn_quorum(d.queue);
   // A copy nackguard delayed during an outage carries x-nackguard-returns 0: it is a message
   // seen before, which outage detection must not count as new at each pass.
@@ -74,45 +74,17 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
   retry::TrackerKey key = retry::make_key(d.queue, *identity);
   reading.seen = message_hash(key);
   std::optional<retry::TrackerEntry> entry = context_.tracker().find(key, now);
-  // One more return of this delivery, a crash included, would pass the broker's own limit:
-  // it is republished before the consumer sees it, so that no return can end it.
-  bool at_limit = at_broker_limit(d, policy, properties);
-  if (!entry && !at_limit) return plan;
-  retry::Decision decision = decide_at_delivery(d.queue, policy, now, entry, carried, at_limit);
-  if (decision.action == retry::Action::forward) {
-    plan.suspect = entry && entry->crash_suspect;
+  retry::Circumstances circumstances = this->circumstances(d, policy);
+  circumstances.body_kept = true;  // a delivery taken over here keeps its body (the router)
+  const retry::Outcome outcome =
+      retry::decide_delivery(policy, entry ? &*entry : nullptr, carried, circumstances);
+  if (outcome.decision.action == retry::Action::forward) {
+    plan.suspect = outcome.suspect;
     return plan;
   }
-  take_over_at_delivery(d, policy, now, key, *identity, entry, decision, reading);
+  take_over_at_delivery(d, policy, now, key, *identity, entry, outcome.decision, reading);
   plan.action = DeliveryPlan::Action::take_over;
   return plan;
-}
-
-retry::Decision Guard::decide_at_delivery(const std::string& queue, const retry::Policy& policy,
-                                          std::int64_t now,
-                                          const std::optional<retry::TrackerEntry>& entry,
-                                          const retry::CarriedCount& carried, bool at_limit) {
-  retry::Decision decision;
-  if (entry) {
-    decision = retry::decide_delivery(policy, *entry, carried);
-  } else {
-    decision.returns = retry::count_base(nullptr, carried);
-    decision.deliveries = retry::deliveries_before(nullptr, carried);
-    if (decision.returns > policy.max_redeliveries) {
-      decision.action = retry::Action::dead_letter;
-      decision.reason = retry::DeadLetterReason::max_redeliveries;
-    }
-  }
-  if (decision.action != retry::Action::forward && context_.copies_failing(queue, now)) {
-    // Its copy cannot be published now: hand it to the consumer, as without the proxy.
-    decision.action = retry::Action::forward;
-  }
-  // A republish into the queue itself needs no declaration, so copies failing for want of a
-  // DLQ or delay queue do not stop it; and handing the message out would let the broker end it.
-  if (at_limit && decision.action == retry::Action::forward) {
-    decision.action = retry::Action::republish;
-  }
-  return decision;
 }
 
 void Guard::take_over_at_delivery(const Delivery& d, const retry::Policy& policy, std::int64_t now,
@@ -120,7 +92,7 @@ void Guard::take_over_at_delivery(const Delivery& d, const retry::Policy& policy
                                   const std::optional<retry::TrackerEntry>& entry,
                                   const retry::Decision& decision, DeliveryReading& reading) {
   // A crash left this decision pending: carry it out instead of handing the message out.
-  if (entry) {
+  if (entry && entry->pending_action != 0) {
     context_.tracker().upsert(key, now, [](retry::TrackerEntry& e) {
       e.pending_action = 0;
       e.pending_reason = 0;
@@ -146,7 +118,7 @@ bool Guard::decide_before_holding_back(const Delivery& d) {
   if (d.queue.empty() || d.no_ack || !d.redelivered) return false;
   RawProperties props;
   if (!decode_delivery_header(d, props)) return false;
-  return at_broker_limit(d, policy_for(d.queue), props.header.properties);
+  return at_broker_limit(d, policy_for(d.queue), carried_count(props.header.properties, d));
 }
 
 }  // namespace nackguard::session

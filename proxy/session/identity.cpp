@@ -91,10 +91,30 @@ std::uint32_t count_header(const amqp::BasicProperties& properties, const char* 
 }
 }  // namespace
 
-retry::CarriedCount carried_count(const amqp::BasicProperties& properties) {
-  return {count_header(properties, kReturnsHeader), count_header(properties, kDeliveryCountHeader),
-          header(properties, kDeliveryCountHeader) != nullptr,
-          count_header(properties, kDeliveriesHeader)};
+retry::CarriedCount carried_count(const amqp::BasicProperties& properties,
+                                  const Delivery& delivery) {
+  retry::CarriedCount carried;
+  carried.broker = count_header(properties, kDeliveryCountHeader);
+  carried.from_quorum_queue = header(properties, kDeliveryCountHeader) != nullptr;
+  carried.redelivered = delivery.redelivered;
+  carried.acquired = count_header(properties, kAcquiredCountHeader);
+  if (const amqp::FieldValue* id = header(properties, kCopyIdHeader)) {
+    carried.copy_id = static_cast<std::uint64_t>(id->as_int().value_or(0));
+  }
+  bool counts_here = false;
+  if (auto scope = header_text(header(properties, kReturnsQueueHeader))) {
+    counts_here = *scope == delivery.queue;
+  } else {
+    counts_here = header(properties, kReasonHeader) == nullptr;
+  }
+  if (counts_here) {
+    carried.nackguard = count_header(properties, kReturnsHeader);
+    carried.deliveries = count_header(properties, kDeliveriesHeader);
+    const amqp::FieldValue* suspect = header(properties, kSuspectHeader);
+    const bool* flag = suspect ? std::get_if<bool>(&suspect->value) : nullptr;
+    carried.suspect = (flag && *flag) || (suspect && suspect->as_int().value_or(0) != 0);
+  }
+  return carried;
 }
 
 }  // namespace nackguard::session

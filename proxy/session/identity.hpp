@@ -21,7 +21,16 @@ inline constexpr const char* kConsumerHeader = "x-nackguard-consumer";
 inline constexpr const char* kDeliveriesHeader = "x-nackguard-deliveries";
 inline constexpr const char* kOriginalExchangeHeader = "x-original-exchange";
 inline constexpr const char* kOriginalRoutingKeyHeader = "x-original-routingKey";
+// The queue x-nackguard-returns counts in, on every copy: read from another queue (a DLQ, a
+// shovel's destination), the count is history and the message starts a count of its own.
+inline constexpr const char* kReturnsQueueHeader = "x-nackguard-returns-queue";
+// Which copy this is: a random number per copy, so that a tracker entry made for one copy is
+// known to be stale for another (retry::entry_matches).
+inline constexpr const char* kCopyIdHeader = "x-nackguard-copy-id";
+// The copy was made at a crash: whichever sidecar delivers it hands it out alone.
+inline constexpr const char* kSuspectHeader = "x-nackguard-suspect";
 inline constexpr const char* kDeliveryCountHeader = "x-delivery-count";  // quorum queues
+inline constexpr const char* kAcquiredCountHeader = "x-acquired-count";  // quorum, 4.3 on
 
 // The first identity source of the policy that the message has. `body` hashes the exchange,
 // the routing key (the original ones, for a copy nackguard republished) and the body, so it
@@ -34,8 +43,12 @@ std::optional<std::string> message_identity(const std::vector<retry::IdentitySou
 bool identity_needs_body(const std::vector<retry::IdentitySource>& sources,
                          const amqp::BasicProperties& properties);
 
-// x-nackguard-returns, x-delivery-count and x-nackguard-deliveries, each 0 when absent (or not
-// an integer), and whether x-delivery-count is there at all.
-retry::CarriedCount carried_count(const amqp::BasicProperties& properties);
+// What a delivery of a message carries of its count (retry::CarriedCount): x-nackguard-returns,
+// x-nackguard-deliveries and x-nackguard-suspect when x-nackguard-returns-queue names the
+// delivery's queue (or, on a copy from before that header, when it is no dead letter), each 0
+// or false otherwise; x-nackguard-copy-id, x-delivery-count and whether it is there at all;
+// and the delivery's redelivered flag.
+retry::CarriedCount carried_count(const amqp::BasicProperties& properties,
+                                  const Delivery& delivery);
 
 }  // namespace nackguard::session

@@ -94,9 +94,15 @@ class SessionObserver {
   virtual void on_takeover_dropped(const Delivery& delivery) { (void)delivery; }
   // The broker will deliver this message again without a frame from the client to rewrite: a
   // recover, or a channel or connection that ended while it was unacked (or taken over, or held
-  // back). Called once per delivery.
-  virtual void on_returned(const Delivery& delivery, ReturnCause cause) {
-    (void)delivery, (void)cause;
+  // back). Called once per delivery. When the client closes its channel or connection, or goes
+  // away, it is called for the deliveries in the client's hands at that moment, with
+  // `context.can_take_over`: take_over keeps the delivery from the broker (it becomes taken
+  // over, on_taken_over follows, and the close waits for its settlement); the broker requeues
+  // the others at the close, without a second call.
+  virtual ReturnAction on_returned(const Delivery& delivery, ReturnCause cause,
+                                   const ReturnContext& context) {
+    (void)delivery, (void)cause, (void)context;
+    return ReturnAction::forward;
   }
   // Ends a batch of on_returned calls for one channel (its end, or a recover).
   virtual void on_returns_done() {}

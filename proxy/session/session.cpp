@@ -131,24 +131,30 @@ ChannelState& Session::channel_state(std::uint16_t number) {
   return channels_[number];
 }
 
-void Session::returned(const Delivery& delivery, ReturnCause cause) {
-  observer_->on_returned(delivery, cause);
+void Session::returned(const Delivery& delivery, ReturnCause cause, bool solo) {
+  observer_->on_returned(delivery, cause, ReturnContext{.solo = solo, .can_take_over = false});
 }
 
 void Session::return_all(ChannelState& ch, ReturnCause cause) {
   // A recover leaves the transaction's settlements alone: they are not among the unacked.
   if (cause != ReturnCause::recover) tx_return_all(ch, cause);
+  const bool solo = ch.crash_tag == 0 && ch.in_hand_tags().size() == 1;
   for (const Delivery& d : ch.take_all()) {
-    if (!d.no_ack) returned(d, end_cause(ch, d, cause));
+    if (d.no_ack) continue;
+    // The client's close or crash counted what it held then (session_crash.cpp); what came
+    // after, the client never saw.
+    const bool after_crash = ch.crash_tag != 0 && !d.taken_over;
+    if (after_crash && d.client_tag <= ch.crash_tag) continue;
+    returned(d, after_crash ? ReturnCause::unseen : end_cause(ch, d, cause), solo);
   }
   std::deque<ChannelState::HeldBackDelivery> held_back = router_.take_held_back(ch);
   ch.suspect_client_tag = 0;
   for (ChannelState::HeldBackDelivery& h : held_back) {
-    if (!h.delivery.no_ack) returned(h.delivery, end_cause(ch, h.delivery, cause));
+    if (!h.delivery.no_ack) returned(h.delivery, end_cause(ch, h.delivery, cause), false);
   }
   // A delivery cut off mid-body: the observer has seen it, and the broker requeues it.
   if (ch.incoming && !ch.incoming->header_payload.empty() && !ch.incoming->no_ack) {
-    returned(*ch.incoming, end_cause(ch, *ch.incoming, cause));
+    returned(*ch.incoming, end_cause(ch, *ch.incoming, cause), false);
   }
   ch.incoming.reset();
   observer_->on_returns_done();
@@ -195,6 +201,7 @@ void Session::on_tick(std::int64_t now_ms) {
     constexpr std::int64_t kHeldCloseMs = 45000;
     release_held_close(ch, now_ms - ch.held_close_since_ms >= kHeldCloseMs);
   }
+  tick_crash_holds(now_ms);
   apply(observer_->on_tick());
 }
 

@@ -247,7 +247,24 @@ class Session {
   void return_all(ChannelState& ch, ReturnCause cause);
   void end_channel(std::uint16_t number, ReturnCause cause);
   void end_all_channels(ReturnCause cause);
-  void returned(const Delivery& delivery, ReturnCause cause);
+  void returned(const Delivery& delivery, ReturnCause cause, bool solo);
+
+  // A consumer's crash (session_crash.cpp): its close or its connection's end found deliveries
+  // in its hands. Each is reported to the observer now (on_returned), which may take it over
+  // when `can_take_over`; the channel's crash_tag marks them counted. True if any was taken
+  // over: the close then waits for their settlement.
+  bool crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool can_take_over);
+  bool crash_connection(bool can_take_over);
+  bool any_taken_over() const;
+  // The client's connection.close, held while deliveries its crash gave up are taken over.
+  bool hold_client_connection_close(const amqp::Frame& close);
+  // The client went away: what it held is counted, some taken over; the broker side stays
+  // open until they are settled.
+  void client_gone();
+  // Sends a held connection.close, or ends a gone client's connection, once nothing is taken
+  // over any more, or when `overdue`.
+  void release_crash_holds(bool overdue);
+  void tick_crash_holds(std::int64_t now_ms);
 
   void emit(Side to, amqp::ByteView bytes) { io(to).out.emit(bytes); }
   // Carries out what an observer's call returned, in order.
@@ -298,6 +315,11 @@ class Session {
   // Channels on which the client closed while the proxy's ack-timeout close crossed it: the
   // client's close-ok for the proxy's close is still to come, and is not forwarded.
   std::vector<std::uint16_t> stray_close_oks_;
+  // session_crash.cpp: the client's connection.close held, or the client gone, while
+  // deliveries its crash gave up are taken over; since when (clock_ms_).
+  amqp::Bytes held_connection_close_;
+  bool client_gone_ = false;
+  std::int64_t crash_hold_since_ms_ = -1;
 };
 
 }  // namespace nackguard::session

@@ -70,11 +70,18 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
       if (!m.passive) observer_->on_queue_declare(m);
       break;
     }
-    case mid::channel_close:
+    case mid::channel_close: {
+      // A close the broker's own crossed: the broker takes nothing more on the channel.
+      const bool broker_closed = ch.closing;
       ch.closing = true;
+      if (ch.crash_tag == 0) {
+        crash_channel(ch, ReturnCause::channel_closed, ch.in_hand_tags().size() == 1,
+                      !broker_closed);
+      }
       if (hold_client_close(ch, frame)) return;
       drop_injections(frame.channel);
       break;
+    }
     case mid::channel_close_ok:
       // The client acknowledges the broker's channel.close: the channel is gone.
       emit(Side::broker, frame.raw);

@@ -46,6 +46,8 @@ void Session::protocol_error(Side offender, std::uint16_t code, std::string text
     emit_connection_close(Side::client, reply::connection_forced,
                           "CONNECTION_FORCED - nackguard: the broker sent invalid data");
   }
+  // What the client held is counted as a crash, the connection being one deliveries.
+  if (offender == Side::client) crash_connection(false);
   end_all_channels(offender == Side::broker ? ReturnCause::broker_lost
                                             : ReturnCause::connection_closed);
   close_both_after_flush();
@@ -82,6 +84,14 @@ void Session::on_eof(Side side) {
     emit_connection_close(Side::client, reply::connection_forced,
                           "CONNECTION_FORCED - nackguard: the broker connection was lost");
   }
+  if (side == Side::client && phase_ == Phase::open) {
+    // What it held is counted as a crash (session_crash.cpp); the broker side stays open while
+    // deliveries it gave up are taken over.
+    if (!client_gone_) client_gone();
+    return;
+  }
+  client_gone_ = false;
+  held_connection_close_.clear();
   end_all_channels(side == Side::broker ? ReturnCause::broker_lost
                                         : ReturnCause::connection_closed);
   close_both_after_flush();

@@ -46,6 +46,9 @@ void Session::handle_client_connection_method(const Frame& frame, std::uint32_t 
       vhost_ = open.virtual_host;
       break;
     }
+    case mid::connection_close:
+      if (phase_ == Phase::open && hold_client_connection_close(frame)) return;
+      break;
     case mid::connection_close_ok:
       // The client answers the broker's connection.close: the broker ended it.
       emit(Side::broker, frame.raw);

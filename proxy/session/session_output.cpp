@@ -39,6 +39,8 @@ void Session::flush_injections(Side to) {
     if (injection.settles_broker_tag) {
       it->second.remove_taken_over(*injection.settles_broker_tag);
       release_held_close(it->second);
+      release_crash_holds(false);
+      if (phase_ == Phase::closed) return;  // a gone client's connection ended
     }
     // In the client's transaction: dropped by a rollback, written again after it.
     if (it->second.tx.active) it->second.tx.proxy_settles.push_back(std::move(injection.frames));

@@ -133,7 +133,7 @@ void Session::tx_return_all(ChannelState& ch, ReturnCause cause) {
   // given is counted already (at the client's nack or reject).
   for (const ChannelTx::Settled& s : ch.tx_take_settled()) {
     if ((s.kind == SettleKind::ack || !s.requeue) && !s.delivery.no_ack) {
-      returned(s.delivery, end_cause(ch, s.delivery, cause));
+      returned(s.delivery, end_cause(ch, s.delivery, cause), false);
     }
   }
   tx.takeovers.clear();  // taken over: reported with the channel's other taken-over deliveries

@@ -9,7 +9,7 @@ namespace {
 
 class SessionChannelEnd : public SessionTracking {};
 
-TEST_F(SessionChannelEnd, ChannelClosedByClientReturnsItsUnackedAtCloseOk) {
+TEST_F(SessionChannelEnd, ChannelClosedByClientReturnsWhatItHeldAtItsClose) {
   consume(1, "q", "c1");
   consume(2, "q", "c2");
   deliveries(1, "c1", 1, 3);
@@ -20,10 +20,19 @@ TEST_F(SessionChannelEnd, ChannelClosedByClientReturnsItsUnackedAtCloseOk) {
   close.reply_code = 200;
   close.reply_text = "bye";
   client_passes(method(1, close));
-  EXPECT_EQ(link.observer.take_events(), Events{});  // not yet: the broker may still deliver
-  broker_passes(method(1, amqp::ChannelCloseOk{}));
+  // What the client held when it closed, counted then (the observer may take some over); two
+  // in hand, so neither alone.
   EXPECT_EQ(link.observer.take_events(),
             (Events{"returned ch1 b2 channel_closed", "returned ch1 b3 channel_closed"}));
+  ASSERT_EQ(link.observer.returned.size(), 2u);
+  EXPECT_FALSE(link.observer.returned[0].context.solo);
+  EXPECT_TRUE(link.observer.returned[0].context.can_take_over);
+  // The broker may still deliver before its close-ok: the client never sees that one.
+  link.broker(deliver(1, "c1", 4));
+  EXPECT_EQ(link.observer.take_events(), Events{"delivery ch1 b4"});
+  link.to_client();  // forwarded: the client discards it, having sent its close
+  broker_passes(method(1, amqp::ChannelCloseOk{}));
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b4 unseen"});
   EXPECT_EQ(link.session.channel(1), nullptr);
   ASSERT_NE(link.session.channel(2), nullptr);
   EXPECT_EQ(link.session.channel(2)->unacked_count(), 1u);
@@ -110,9 +119,12 @@ TEST_F(SessionChannelEnd, ClientConnectionCloseHandshake) {
   close.reply_text = "Goodbye";
   client_passes(method(0, close));
   EXPECT_FALSE(link.session.finished());
-  EXPECT_EQ(link.observer.take_events(), Events{});
-  broker_passes(method(0, amqp::ConnectionCloseOk{}));
+  // Counted at the client's close: one in hand, on the whole connection.
   EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b2 connection_closed"});
+  ASSERT_EQ(link.observer.returned.size(), 1u);
+  EXPECT_TRUE(link.observer.returned[0].context.solo);
+  broker_passes(method(0, amqp::ConnectionCloseOk{}));
+  EXPECT_EQ(link.observer.take_events(), Events{});
   EXPECT_TRUE(link.session.close_after_flush(Side::client));
   EXPECT_TRUE(link.session.close_after_flush(Side::broker));
   link.session.on_eof(Side::broker);

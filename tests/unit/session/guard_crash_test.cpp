@@ -59,108 +59,93 @@ TEST_F(GuardCrash, NackOfASuspectReleasesTheNextToo) {
   const Bytes r1 = delivery(1, message("m1"), true), r2 = delivery(2, message("m2"), true);
   broker(cat({r1, r2}));
   EXPECT_EQ(to_client(), decode_frames(r1));
-  client_passes(nack(1));  // returns 2 of 5: forwarded as it is
+  // Returns 2 of 5: redelivered already, its flag carries the first. So this one goes back as a
+  // copy with its count, to the tail of its queue.
+  client(nack(1));
   EXPECT_EQ(to_client(), decode_frames(r2));
   EXPECT_EQ(tracked("m1")->returns, 2u);
   EXPECT_FALSE(tracked("m1")->crash_suspect);  // a nack is not a crash
+  const std::vector<Wire> sent = open_proxy_channel();
+  Copy copy = take_copy(sent);
+  EXPECT_EQ(copy.publish.routing_key, "q");
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
+  EXPECT_EQ(copy.header_text("x-nackguard-returns-queue"), text(amqp::FieldValue::string("q")));
+  EXPECT_EQ(copy.header_text("x-nackguard-suspect"), "absent");
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::republish});
 }
 
-TEST_F(GuardCrash, CrashLoopIsTakenOverAtItsNextDeliveryAndDeadLettered) {
+TEST_F(GuardCrash, CrashLoopIsCopiedAtEachCrashAndDeadLetteredAtTheLast) {
   start(policy(2));
   const Message poison = message("m1");
   deliver_passes(delivery(1, poison));
-  client_eof();
-  for (int crash = 2; crash <= 3; ++crash) {
-    now += 1000;
-    connect();
-    deliver_passes(delivery(1, poison, true));  // a suspect: alone, but handed out
-    client_eof();
-  }
+  client_eof();  // its first return: the broker's redelivered flag carries it
   ASSERT_TRUE(tracked("m1"));
-  EXPECT_EQ(tracked("m1")->returns, 3u);
-  EXPECT_EQ(tracked("m1")->pending_action, static_cast<std::uint8_t>(retry::Action::dead_letter));
+  EXPECT_EQ(tracked("m1")->returns, 1u);
+  EXPECT_TRUE(tracked("m1")->crash_suspect);
 
-  // The fourth connection: the poison never reaches the consumer.
+  // Handed out alone, it kills the consumer again: a return the flag cannot carry. The proxy
+  // keeps the original from the broker until a copy with the count is confirmed, then acks it.
   now += 1000;
   connect();
-  broker(delivery(1, poison, true));
-  EXPECT_TRUE(client_bytes().empty());
-  // The client's deliveries are numbered without the gap.
-  const Message m2 = message("m2"), m3 = message("m3");
-  broker(delivery(2, m2));
-  broker(delivery(3, m3));
-  std::vector<Wire> got = to_client();
-  ASSERT_EQ(got.size(), 6u);
-  amqp::BasicDeliver first = as<amqp::BasicDeliver>(got[0]);
-  EXPECT_EQ(first.delivery_tag, 1u);
-  EXPECT_EQ(first.consumer_tag, "c1");
-  EXPECT_FALSE(first.redelivered);
-  EXPECT_EQ(first.exchange, "ex");
-  EXPECT_EQ(first.routing_key, "rk");
-  EXPECT_EQ(got[1], decode_frames(content_header(kCh, m2.body.size(), m2.properties))[0]);
-  EXPECT_EQ(got[2].payload, bytes_of(m2.body));
-  EXPECT_EQ(as<amqp::BasicDeliver>(got[3]).delivery_tag, 2u);
-  EXPECT_EQ(got[5].payload, bytes_of(m3.body));
+  deliver_passes(delivery(1, poison, true));
+  const Copy second = client_eof_with_copy(1);
+  EXPECT_EQ(second.publish.routing_key, "q");
+  EXPECT_EQ(second.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
+  EXPECT_EQ(second.header_text("x-nackguard-suspect"), text(amqp::FieldValue::boolean(true)));
+  EXPECT_EQ(second.body, bytes_of(poison.body));
 
-  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
-  broker(declare_ok("q.dlq"));
-  std::vector<Wire> sent = to_broker();
-  Copy copy = take_copy(sent);
-  EXPECT_EQ(copy.frames, sent.size());
-  EXPECT_EQ(copy.publish.routing_key, "q.dlq");
-  EXPECT_EQ(copy.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
-  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
-  EXPECT_EQ(copy.body, bytes_of(poison.body));
-  confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
-
-  // The client's acks reach the broker under the broker's tags.
-  client(ack(1));
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
-  client(ack(2));
-  EXPECT_EQ(to_broker(), frames({ack(3)}));
-
+  // Whichever proxy delivers the copy hands it out alone (a new context: another sidecar).
+  // Its third crash is past the limit: dead-lettered at the crash, reason crash_loop.
+  now += 1000;
+  start(policy(2));
+  const Message copy = delivered(poison, second);
+  const Message m2 = message("m2");
+  broker(cat({delivery(1, copy), delivery(2, m2)}));
+  EXPECT_EQ(to_client(), decode_frames(delivery(1, copy)));  // m2 waits behind it
+  const Copy dead = client_eof_with_copy(1, "q.dlq");
+  EXPECT_EQ(dead.publish.routing_key, "q.dlq");
+  EXPECT_EQ(dead.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
+  EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
+  EXPECT_EQ(dead.header_text("x-nackguard-suspect"), "absent");
+  EXPECT_EQ(dead.body, bytes_of(poison.body));
   using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:m1", 3, DeadLetterReason::crash_loop}}));
   EXPECT_FALSE(tracked("m1"));
-  EXPECT_TRUE(client_bytes().empty());
+  EXPECT_FALSE(tracked("m2"));  // it waited in the proxy: not the consumer's
 }
 
-TEST_F(GuardCrash, OnlyTheDeliveryHandedOutIsBlamedAndAHeldCulpritIsTakenOverOnRelease) {
+TEST_F(GuardCrash, OnlyTheDeliveryHandedOutIsBlamedAndDeadLetteredAtTheCrash) {
   start(policy(1));
   const Message m1 = message("m1"), m2 = message("m2");
   deliver_passes(delivery(1, m1));
   deliver_passes(delivery(2, m2));
-  client_eof();  // both counted once
+  client_eof();  // both counted once, neither to blame yet: two were in hand
 
   connect();
   broker(cat({delivery(1, m1, true), delivery(2, m2, true)}));
   EXPECT_EQ(to_client(), decode_frames(delivery(1, m1, true)));  // m2 waits behind the suspect
-  client_eof();  // the consumer died holding m1 alone: only m1 is counted
-  EXPECT_EQ(tracked("m1")->returns, 2u);
+  // The consumer died holding m1 alone: m1 is the culprit, past its limit, dead-lettered at the
+  // crash. m2, held in the proxy, is not counted: its next redelivered flag stands for nothing.
+  const Copy dead = client_eof_with_copy(1, "q.dlq");
+  EXPECT_EQ(dead.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
+  EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
+  EXPECT_EQ(dead.body, bytes_of(m1.body));
+  EXPECT_FALSE(tracked("m1"));
+  ASSERT_TRUE(tracked("m2"));
   EXPECT_EQ(tracked("m2")->returns, 1u);
+  EXPECT_TRUE(tracked("m2")->uncounted_redelivery);
 
-  // The broker may redeliver in another order: m2 first (a suspect, so alone), m1 held back
-  // behind it. Released when m2 is acked, m1 is found past its limit and taken over.
+  // m2 comes back: still a suspect, alone; acked, it is forgotten.
   connect();
   const Bytes r2 = delivery(1, m2, true);
-  broker(cat({r2, delivery(2, m1, true)}));
+  broker(r2);
   EXPECT_EQ(to_client(), decode_frames(r2));
-  client(ack(1));
-  EXPECT_EQ(to_broker(), frames({ack(1), method(kProxyChannel, amqp::ChannelOpen{})}));
-  EXPECT_TRUE(client_bytes().empty());
-  broker(method(kProxyChannel, amqp::ChannelOpenOk{}));
-  broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
-  broker(declare_ok("q.dlq"));
-  std::vector<Wire> sent = to_broker();
-  ASSERT_EQ(sent.size(), 2u + 3u);
-  Copy copy = take_copy(sent, 2);
-  EXPECT_EQ(copy.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
-  EXPECT_EQ(copy.body, bytes_of(m1.body));
-  confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
-  EXPECT_TRUE(client_bytes().empty());
+  client_passes(ack(1));
+  EXPECT_FALSE(tracked("m2"));
+  EXPECT_EQ(listener.dead_letters.size(), 1u);
 }
 
 // The broker's side going away (a node restart, a network failure) is not the consumer
@@ -183,13 +168,32 @@ TEST_F(GuardCrash, BrokerConnectionLossIsNotTheConsumersCrash) {
   EXPECT_EQ(to_client(), decode_frames(cat({r1, r2})));
 }
 
-TEST_F(GuardCrash, CrashUnderADelayedPolicyIsDelayedAtTheNextDelivery) {
+TEST_F(GuardCrash, CrashUnderADelayedPolicyIsDelayedAtTheCrash) {
   retry::Policy p = policy(10);
   p.requeue = retry::RequeueMode::delayed;
   start(p);
   deliver_passes(delivery(1, message("m1")));
-  client_eof();
-  connect();
+  const Copy copy = client_eof_with_copy(1, "nackguard.delay.q.1000ms");
+  EXPECT_EQ(copy.publish.routing_key, "nackguard.delay.q.1000ms");
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(1)));
+  // It was alone in the consumer's hands: the copy is handed out alone when it comes back.
+  EXPECT_EQ(copy.header_text("x-nackguard-suspect"), text(amqp::FieldValue::boolean(true)));
+  EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::delay});
+}
+
+TEST_F(GuardCrash, ACrashThatCannotBeTakenOverIsDelayedAtTheNextDelivery) {
+  // The broker closed the channel itself (a channel error): nothing can be kept from it, so the
+  // decision waits for the message's next delivery through this proxy.
+  retry::Policy p = policy(10);
+  p.requeue = retry::RequeueMode::delayed;
+  start(p);
+  deliver_passes(delivery(1, message("m1")));
+  broker(channel_close(404, "NOT_FOUND - no exchange 'x'", 40, 10, kCh));
+  client_bytes();
+  client(method(kCh, amqp::ChannelCloseOk{}));
+  broker_bytes();
+  EXPECT_EQ(tracked("m1")->pending_action, static_cast<std::uint8_t>(retry::Action::delay));
+  open_and_consume();
   broker(delivery(1, message("m1"), true));
   EXPECT_TRUE(client_bytes().empty());
   std::vector<Wire> declare = open_proxy_channel();

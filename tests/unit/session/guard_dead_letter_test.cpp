@@ -20,23 +20,31 @@ std::uint64_t seconds(std::int64_t ms) {
 
 TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) {
   start(policy(2));
-  const Message m = message("m1");
+  Message m = message("m1");
 
-  // Returns 1 and 2 are within the limit: the client's own nack bytes reach the broker.
-  for (std::uint64_t tag = 1; tag <= 2; ++tag) {
-    deliver_passes(delivery(tag, m, tag > 1));
-    now += 1000;
-    client_passes(nack(tag));
-  }
+  // Returns 1 and 2 are within the limit. The first: the client's own nack bytes reach the
+  // broker, and the redelivered flag carries it. The second: a copy with its count, to the
+  // queue's tail, and the original acked once the copy is confirmed.
+  deliver_passes(delivery(1, m));
+  now += 1000;
+  client_passes(nack(1));
   const std::int64_t first_return = kT0 + 1000;
-  deliver_passes(delivery(3, m, true));
+  deliver_passes(delivery(2, m, true));
+  now += 1000;
+  client(nack(2));
+  const Copy second = take_copy(open_proxy_channel());
+  EXPECT_EQ(second.publish.routing_key, "q");
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  m = delivered(m, second);
+  deliver_passes(delivery(3, m));
   now += 1000;
   const std::int64_t last_return = now;
 
-  // Return 3 is past max_redeliveries 2: the nack is kept; the proxy opens its channel.
+  // Return 3 is past max_redeliveries 2: the nack is kept.
   client(nack(3));
-  std::vector<Wire> sent = open_proxy_channel();
   // The DLQ may exist with arguments of its own: a passive declare first.
+  std::vector<Wire> sent = to_broker();
   EXPECT_EQ(sent, frames({method(kProxyChannel, passive_declare("q.dlq"))}));
 
   // 404: absent. The channel is closed by it; the proxy answers, reopens and declares it.
@@ -52,11 +60,12 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   EXPECT_TRUE(copy.publish.mandatory);
   EXPECT_FALSE(copy.publish.immediate);
   EXPECT_EQ(copy.body, bytes_of(m.body));
-  // Every property as it was; the original headers first, in order, then nackguard's.
+  // Every property as it was; the original headers first, in order, then nackguard's (those
+  // of the earlier copy where they were, then the dead-letter's).
   EXPECT_EQ(without_headers(copy.header.properties), without_headers(m.properties));
   ASSERT_TRUE(copy.header.properties.headers);
   const auto& entries = copy.header.properties.headers->entries;
-  ASSERT_EQ(entries.size(), 2u + 9u);
+  ASSERT_EQ(entries.size(), 2u + 11u);
   EXPECT_EQ(entries[0], m.properties.headers->entries[0]);
   EXPECT_EQ(entries[1], m.properties.headers->entries[1]);
   EXPECT_EQ(entries[1].second.type, 's');
@@ -75,7 +84,8 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   expect_header("x-original-routingKey", FieldValue::string("rk"));
   EXPECT_TRUE(listener.dead_letters.empty());
 
-  // The confirm of publish 1: now the original is acked, under the broker's tag.
+  // The confirm of publish 1 on the reopened channel: now the original is acked, under the
+  // broker's tag.
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(3)}));
   EXPECT_TRUE(client_bytes().empty());  // the client never saw any of the proxy's traffic
@@ -83,7 +93,7 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:m1", 3, DeadLetterReason::max_redeliveries}}));
   EXPECT_EQ(listener.requeues,
-            (std::vector<retry::Action>{retry::Action::forward, retry::Action::forward,
+            (std::vector<retry::Action>{retry::Action::forward, retry::Action::republish,
                                         retry::Action::dead_letter}));
   EXPECT_TRUE(listener.fallbacks.empty());
   EXPECT_EQ(listener.returns, 3);
@@ -132,7 +142,7 @@ TEST_F(GuardDeadLetter, HeaderCountFromAnEarlierTripCountsAgainstTheLimit) {
   // A copy of an earlier trip without x-nackguard-deliveries: this is the one delivery known.
   EXPECT_EQ(copy.header_text("x-nackguard-deliveries"), text(amqp::FieldValue::i64(1)));
   // The header is replaced where it was, not appended twice.
-  EXPECT_EQ(copy.header.properties.headers->entries.size(), 3u + 8u);
+  EXPECT_EQ(copy.header.properties.headers->entries.size(), 3u + 10u);
   EXPECT_EQ(copy.header.properties.headers->entries[2].first, "x-nackguard-returns");
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(1)}));

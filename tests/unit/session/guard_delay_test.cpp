@@ -73,7 +73,12 @@ TEST_F(GuardDelay, EachReturnGoesToTheDelayQueueOfItsBackoff) {
   EXPECT_EQ(first.header_text("x-nackguard-queue"), "absent");
   EXPECT_EQ(first.header_text("x-nackguard-last-return"), "absent");
   EXPECT_EQ(first.header_text("x-nackguard-deliveries"), text(FieldValue::i64(1)));
-  EXPECT_EQ(first.header.properties.headers->entries.size(), 2u + 5u);
+  // The queue it counts in, and which copy it is: a random number, never 0.
+  EXPECT_EQ(first.header_text("x-nackguard-returns-queue"), text(FieldValue::string("q")));
+  ASSERT_NE(first.header_value("x-nackguard-copy-id"), nullptr);
+  EXPECT_NE(first.header_value("x-nackguard-copy-id")->as_int().value_or(0), 0);
+  EXPECT_EQ(first.header_text("x-nackguard-suspect"), "absent");
+  EXPECT_EQ(first.header.properties.headers->entries.size(), 2u + 7u);
   EXPECT_TRUE(listener.requeues.empty());
 
   confirm(1);
@@ -100,7 +105,9 @@ TEST_F(GuardDelay, EachReturnGoesToTheDelayQueueOfItsBackoff) {
   EXPECT_EQ(second.header_text("x-original-routingKey"), text(FieldValue::string("rk")));
   // Delivered once as the original and once as the copy.
   EXPECT_EQ(second.header_text("x-nackguard-deliveries"), text(FieldValue::i64(2)));
-  EXPECT_EQ(second.header.properties.headers->entries.size(), 2u + 5u);
+  EXPECT_EQ(second.header.properties.headers->entries.size(), 2u + 7u);
+  // Another copy: another id.
+  EXPECT_NE(second.header_text("x-nackguard-copy-id"), first.header_text("x-nackguard-copy-id"));
   EXPECT_EQ(second.body, bytes_of(m.body));
 
   confirm(2);
@@ -190,11 +197,11 @@ class GuardOutage : public GuardTest {
     p.rate.min_messages = 10;
     p.rate.outage_ratio = 0.5;
     start(p);
-    // Redelivered (returned before, by a consumer nackguard did not see), so that each keeps
+    // Copies of nackguard's (x-nackguard-returns 0, from an outage earlier), so that each keeps
     // its body for the copy an outage asks for: a first delivery made while the queue was
     // healthy keeps none, and its return in outage is forwarded (guard_body_test.cpp).
     for (std::uint64_t tag = 1; tag <= 20; ++tag) {
-      deliver_passes(delivery(tag, message("m" + std::to_string(tag)), true));
+      deliver_passes(delivery(tag, message("m" + std::to_string(tag), 0)));
     }
   }
 };
@@ -231,7 +238,7 @@ TEST_F(GuardOutage, ReturnsPastTheRatioAreDelayedWithoutSpendingTheirBudget) {
   EXPECT_EQ(tracked("m1")->returns, 1u);
 
   // A message counted before the outage keeps its count through it.
-  deliver_passes(delivery(21, message("m1"), true));
+  deliver_passes(delivery(21, message("m1", 0), true));
   client(nack(21));
   Copy copy = take_copy(to_broker());
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(FieldValue::i64(1)));

@@ -26,22 +26,30 @@ TEST_F(GuardHealth, OnePoisonRequeuedAtOnceIsDeadLetteredAfterExactlyMaxPlusOneD
   deliver_passes(delivery(2, message("good-2")));
   client_passes(ack(2));
   std::uint64_t tag = 3;
-  deliver_passes(delivery(tag, message("poison")));
+  std::uint64_t seq = 0;
+  Next next{message("poison"), false};
+  deliver_passes(delivery(tag, next.message));
   for (int returns = 1; returns <= 30; ++returns) {
-    client_passes(nack(tag));
-    deliver_passes(delivery(++tag, message("poison"), true));
+    next = nack_under_the_limit(tag, next.message, &seq);
+    deliver_passes(delivery(++tag, next.message, next.redelivered));
   }
   EXPECT_EQ(tag, 33u);  // 31 deliveries of the poison
   client(nack(tag));    // the 31st return: dead-lettered
-  open_proxy_channel();
+  std::vector<Wire> declare = to_broker();
+  EXPECT_EQ(declare, frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   const Copy copy = take_copy(to_broker());
   EXPECT_EQ(copy.publish.routing_key, "q.dlq");
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(31)));
-  confirm(1);
+  confirm(++seq);
   EXPECT_EQ(to_broker(), frames({ack(tag)}));
   EXPECT_TRUE(listener.outages.empty());
-  std::vector<Action> expected(30, Action::forward);
+  // Each return the redelivered flag can carry is forwarded, the others go back as copies.
+  std::vector<Action> expected;
+  for (int i = 0; i < 15; ++i) {
+    expected.push_back(Action::forward);
+    expected.push_back(Action::republish);
+  }
   expected.push_back(Action::dead_letter);
   EXPECT_EQ(listener.requeues, expected);
   ASSERT_EQ(listener.dead_letters.size(), 1u);

@@ -214,6 +214,14 @@ inline Copy take_copy(const std::vector<Wire>& frames, std::size_t at = 0) {
   return copy;
 }
 
+// The message a copy becomes once the broker delivers it: the copy's properties and body.
+inline Message delivered(const Message& original, const Copy& copy) {
+  Message m = original;
+  m.properties = copy.header.properties;
+  m.body.assign(copy.body.begin(), copy.body.end());
+  return m;
+}
+
 inline Bytes bytes_of(std::string_view text) {
   ByteView view = amqp::as_bytes(text);
   return Bytes(view.begin(), view.end());

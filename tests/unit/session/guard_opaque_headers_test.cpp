@@ -133,17 +133,29 @@ TEST_F(GuardOpaqueHeaders, DeepHeadersAreCountedAndDeadLetteredAfterMaxRedeliver
   amqp::ContentHeader strict;
   ASSERT_EQ(amqp::decode_content_header(header, strict), amqp::HeaderError::bad_table);
 
-  // Returns 1..3 are within the limit: forwarded as they came, and counted.
-  for (std::uint64_t tag = 1; tag <= 3; ++tag) {
-    deliver_passes(raw_delivery(tag, header, body, tag > 1));
-    client_passes(nack(tag));
-    ASSERT_TRUE(tracked("m1")) << tag;
-    EXPECT_EQ(tracked("m1")->returns, tag);
-  }
+  // Returns 1..3 are within the limit, and counted: the first forwarded (the redelivered flag
+  // carries it), the second republished with its count (the deep entry copied byte for byte),
+  // the copy's first forwarded again.
+  deliver_passes(raw_delivery(1, header, body, false));
+  client_passes(nack(1));
+  EXPECT_EQ(tracked("m1")->returns, 1u);
+  deliver_passes(raw_delivery(2, header, body, true));
+  client(nack(2));
+  EXPECT_EQ(tracked("m1")->returns, 2u);
+  const std::vector<Wire> republished = open_proxy_channel();
+  RawCopy second = take_raw_copy(republished);
+  EXPECT_EQ(second.publish.routing_key, "q");
+  EXPECT_TRUE(contains(second.header, o.deep_entry));
+  EXPECT_EQ(second.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  deliver_passes(raw_delivery(3, second.header, body, false));
+  client_passes(nack(3));
+  EXPECT_EQ(tracked("m1")->returns, 3u);
   // Return 4 is past it: dead-lettered.
-  deliver_passes(raw_delivery(4, header, body, true));
+  deliver_passes(raw_delivery(4, second.header, body, true));
   client(nack(4));
-  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
+  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   RawCopy copy = take_raw_copy(to_broker());
   EXPECT_EQ(copy.publish.routing_key, "q.dlq");
@@ -156,7 +168,7 @@ TEST_F(GuardOpaqueHeaders, DeepHeadersAreCountedAndDeadLetteredAfterMaxRedeliver
   EXPECT_EQ(p.delivery_mode, 2);
   EXPECT_EQ(p.app_id, "orders");
   EXPECT_TRUE(contains(copy.header, o.deep_entry));
-  ASSERT_EQ(copy.props.entries.size(), 3u + 9u);
+  ASSERT_EQ(copy.props.entries.size(), 3u + 11u);
   EXPECT_EQ(copy.props.entries[0].name, "trace");
   EXPECT_EQ(copy.props.entries[1].name, "deep");
   EXPECT_EQ(copy.props.entries[2].name, "x-small");
@@ -171,12 +183,12 @@ TEST_F(GuardOpaqueHeaders, DeepHeadersAreCountedAndDeadLetteredAfterMaxRedeliver
   EXPECT_EQ(copy.header_text("x-original-exchange"), text(amqp::FieldValue::string("ex")));
   EXPECT_EQ(copy.header_text("x-original-routingKey"), text(amqp::FieldValue::string("rk")));
 
-  confirm(1);
+  confirm(2);
   EXPECT_EQ(to_broker(), frames({ack(4)}));
   EXPECT_TRUE(client_bytes().empty());
   EXPECT_EQ(listener.returns, 4);
   EXPECT_EQ(listener.requeues,
-            (std::vector<retry::Action>{retry::Action::forward, retry::Action::forward,
+            (std::vector<retry::Action>{retry::Action::forward, retry::Action::republish,
                                         retry::Action::forward, retry::Action::dead_letter}));
   ASSERT_EQ(listener.dead_letters.size(), 1u);
   EXPECT_EQ(listener.dead_letters[0].identity, "message_id:m1");

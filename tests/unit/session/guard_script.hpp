@@ -178,6 +178,63 @@ class GuardTest : public ::testing::Test {
     broker_bytes();
   }
 
+  // The client's connection ends holding a delivery (broker tag `tag`) that the guard takes
+  // over at the crash (session_crash.cpp): the broker side stays open while the proxy opens
+  // its channel, declares `declared` if named, and publishes the copy; the broker confirms it,
+  // the proxy acks the original, and only then does the session end. Returns the copy.
+  Copy client_eof_with_copy(std::uint64_t tag, const std::string& declared = "") {
+    conn->session.on_eof(Side::client);
+    EXPECT_FALSE(conn->session.finished()) << "the broker side closed before the copy";
+    std::vector<Wire> sent = open_proxy_channel();
+    if (!declared.empty()) {
+      EXPECT_EQ(sent.size(), 1u);
+      if (!sent.empty()) {
+        EXPECT_EQ(as<amqp::QueueDeclare>(sent[0]).queue, declared);
+      }
+      broker(declare_ok(declared));
+      sent = to_broker();
+    }
+    Copy copy = take_copy(sent);
+    confirm(1);
+    EXPECT_EQ(to_broker(), frames({ack(tag)}));
+    EXPECT_TRUE(conn->session.finished()) << "the session still waits after the ack";
+    conn->guard.on_connection_end();
+    client_bytes();
+    broker_bytes();
+    return copy;
+  }
+
+  // What the proxy sent (`sent`), past the opening of its channel if that is what it starts
+  // with (the broker's side played as open_proxy_channel does).
+  std::vector<Wire> past_proxy_channel_open(std::vector<Wire> sent) {
+    if (sent.empty() || !sent[0].is(mid::channel_open)) return sent;
+    EXPECT_EQ(sent.size(), 1u);
+    broker(method(kProxyChannel, amqp::ChannelOpenOk{}));
+    EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ConfirmSelect{})}));
+    broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
+    return to_broker();
+  }
+
+  // The message as the broker delivers it next, after the client gave it back.
+  struct Next {
+    Message message;
+    bool redelivered = false;
+  };
+  // The client nacks `m`, delivered as broker tag `tag`, under the limit. Forwarded (the first
+  // return since its copy: its redelivered flag carries it), it comes back redelivered;
+  // republished with its count (the proxy's channel opened if needed, the copy confirmed as
+  // publish `++*seq`, the original acked), it comes back as the copy, a new message.
+  Next nack_under_the_limit(std::uint64_t tag, const Message& m, std::uint64_t* seq) {
+    client(nack(tag));
+    std::vector<Wire> sent = to_broker();
+    if (sent == frames({nack(tag)})) return {m, true};
+    const Copy copy = take_copy(past_proxy_channel_open(sent));
+    EXPECT_EQ(copy.publish.routing_key, kQueue);
+    confirm(++*seq);
+    EXPECT_EQ(to_broker(), frames({ack(tag)}));
+    return {delivered(m, copy), false};
+  }
+
   void client(const Bytes& bytes) { conn->session.feed(Side::client, bytes); }
   void broker(const Bytes& bytes) { conn->session.feed(Side::broker, bytes); }
 

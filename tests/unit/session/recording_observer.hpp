@@ -7,7 +7,8 @@
 // empty one), is only counted, in `returns_done`.
 // It takes over the deliveries named in `take_over_at_delivery` as they arrive, and the
 // client's requeues of those named in `take_over`, both by (channel, broker tag). The bodies of
-// the first are retained so the events can show them.
+// the first are retained so the events can show them; and, at a client's close or crash, those
+// named in `take_over_at_crash`.
 
 #include <cstdint>
 #include <set>
@@ -41,6 +42,7 @@ class RecordingObserver : public SessionObserver {
   struct Returned {
     Delivery delivery;
     ReturnCause cause;
+    ReturnContext context;
   };
   struct ProxyFrame {
     std::uint8_t type;
@@ -50,6 +52,9 @@ class RecordingObserver : public SessionObserver {
 
   std::set<Key> take_over_at_delivery;
   std::set<Key> take_over;
+  // Deliveries a client's close or crash finds in its hands that it takes over (when the
+  // session says it can).
+  std::set<Key> take_over_at_crash;
   std::int64_t ack_timeout = 0;  // what ack_timeout_ms answers for every delivery
 
   std::vector<std::string> events;
@@ -86,7 +91,7 @@ class RecordingObserver : public SessionObserver {
                      std::string(to_string(kind)));
   }
   ReturnAction on_client_return(const Delivery& d, ReturnCause cause) override {
-    client_returns.push_back({d, cause});
+    client_returns.push_back({d, cause, {}});
     events.push_back("client-return " + name(d) + " c" + std::to_string(d.client_tag) + " " +
                      std::string(session::to_string(cause)));
     return take_over.count({d.channel, d.broker_tag}) ? ReturnAction::take_over
@@ -102,9 +107,13 @@ class RecordingObserver : public SessionObserver {
     events.push_back("settle-applied ch" + std::to_string(s.channel) + " b" +
                      std::to_string(s.broker_tag) + (sent ? " sent" : " not sent"));
   }
-  void on_returned(const Delivery& d, ReturnCause cause) override {
-    returned.push_back({d, cause});
+  ReturnAction on_returned(const Delivery& d, ReturnCause cause,
+                           const ReturnContext& context) override {
+    returned.push_back({d, cause, context});
     events.push_back("returned " + name(d) + " " + std::string(session::to_string(cause)));
+    return context.can_take_over && take_over_at_crash.count({d.channel, d.broker_tag})
+               ? ReturnAction::take_over
+               : ReturnAction::forward;
   }
   void on_returns_done() override { ++returns_done; }
   std::int64_t ack_timeout_ms(const Delivery&) override { return ack_timeout; }

@@ -1,0 +1,110 @@
+// A consumer's crash: its channel.close, connection.close or its connection's end (EOF, garbage)
+// with deliveries in its hands. The observer counts each of them at that moment and may take
+// some over (on_returned with can_take_over): the proxy then keeps the delivery from the
+// broker, publishes a copy that carries what the broker's requeue cannot (a count, a delay, a
+// dead-letter), and acks the original once the copy is confirmed. The close waits until then,
+// 45 s at most (kCrashHoldMs): a channel.close in held_close, a connection.close in
+// held_connection_close_, an EOF in client_gone_ (the client side closed, the broker side
+// still open). The deliveries the client did not hold (held back, or handed out after the
+// crash) go back to the broker uncounted at the close.
+
+#include <algorithm>
+
+#include "proxy/session/session.hpp"
+
+namespace nackguard::session {
+
+namespace {
+// A copy's confirm waits 30 s at most (guard_copies.cpp), and its settlement releases the
+// close: this bound only keeps a close from waiting for ever should none come.
+constexpr std::int64_t kCrashHoldMs = 45000;
+}  // namespace
+
+bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool can_take_over) {
+  can_take_over = can_take_over && phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
+                  !ch.tx.active && !ch.ack_close.active;
+  ch.crash_tag = ch.last_client_tag();
+  std::vector<std::uint64_t> taken;
+  for (std::uint64_t tag : ch.in_hand_tags()) {
+    const Delivery* d = ch.find_unacked(tag);
+    if (!d) continue;
+    ReturnAction action = observer_->on_returned(
+        *d, cause, ReturnContext{.solo = solo, .can_take_over = can_take_over});
+    if (action != ReturnAction::take_over || !can_take_over) continue;
+    std::vector<Delivery> one = ch.take_settled(tag, false);
+    if (one.empty()) continue;
+    if (ch.suspect_client_tag == tag) ch.suspect_client_tag = 0;
+    taken.push_back(one.front().broker_tag);
+    ch.add_taken_over(std::move(one.front()));
+  }
+  observer_->on_returns_done();
+  for (std::uint64_t broker_tag : taken) {
+    if (const Delivery* d = ch.find_taken_over(broker_tag)) apply(observer_->on_taken_over(*d));
+  }
+  return !taken.empty();
+}
+
+bool Session::crash_connection(bool can_take_over) {
+  std::size_t in_hand = 0;
+  std::vector<std::uint16_t> numbers;
+  for (const auto& [number, ch] : channels_) {
+    in_hand += ch.in_hand_tags().size();
+    numbers.push_back(number);
+  }
+  std::sort(numbers.begin(), numbers.end());
+  bool taken = false;
+  for (std::uint16_t number : numbers) {
+    ChannelState& ch = channel_state(number);
+    if (ch.crash_tag != 0) continue;  // its own close counted it already
+    taken = crash_channel(ch, ReturnCause::connection_closed, in_hand == 1, can_take_over) || taken;
+  }
+  return taken;
+}
+
+bool Session::any_taken_over() const {
+  for (const auto& [number, ch] : channels_) {
+    if (ch.taken_over_count() > 0) return true;
+  }
+  return false;
+}
+
+void Session::release_crash_holds(bool overdue) {
+  if (held_connection_close_.empty() && !client_gone_) return;
+  if (any_taken_over() && !overdue) return;
+  if (!held_connection_close_.empty()) {
+    if (content_in_progress(Side::broker)) return;  // the next flush or tick sends it
+    amqp::Bytes close = std::move(held_connection_close_);
+    held_connection_close_.clear();
+    emit(Side::broker, close);
+    return;
+  }
+  client_gone_ = false;
+  end_all_channels(ReturnCause::connection_closed);
+  close_both_after_flush();
+}
+
+void Session::tick_crash_holds(std::int64_t now_ms) {
+  if (held_connection_close_.empty() && !client_gone_) return;
+  if (crash_hold_since_ms_ < 0) crash_hold_since_ms_ = now_ms;
+  release_crash_holds(now_ms - crash_hold_since_ms_ >= kCrashHoldMs);
+}
+
+bool Session::hold_client_connection_close(const amqp::Frame& close) {
+  if (!crash_connection(true)) return false;
+  held_connection_close_.assign(close.raw.begin(), close.raw.end());
+  crash_hold_since_ms_ = clock_ms_;
+  return true;
+}
+
+void Session::client_gone() {
+  io(Side::client).out.close();  // nothing more can reach it
+  if (crash_connection(true)) {
+    client_gone_ = true;
+    crash_hold_since_ms_ = clock_ms_;
+    return;
+  }
+  end_all_channels(ReturnCause::connection_closed);
+  close_both_after_flush();
+}
+
+}  // namespace nackguard::session
