@@ -255,6 +255,10 @@ class Session {
   // over: the close then waits for their settlement.
   bool crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool can_take_over);
   bool crash_connection(bool can_take_over);
+  // Cancels (no-wait) the consumers of a crashed channel whose deliveries are taken over.
+  void stop_consumers(ChannelState& ch, std::uint16_t number);
+  void stop_all_consumers();
+  std::uint16_t number_of(const ChannelState& ch) const;
   bool any_taken_over() const;
   // The client's connection.close, held while deliveries its crash gave up are taken over.
   bool hold_client_connection_close(const amqp::Frame& close);

@@ -2,7 +2,8 @@
 // with deliveries in its hands. The observer counts each of them at that moment and may take
 // some over (on_returned with can_take_over): the proxy then keeps the delivery from the
 // broker, publishes a copy that carries what the broker's requeue cannot (a count, a delay, a
-// dead-letter), and acks the original once the copy is confirmed. The close waits until then,
+// dead-letter), and acks the original once the copy is confirmed. The close waits until then
+// (as it does for a copy already in flight, which it would otherwise duplicate),
 // 45 s at most (kCrashHoldMs): a channel.close in held_close, a connection.close in
 // held_connection_close_, an EOF in client_gone_ (the client side closed, the broker side
 // still open). The deliveries the client did not hold (held back, or handed out after the
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 
+#include "proxy/amqp/method_codec.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
@@ -38,10 +40,37 @@ bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool
     ch.add_taken_over(std::move(one.front()));
   }
   observer_->on_returns_done();
+  if (!taken.empty()) stop_consumers(ch, number_of(ch));
   for (std::uint64_t broker_tag : taken) {
     if (const Delivery* d = ch.find_taken_over(broker_tag)) apply(observer_->on_taken_over(*d));
   }
   return !taken.empty();
+}
+
+std::uint16_t Session::number_of(const ChannelState& ch) const {
+  for (const auto& [number, state] : channels_) {
+    if (&state == &ch) return number;
+  }
+  return 0;
+}
+
+void Session::stop_consumers(ChannelState& ch, std::uint16_t number) {
+  // While the close waits for the copies, the broker would go on delivering to the consumers of
+  // a client that holds nothing any more, its copies first when the queue is empty, and return
+  // them at the close, redelivered without a return of theirs. Cancelled ahead of the copies,
+  // it stops; what was on its way still comes, never seen by the client (ReturnCause::unseen).
+  if (ch.consumers_cancelled) return;
+  ch.consumers_cancelled = true;
+  for (const auto& [tag, consumer] : ch.consumers) {
+    amqp::Bytes frame;
+    if (amqp::append_method_frame(frame, number, amqp::BasicCancel{tag, true})) {
+      inject(Side::broker, std::move(frame));
+    }
+  }
+}
+
+void Session::stop_all_consumers() {
+  for (auto& [number, ch] : channels_) stop_consumers(ch, number);
 }
 
 bool Session::crash_connection(bool can_take_over) {
@@ -90,7 +119,10 @@ void Session::tick_crash_holds(std::int64_t now_ms) {
 }
 
 bool Session::hold_client_connection_close(const amqp::Frame& close) {
-  if (!crash_connection(true)) return false;
+  // Also when a copy taken over earlier is in flight: closed now, the broker would requeue its
+  // original beside the copy, a duplicate.
+  if (!crash_connection(true) && !any_taken_over()) return false;
+  stop_all_consumers();
   held_connection_close_.assign(close.raw.begin(), close.raw.end());
   crash_hold_since_ms_ = clock_ms_;
   return true;
@@ -98,7 +130,12 @@ bool Session::hold_client_connection_close(const amqp::Frame& close) {
 
 void Session::client_gone() {
   io(Side::client).out.close();  // nothing more can reach it
-  if (crash_connection(true)) {
+  // A publish the client cut off half way keeps the broker from taking any frame of the
+  // proxy's on that connection (settlements wait for a frame boundary): nothing can be settled.
+  const bool can_settle = !content_in_progress(Side::broker);
+  const bool taken = crash_connection(can_settle);
+  if (can_settle && (taken || any_taken_over())) {
+    stop_all_consumers();
     client_gone_ = true;
     crash_hold_since_ms_ = clock_ms_;
     return;

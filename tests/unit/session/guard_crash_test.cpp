@@ -276,20 +276,71 @@ TEST_F(GuardCrash, SuspectsThatCannotBeHeldWithinTheBudgetAreHandedOut) {
   EXPECT_LE(context->budget().used(), kLimit);
 }
 
-TEST_F(GuardCrash, ConnectionEndingWithACopyInFlightAcksNothing) {
+TEST_F(GuardCrash, AClientGoneBeforeTheConfirmStillHasItsCopySettled) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
   client(nack(1));
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   to_broker();
-  // The client goes away before the confirm: the broker takes the original back.
+  // The client goes away before the confirm: the broker side waits for it, so that the
+  // original is acked rather than requeued beside its copy.
   conn->session.on_eof(Side::client);
+  EXPECT_FALSE(conn->session.finished());
+  EXPECT_EQ(to_broker(), frames({method(kCh, amqp::BasicCancel{kConsumer, true})}));
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_TRUE(conn->session.finished());
+  conn->guard.on_connection_end();
+  EXPECT_EQ(listener.dead_letters.size(), 1u);
+  EXPECT_TRUE(listener.fallbacks.empty());
+}
+
+TEST_F(GuardCrash, ConnectionLostWithACopyInFlightAcksNothing) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  client(nack(1));
+  open_proxy_channel();
+  broker(declare_ok("q.dlq"));
+  to_broker();
+  // The broker side goes away before the confirm: the broker takes the original back.
+  conn->session.on_eof(Side::broker);
   conn->guard.on_connection_end();
   EXPECT_TRUE(listener.dead_letters.empty());
   EXPECT_TRUE(listener.fallbacks.empty());
   confirm(1);  // the session is closed: nothing is read any more
   EXPECT_TRUE(broker_bytes().empty());
+}
+
+// While the proxy holds a crashed client's connection open for a copy's confirm, the broker
+// may deliver more to the dead client (even the copy itself, on a queue that holds nothing
+// else). The client never sees it: it goes back uncounted, and its redelivered flag stands for
+// nothing.
+TEST_F(GuardCrash, ADeliveryDuringTheCrashHoldIsReturnedUncounted) {
+  start(policy(5));
+  const Message poison = message("m1");
+  deliver_passes(delivery(1, poison));
+  client_eof();
+  connect();
+  deliver_passes(delivery(1, poison, true));
+  conn->session.on_eof(Side::client);
+  const Copy copy = take_copy(crash_hold_start());
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
+  // The copy reaches the channel before its confirm does.
+  const Message back = delivered(poison, copy);
+  broker(delivery(2, back));
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_TRUE(conn->session.finished());
+  conn->guard.on_connection_end();
+  ASSERT_TRUE(tracked("m1"));
+  EXPECT_EQ(tracked("m1")->returns, 2u);
+  // Redelivered, it carries its count and no more: its next crash makes 3, which its flag
+  // cannot carry: a copy.
+  connect();
+  deliver_passes(delivery(1, back, true));
+  EXPECT_EQ(client_eof_with_copy(1).header_text("x-nackguard-returns"),
+            text(amqp::FieldValue::i64(3)));
 }
 
 }  // namespace

@@ -156,7 +156,7 @@ TEST_F(GuardFallback, ChannelClosedWithTheCopyInFlightFallsBack) {
 TEST_F(GuardFallback, ConnectionEndingWithTheCopyInFlightIsNoFailureOfTheQueuesCopies) {
   std::vector<Wire> sent = dead_letter_first_nack();
   EXPECT_EQ(take_copy(sent).frames, sent.size());
-  client_eof();  // the consumer is killed before the broker confirms the copy
+  connection_lost();  // the broker side goes away before it confirms the copy
   EXPECT_TRUE(listener.fallbacks.empty());
 
   // Another connection on the same queue: its first nack over the limit is copied at once.

@@ -173,6 +173,18 @@ class GuardTest : public ::testing::Test {
   // The client's TCP connection ends; the guard is told, as the relay does.
   void client_eof() {
     conn->session.on_eof(Side::client);
+    // Nothing taken over holds the broker side open (client_eof_with_copy plays that).
+    EXPECT_TRUE(conn->session.finished()) << "the session holds the broker side: a copy";
+    conn->guard.on_connection_end();
+    client_bytes();
+    broker_bytes();
+  }
+
+  // The broker's side of the connection ends (a node going away); the guard is told once the
+  // session is done, as the relay does.
+  void connection_lost() {
+    conn->session.on_eof(Side::broker);
+    EXPECT_TRUE(conn->session.finished());
     conn->guard.on_connection_end();
     client_bytes();
     broker_bytes();
@@ -185,7 +197,7 @@ class GuardTest : public ::testing::Test {
   Copy client_eof_with_copy(std::uint64_t tag, const std::string& declared = "") {
     conn->session.on_eof(Side::client);
     EXPECT_FALSE(conn->session.finished()) << "the broker side closed before the copy";
-    std::vector<Wire> sent = open_proxy_channel();
+    std::vector<Wire> sent = crash_hold_start();
     if (!declared.empty()) {
       EXPECT_EQ(sent.size(), 1u);
       if (!sent.empty()) {
@@ -202,6 +214,18 @@ class GuardTest : public ::testing::Test {
     client_bytes();
     broker_bytes();
     return copy;
+  }
+
+  // The proxy holds a crashed client's connection for a copy: it cancels the client's consumer
+  // (no-wait), then opens its channel (played as open_proxy_channel does). Returns what came
+  // next.
+  std::vector<Wire> crash_hold_start() {
+    std::vector<Wire> sent = to_broker();
+    EXPECT_FALSE(sent.empty());
+    if (sent.empty()) return sent;
+    EXPECT_EQ(sent[0], frames({method(kCh, amqp::BasicCancel{kConsumer, true})})[0]);
+    sent.erase(sent.begin());
+    return past_proxy_channel_open(sent);
   }
 
   // What the proxy sent (`sent`), past the opening of its channel if that is what it starts

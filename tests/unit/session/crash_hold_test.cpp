@@ -1,0 +1,142 @@
+// A consumer's crash with deliveries in its hands (session_crash.cpp): each is reported once,
+// at the crash, and one the observer takes over keeps its close waiting (its channel.close,
+// its connection.close, or, after its EOF, the broker side of the connection) until the proxy
+// has settled it; the consumer is cancelled meanwhile, and what still comes is returned as
+// never seen.
+
+#include <gtest/gtest.h>
+
+#include "session/tracking_fixture.hpp"
+
+namespace nackguard::session::test {
+namespace {
+
+class SessionCrashHold : public SessionTracking {
+ protected:
+  // The observer's next actions ack the taken-over delivery `broker_tag` on channel 1; they
+  // are applied when the proxy's channel next hears from the broker.
+  void ack_when_the_broker_confirms(std::uint64_t broker_tag) {
+    link.observer.actions.push_back(
+        {ObserverAction::Kind::settle, {}, Settle{1, broker_tag, SettleKind::ack, false}});
+    link.broker(method(kReserved, amqp::BasicAck{1, false}));
+  }
+  static constexpr std::uint16_t kReserved = 2047;
+  static Bytes cancel(const std::string& tag) { return method(1, amqp::BasicCancel{tag, true}); }
+};
+
+TEST_F(SessionCrashHold, EofWithATakeoverKeepsTheBrokerSideUntilItIsSettled) {
+  consume(1, "q", "c1");
+  deliveries(1, "c1", 1, 1);
+  link.observer.take_over_at_crash = {{1, 1}};
+  link.observer.take_events();
+  link.session.on_eof(Side::client);
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"returned ch1 b1 connection_closed", "taken-over ch1 b1 <no body>"}));
+  ASSERT_EQ(link.observer.returned.size(), 1u);
+  EXPECT_TRUE(link.observer.returned[0].context.solo);
+  EXPECT_TRUE(link.observer.returned[0].context.can_take_over);
+  EXPECT_TRUE(link.session.close_after_flush(Side::client));
+  EXPECT_FALSE(link.session.close_after_flush(Side::broker));
+  EXPECT_EQ(link.broker_bytes(), cancel("c1"));
+
+  // A delivery on its way before the cancel: the client never sees it.
+  link.broker(deliver(1, "c1", 2));
+  EXPECT_TRUE(link.client_bytes().empty());
+  ack_when_the_broker_confirms(1);
+  EXPECT_EQ(link.broker_bytes(), method(1, amqp::BasicAck{1, false}));
+  EXPECT_TRUE(link.session.finished());
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"delivery ch1 b2", "proxy-frame ch2047 type1", "returned ch1 b2 unseen",
+                    "settle-applied ch1 b1 sent"}));
+}
+
+TEST_F(SessionCrashHold, AHoldEndsAfter45SecondsWithoutASettlement) {
+  consume(1, "q", "c1");
+  deliveries(1, "c1", 1, 2);
+  link.observer.take_over_at_crash = {{1, 2}};
+  link.session.on_tick(1000);
+  link.session.on_eof(Side::client);
+  ASSERT_EQ(link.observer.returned.size(), 2u);
+  EXPECT_FALSE(link.observer.returned[0].context.solo);  // two in hand
+  link.session.on_tick(1000 + 44999);
+  EXPECT_FALSE(link.session.finished());
+  link.observer.take_events();
+  link.session.on_tick(1000 + 45000);
+  EXPECT_TRUE(link.session.finished());
+  // The broker takes back the one taken over, with the connection; the other was counted at
+  // the crash already.
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b2 connection_closed"});
+  EXPECT_TRUE(link.observer.returned.back().delivery.taken_over);
+}
+
+TEST_F(SessionCrashHold, AChannelCloseWaitsForTheSettlement) {
+  consume(1, "q", "c1");
+  deliveries(1, "c1", 1, 1);
+  link.observer.take_over_at_crash = {{1, 1}};
+  amqp::ChannelClose close;
+  close.reply_code = 200;
+  close.reply_text = "bye";
+  link.client(method(1, close));
+  EXPECT_EQ(link.broker_bytes(), cancel("c1"));  // the close waits
+  ack_when_the_broker_confirms(1);
+  EXPECT_EQ(link.broker_bytes(), cat({method(1, amqp::BasicAck{1, false}), method(1, close)}));
+  link.observer.take_events();
+  broker_passes(method(1, amqp::ChannelCloseOk{}));
+  EXPECT_EQ(link.observer.take_events(), Events{});  // counted at the close already
+}
+
+TEST_F(SessionCrashHold, AConnectionCloseWaitsForTheSettlement) {
+  consume(1, "q", "c1");
+  consume(2, "q", "c2");
+  deliveries(2, "c2", 1, 1);
+  link.observer.take_over_at_crash = {{2, 1}};
+  amqp::ConnectionClose close;
+  close.reply_code = 200;
+  close.reply_text = "Goodbye";
+  link.client(method(0, close));
+  // Every consumer of the connection is cancelled while its close waits.
+  EXPECT_EQ(link.broker_bytes(), cat({method(2, amqp::BasicCancel{"c2", true}),
+                                      method(1, amqp::BasicCancel{"c1", true})}));
+  link.observer.actions.push_back(
+      {ObserverAction::Kind::settle, {}, Settle{2, 1, SettleKind::ack, false}});
+  link.broker(method(kReserved, amqp::BasicAck{1, false}));
+  EXPECT_EQ(link.broker_bytes(), cat({method(2, amqp::BasicAck{1, false}), method(0, close)}));
+  link.observer.take_events();
+  broker_passes(method(0, amqp::ConnectionCloseOk{}));
+  EXPECT_EQ(link.observer.take_events(), Events{});
+  EXPECT_TRUE(link.session.finished());
+}
+
+TEST_F(SessionCrashHold, EofWithACopyAlreadyInFlightWaitsForItToo) {
+  // A delivery taken over before the client saw it (its copy not yet confirmed) when the client
+  // goes away: closed at once, the broker would requeue the original beside the copy.
+  consume(1, "q", "c1");
+  link.observer.take_over_at_delivery = {{1, 1}};
+  link.broker(deliver(1, "c1", 1));
+  drain();
+  link.session.on_eof(Side::client);
+  EXPECT_FALSE(link.session.finished());
+  EXPECT_EQ(link.broker_bytes(), cancel("c1"));
+  ack_when_the_broker_confirms(1);
+  EXPECT_EQ(link.broker_bytes(), method(1, amqp::BasicAck{1, false}));
+  EXPECT_TRUE(link.session.finished());
+}
+
+TEST_F(SessionCrashHold, NothingIsTakenOverOnAChannelTheBrokerClosed) {
+  consume(1, "q", "c1");
+  deliveries(1, "c1", 1, 1);
+  link.observer.take_over_at_crash = {{1, 1}};
+  amqp::ChannelClose close;
+  close.reply_code = 406;
+  close.reply_text = "PRECONDITION_FAILED";
+  broker_passes(method(1, close));
+  link.observer.take_events();
+  client_passes(method(1, amqp::ChannelCloseOk{}));
+  ASSERT_EQ(link.observer.returned.size(), 1u);
+  EXPECT_FALSE(link.observer.returned[0].context.can_take_over);
+  EXPECT_TRUE(link.observer.returned[0].context.solo);
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 channel_closed"});
+}
+
+}  // namespace
+}  // namespace nackguard::session::test
