@@ -27,17 +27,19 @@ from pika.exceptions import ChannelClosedByBroker
 import harness
 import proxy_process
 
-# Headers the proxy adds to a copy it republishes (to a delay queue or a dead-letter queue).
-PROXY_HEADERS = ("x-nackguard-returns", "x-nackguard-deliveries", "x-nackguard-first-return",
+# Headers the proxy adds to a copy it republishes (to a delay queue, a dead-letter queue or the
+# tail of its own queue).
+PROXY_HEADERS = ("x-nackguard-returns", "x-nackguard-returns-queue", "x-nackguard-copy-id",
+                 "x-nackguard-suspect", "x-nackguard-deliveries", "x-nackguard-first-return",
                  "x-nackguard-last-return", "x-nackguard-reason", "x-nackguard-queue",
                  "x-nackguard-consumer", "x-original-exchange", "x-original-routingKey")
 # Headers RabbitMQ adds when it dead-letters a message (the delay queue's TTL expiry).
 BROKER_DLX_HEADERS = ("x-death", "x-first-death-queue", "x-first-death-reason",
                       "x-first-death-exchange", "x-last-death-queue", "x-last-death-reason",
                       "x-last-death-exchange")
-# Headers RabbitMQ adds to a delivery: a quorum queue's (and 4.x's) count of earlier
-# deliveries, from the first redelivery on. A copy made from such a delivery may carry it.
-BROKER_DELIVERY_HEADERS = ("x-delivery-count",)
+# Headers RabbitMQ adds to a delivery: a quorum queue's counts of earlier deliveries, from the
+# first redelivery on (x-acquired-count from 4.3 on). The proxy's copies carry neither.
+BROKER_DELIVERY_HEADERS = ("x-delivery-count", "x-acquired-count")
 
 CRASH_EXIT_CODE = 17
 
