@@ -191,7 +191,6 @@ App::App(config::Config config, retry::PolicySet policies)
     return status::management_rows(guard_.learnt_limits().rows(status::kMaxQueues),
                                    guard_.steady_ms(), guard_.wall_ms());
   });
-  metrics_listener_.attach(guard_);
   if (config_.upstream_management) {
     management_ = std::make_unique<net::ManagementClient>(io_, *config_.upstream_management,
                                                           guard_.learnt_limits(), &registry_,

@@ -18,7 +18,6 @@
 #include "proxy/metrics/registry.hpp"
 #include "proxy/net/config_watcher.hpp"
 #include "proxy/net/log_listener.hpp"
-#include "proxy/net/lookup_on_delivery.hpp"
 #include "proxy/net/management_client.hpp"
 #include "proxy/net/server.hpp"
 #include "proxy/retry/guard_context.hpp"
@@ -49,7 +48,7 @@ class App {
   config::Config config_;
   net::LogListener log_listener_;
   metrics::Registry registry_;
-  net::LookupOnDelivery metrics_listener_;  // a MetricsListener, and the temporary lookup hook
+  metrics::MetricsListener metrics_listener_;
   retry::GuardContext guard_;
   boost::asio::io_context io_;
   std::unique_ptr<net::Server> server_;

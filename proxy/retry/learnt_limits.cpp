@@ -88,6 +88,14 @@ LearntLimit LearntLimits::lookup(std::string_view vhost, std::string_view queue,
 std::vector<QueueKey> LearntLimits::take_wanted(std::size_t max, std::int64_t now_ms) {
   std::vector<QueueKey> out;
   const std::lock_guard lock(mutex_);
+  // A queue asked of that has no answer yet (no statistics, a failure, a 404) is asked again
+  // once due, whether or not a lookup asks again: the guard asks once per refresh interval.
+  for (auto& [key, entry] : entries_) {
+    if (entry.wanted || entry.in_flight || entry.knows_limit) continue;
+    if (entry.limit.state == LookupState::unknown || !due(entry, now_ms)) continue;
+    entry.wanted = true;
+    wanted_.emplace_back(key.first, key.second);
+  }
   while (out.size() < max && !wanted_.empty()) {
     auto key = std::move(wanted_.front());
     wanted_.pop_front();
@@ -181,6 +189,16 @@ std::size_t LearntLimits::known() const {
 std::uint64_t LearntLimits::forgotten() const {
   const std::lock_guard lock(mutex_);
   return forgotten_;
+}
+
+std::optional<LimitInForce> in_force(const LearntLimit& learnt) {
+  if (learnt.fetched_ms == 0) return std::nullopt;
+  if (learnt.state != LookupState::known && learnt.state != LookupState::failed)
+    return std::nullopt;
+  if (learnt.queue.type == QueueFacts::Type::classic) {
+    return LimitInForce{std::nullopt, LimitInForce::Source::classic};
+  }
+  return LimitInForce{learnt.queue.limit, LimitInForce::Source::management};
 }
 
 }  // namespace nackguard::retry

@@ -39,6 +39,10 @@ struct LearntLimit {
   std::int64_t fetched_ms = 0;
 };
 
+// What a lookup's answer says of the limit in force (broker_delivery_limit's `learnt`): the
+// last answer's, known or kept through a failure; nullopt before any came.
+std::optional<LimitInForce> in_force(const LearntLimit& learnt);
+
 struct LearntLimitsSettings {
   std::size_t max_queues = 10000;
   // How old an answer may get before a lookup asks again. Zero: lookups are off.

@@ -31,7 +31,7 @@ std::string_view to_string(LimitInForce::Source source) {
 }
 
 LimitInForce broker_delivery_limit(const BrokerDeliveryLimit& policy, const QueueFacts& facts,
-                                   const std::optional<LimitInForce>& learnt) {
+                                   const std::optional<LimitInForce>& learnt, int broker_major) {
   using Source = LimitInForce::Source;
   switch (policy.kind) {
     case BrokerDeliveryLimit::Kind::none:
@@ -43,6 +43,9 @@ LimitInForce broker_delivery_limit(const BrokerDeliveryLimit& policy, const Queu
   }
   if (learnt) return *learnt;
   if (facts.type == QueueFacts::Type::classic) return {std::nullopt, Source::classic};
+  if (facts.declared_limit && *facts.declared_limit < 0 && broker_major == 3) {
+    return {0u, Source::declared};
+  }
   if (facts.declared_limit && *facts.declared_limit >= 0 &&
       *facts.declared_limit < kAssumedBrokerLimit) {
     return {static_cast<std::uint32_t>(*facts.declared_limit), Source::declared};

@@ -47,8 +47,11 @@ std::string_view to_string(LimitInForce::Source source);
 // assumed limit, or the x-delivery-limit the queue was declared with through the proxy when it
 // is tighter. A declared limit is only an upper bound: a RabbitMQ policy or operator policy may
 // set a lower one, which no frame shows.
+// On RabbitMQ 3.x (`broker_major` 3) a negative x-delivery-limit is no "none": the broker keeps
+// it as it is, and a message passes it at its first return, as with 0 (rabbit_fifo.erl).
 LimitInForce broker_delivery_limit(const BrokerDeliveryLimit& policy, const QueueFacts& facts,
-                                   const std::optional<LimitInForce>& learnt = std::nullopt);
+                                   const std::optional<LimitInForce>& learnt = std::nullopt,
+                                   int broker_major = 0);
 
 // The type of the DLQ and delay queues nackguard declares for a queue: the policy's choice, or
 // with `same` the source queue's type as far as the proxy knows it (classic otherwise).

@@ -86,6 +86,9 @@ class Guard final : public SessionObserver {
   const retry::Policy& policy_for(const std::string& queue);
   // A delivery from `queue` carried x-delivery-count: it is a quorum queue.
   void learn_quorum(const std::string& queue);
+  // Asks the management API of `queue`'s limit, once per refresh interval
+  // (guard_broker_limit.cpp).
+  void ask_limit(const std::string& queue);
   // The broker's delivery limit in force on `queue` (retry::broker_delivery_limit).
   retry::LimitInForce broker_limit(const retry::Policy& policy, const std::string& queue);
   // Whether one more return of a delivery that carries `carried` would pass the broker's
@@ -175,6 +178,8 @@ class Guard final : public SessionObserver {
   std::uint64_t policies_version_ = 0;
   std::unordered_map<std::string, const retry::Policy*> policy_cache_;
   std::unordered_set<std::string> quorum_learnt_;  // queues told to queue_facts() as quorum
+  // Queues ask_limit asked of, and when it asks again (steady ms).
+  std::unordered_map<std::string, std::int64_t> limits_asked_;
   std::map<DeliveryKey, Intent> intents_;
   std::unordered_map<std::uint64_t, DeliveryKey> jobs_;
   std::uint64_t next_job_ = 0;

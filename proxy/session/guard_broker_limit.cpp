@@ -20,8 +20,31 @@ void Guard::on_queue_declare(const amqp::QueueDeclare& declare) {
 }
 
 retry::LimitInForce Guard::broker_limit(const retry::Policy& policy, const std::string& queue) {
+  std::optional<retry::LimitInForce> learnt;
+  retry::LearntLimits& limits = context_.learnt_limits();
+  if (limits.enabled() &&
+      policy.broker_delivery_limit.kind == retry::BrokerDeliveryLimit::Kind::automatic) {
+    // Asked here, at the returns and redeliveries that need it: the answer is refreshed lazily.
+    learnt = retry::in_force(limits.lookup(facts_.vhost, queue, context_.steady_ms()));
+  }
   return retry::broker_delivery_limit(policy.broker_delivery_limit,
-                                      context_.queue_facts().find(queue));
+                                      context_.queue_facts().find(queue), learnt, broker_major_);
+}
+
+void Guard::ask_limit(const std::string& queue) {
+  // Deliveries ask the management API (when one is configured) of their queue's limit, so that
+  // it is known before a return needs it: once per refresh interval and connection.
+  constexpr std::size_t kMaxAsked = 1000;
+  retry::LearntLimits& limits = context_.learnt_limits();
+  const std::int64_t now = context_.steady_ms();
+  auto it = limits_asked_.find(queue);
+  if (it != limits_asked_.end() && now < it->second) return;
+  if (it == limits_asked_.end()) {
+    if (limits_asked_.size() >= kMaxAsked) limits_asked_.clear();
+    it = limits_asked_.emplace(queue, 0).first;
+  }
+  it->second = now + limits.settings().refresh.count();
+  limits.lookup(facts_.vhost, queue, now);
 }
 
 void Guard::learn_quorum(const std::string& queue) {

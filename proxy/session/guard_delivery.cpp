@@ -39,6 +39,7 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
   if (!(d.cookie & kCounted)) {
     plan.cookie |= kCounted;
     context_.listener().on_delivery(d.queue);
+    if (context_.learnt_limits().enabled()) ask_limit(d.queue);
   }
   // Any return may have to be republished (a delay, an outage, a dead-letter), and the body
   // passes only once: keep it while the delivery is unacked, within retained_body_bytes. A

@@ -1,5 +1,7 @@
 #include "proxy/status/status_board.hpp"
 
+#include <map>
+
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -42,9 +44,23 @@ void StatusBoard::tick() {
 
 namespace {
 
+// The broker's delivery limit in force on `queue` as nackguard keeps messages from it, and
+// where it has it from (retry::broker_delivery_limit): {"limit": N or null, "from": ...}.
+json::object delivery_limit_json(const std::string& queue, const retry::Policy& policy,
+                                 retry::GuardContext& guard,
+                                 const std::map<std::string, retry::LimitInForce>& learnt) {
+  auto it = learnt.find(queue);
+  const retry::LimitInForce in_force = retry::broker_delivery_limit(
+      policy.broker_delivery_limit, guard.queue_facts().find(queue),
+      it == learnt.end() ? std::nullopt : std::optional<retry::LimitInForce>(it->second));
+  return {{"limit", in_force.limit ? json::value(*in_force.limit) : json::value(nullptr)},
+          {"from", retry::to_string(in_force.source)}};
+}
+
 json::object queue_json(const QueueCounts& total, const std::optional<QueueCounts>& window,
                         retry::GuardContext& guard, const retry::PolicySet& policies,
-                        std::string_view policies_dir) {
+                        std::string_view policies_dir,
+                        const std::map<std::string, retry::LimitInForce>& learnt) {
   json::object out;
   out["queue"] = total.queue;
   out["window"] = window ? json::value(counts_json(*window)) : json::value(nullptr);
@@ -53,6 +69,7 @@ json::object queue_json(const QueueCounts& total, const std::optional<QueueCount
   if (total.queue == "_other") {
     out["outage_ratio"] = nullptr;
     out["policy"] = nullptr;
+    out["delivery_limit"] = nullptr;
     return out;
   }
   const retry::Policy& policy = policies.match(total.queue);
@@ -60,6 +77,7 @@ json::object queue_json(const QueueCounts& total, const std::optional<QueueCount
       guard.health().state(total.queue, policy.rate, guard.steady_ms());
   out["outage_ratio"] = health.messages > 0 ? json::value(health.ratio) : json::value(nullptr);
   out["policy"] = policy_file(policy, policies_dir);
+  out["delivery_limit"] = delivery_limit_json(total.queue, policy, guard, learnt);
   return out;
 }
 
@@ -130,10 +148,15 @@ std::string StatusBoard::json() {
   doc["limits"] = limits_json(config, totals.size(), guard_, registry_);
 
   doc["window_seconds"] = window_seconds;
+  // What the management API said of each queue (the first vhost's, should several have it).
+  std::map<std::string, retry::LimitInForce> learnt;
+  for (const retry::LearntLimitRow& row : guard_.learnt_limits().rows(kMaxQueues)) {
+    if (auto in_force = retry::in_force(row.limit)) learnt.emplace(row.key.queue, *in_force);
+  }
   json::array queue_rows;
   for (std::size_t i = 0; i < queues.size() && i < kMaxQueues; ++i) {
-    queue_rows.push_back(
-        queue_json(queues[i].first, queues[i].second, guard_, *policies, config.policies_dir));
+    queue_rows.push_back(queue_json(queues[i].first, queues[i].second, guard_, *policies,
+                                    config.policies_dir, learnt));
   }
   doc["queues"] = std::move(queue_rows);
   doc["queue_limits"] =

@@ -72,6 +72,23 @@ TEST(LearntLimits, AnAnswerIsKeptUntilTheRefresh) {
   EXPECT_EQ(limits.lookup("/", "orders", 100 + kRefresh + 7).queue, kSeven);
 }
 
+TEST(LearntLimits, WhatAnAnswerSaysOfTheLimitInForce) {
+  LearntLimits limits(settings());
+  EXPECT_EQ(in_force(limits.lookup("/", "orders", 0)), std::nullopt);  // nothing known yet
+  limits.take_wanted(10, 0);
+  limits.record(kOrders, kFive, 100);
+  const std::optional<LimitInForce> five = in_force(limits.lookup("/", "orders", 200));
+  ASSERT_TRUE(five);
+  EXPECT_EQ(five->limit, 5u);
+  EXPECT_EQ(five->source, LimitInForce::Source::management);
+  // A classic queue has none, whatever a policy says.
+  limits.record(kOrders, QueueLimit{Type::classic, std::nullopt, LimitSource::none}, 300);
+  EXPECT_EQ(in_force(limits.lookup("/", "orders", 400))->source, LimitInForce::Source::classic);
+  // None at all on a quorum queue (-1 on 4.x): none.
+  limits.record(kOrders, QueueLimit{Type::quorum, std::nullopt, LimitSource::argument}, 500);
+  EXPECT_EQ(in_force(limits.lookup("/", "orders", 600))->limit, std::nullopt);
+}
+
 TEST(LearntLimits, NoLookupNoRefresh) {
   LearntLimits limits(settings());
   limits.lookup("/", "orders", 0);

@@ -49,6 +49,10 @@ TEST(BrokerDeliveryLimit, OtherwiseAssumedTightWhereARabbitMqPolicyMaySetOne) {
   EXPECT_EQ(limit({}, quorum(1)), 1u);
   EXPECT_EQ(limit({}, quorum(0)), 0u);
   EXPECT_EQ(broker_delivery_limit({}, quorum(1)).source, Source::declared);
+  // On 3.x a negative x-delivery-limit is kept as it is: a message passes it at its first
+  // return, as with 0 (rabbit_fifo.erl); on 4.x it means none.
+  EXPECT_EQ(broker_delivery_limit({}, quorum(-1), std::nullopt, 3).limit, 0u);
+  EXPECT_EQ(broker_delivery_limit({}, quorum(-1), std::nullopt, 4).limit, kAssumedBrokerLimit);
   // A classic queue has none.
   EXPECT_EQ(limit({}, QueueFacts{Type::classic, std::nullopt}), std::nullopt);
   EXPECT_EQ(broker_delivery_limit({}, QueueFacts{Type::classic, 3}).source, Source::classic);
