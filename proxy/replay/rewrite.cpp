@@ -34,7 +34,8 @@ amqp::ContentHeader replay_copy_header(const amqp::ContentHeader& original) {
   amqp::FieldTable& headers =
       copy.properties.headers.emplace(original.properties.headers.value_or(amqp::FieldTable{}));
   std::erase_if(headers.entries, [](const auto& entry) {
-    return entry.first == kReturnsHeader || entry.first == kDeliveryCountHeader;
+    return entry.first == kReturnsHeader || entry.first == kDeliveryCountHeader ||
+           entry.first == kAcquiredCountHeader;
   });
   std::int64_t next = replays < std::numeric_limits<std::int64_t>::max() ? replays + 1 : replays;
   headers.set(std::string(kReplaysHeader), amqp::FieldValue::i64(next));

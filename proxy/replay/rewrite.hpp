@@ -13,6 +13,7 @@ namespace nackguard::replay {
 inline constexpr std::string_view kReplaysHeader = "x-nackguard-replays";
 inline constexpr std::string_view kReturnsHeader = "x-nackguard-returns";
 inline constexpr std::string_view kDeliveryCountHeader = "x-delivery-count";
+inline constexpr std::string_view kAcquiredCountHeader = "x-acquired-count";
 inline constexpr std::string_view kReasonHeader = "x-nackguard-reason";
 inline constexpr std::string_view kNoReason = "(no reason)";
 
@@ -29,7 +30,8 @@ std::string reason_of(const amqp::BasicProperties& properties);
 // The message_id, printable on one line, or "(no message_id)".
 std::string label_of(const amqp::BasicProperties& properties);
 
-// The copy's content header: x-nackguard-returns and x-delivery-count removed, and
+// The copy's content header: x-nackguard-returns, and the broker's x-delivery-count and
+// x-acquired-count (RabbitMQ 4.3), removed, and
 // x-nackguard-replays set to one more than before, as a long ('l'), in its old place or last.
 // Every other property and header is left as it is; a headers table is added if there was none.
 amqp::ContentHeader replay_copy_header(const amqp::ContentHeader& original);

@@ -46,6 +46,7 @@ FieldTable dead_letter_headers() {
   h.set("x-original-exchange", FieldValue::string(""));
   h.set("x-original-routingKey", FieldValue::string("orders"));
   h.set("x-delivery-count", FieldValue::i64(2));
+  h.set("x-acquired-count", FieldValue::i64(3));
   h.set("bool", FieldValue::boolean(true));
   h.set("u8", FieldValue::u8(200));
   h.set("i16", FieldValue::i16(-300));
@@ -94,12 +95,14 @@ TEST(ReplayCopyHeader, KeepsEveryOtherPropertyAndHeaderByteForByte) {
   ContentHeader expected = original;
   FieldTable& headers = *expected.properties.headers;
   std::erase_if(headers.entries, [](const auto& e) {
-    return e.first == "x-nackguard-returns" || e.first == "x-delivery-count";
+    return e.first == "x-nackguard-returns" || e.first == "x-delivery-count" ||
+           e.first == "x-acquired-count";
   });
   headers.set("x-nackguard-replays", FieldValue::i64(1));
   EXPECT_EQ(as_hex(encode(copy)), as_hex(encode(expected)));
   EXPECT_EQ(copy.properties.headers->find("x-nackguard-returns"), nullptr);
   EXPECT_EQ(copy.properties.headers->find("x-delivery-count"), nullptr);
+  EXPECT_EQ(copy.properties.headers->find("x-acquired-count"), nullptr);
   EXPECT_EQ(*copy.properties.headers->find("x-nackguard-replays"), FieldValue::i64(1));
 }
 
