@@ -9,19 +9,16 @@
 #include <vector>
 
 #include "proxy/retry/outcome.hpp"
+#include "retry/decision_support.hpp"
 
 namespace nackguard::retry {
 namespace {
 
-constexpr std::int64_t kT0 = 1'700'000'000'000;
-constexpr std::int64_t kApart = 60'000;
+using test::kApart;
+using test::kT0;
 
 Policy immediate(std::uint32_t max) {
-  Policy policy;
-  policy.queue = "orders";
-  policy.max_redeliveries = max;
-  policy.rate.per_message = 1000;
-  return policy;
+  return test::immediate_policy(max, 1000);
 }
 
 struct Sidecar {

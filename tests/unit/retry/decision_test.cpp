@@ -5,22 +5,16 @@
 #include <limits>
 
 #include "proxy/retry/backoff.hpp"
+#include "retry/decision_support.hpp"
 
 namespace nackguard::retry {
 namespace {
 
-constexpr std::int64_t kT0 = 1'700'000'000'000;
-constexpr std::int64_t kApart = 60'000;  // further apart than the rate window
+using test::kApart;
+using test::kT0;
 
 Policy five_redeliveries() {
-  Policy policy;
-  policy.queue = "orders";
-  policy.max_redeliveries = 5;
-  policy.requeue = RequeueMode::immediate;
-  policy.backoff = Backoff{Millis(1000), 2.0, Millis(600'000), Backoff::Jitter::none, 0.0};
-  policy.rate.window = Millis(10'000);
-  policy.rate.per_message = 3;
-  return policy;
+  return test::immediate_policy(5);
 }
 
 // `carried`: the message's x-nackguard-returns.

@@ -6,20 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include "retry/decision_support.hpp"
+
 namespace nackguard::retry {
 namespace {
 
-constexpr std::int64_t kT0 = 1'700'000'000'000;
-constexpr std::int64_t kApart = 60'000;  // further apart than the rate window
+using test::kT0;
 
 Policy three_redeliveries() {
-  Policy policy;
-  policy.queue = "orders";
-  policy.max_redeliveries = 3;
-  policy.requeue = RequeueMode::immediate;
-  policy.backoff = Backoff{Millis(1000), 2.0, Millis(600'000), Backoff::Jitter::none, 0.0};
-  policy.rate.per_message = 100;
-  return policy;
+  return test::immediate_policy(3, 100);
 }
 
 ReturnEvent requeue(CarriedCount carried, std::int64_t now = kT0) {

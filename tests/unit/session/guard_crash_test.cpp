@@ -13,7 +13,18 @@ namespace {
 
 using retry::DeadLetterReason;
 
-class GuardCrash : public GuardTest {};
+class GuardCrash : public GuardTest {
+ protected:
+  // The first nack of m1 past max_redeliveries 0: its dead-letter is published, not confirmed.
+  void dead_letter_in_flight() {
+    start(policy(0));
+    deliver_passes(delivery(1, message("m1")));
+    client(nack(1));
+    open_proxy_channel();
+    broker(declare_ok("q.dlq"));
+    to_broker();
+  }
+};
 
 TEST_F(GuardCrash, SuspectsAreHandedOutOneAtATime) {
   start(policy(5));
@@ -277,12 +288,7 @@ TEST_F(GuardCrash, SuspectsThatCannotBeHeldWithinTheBudgetAreHandedOut) {
 }
 
 TEST_F(GuardCrash, AClientGoneBeforeTheConfirmStillHasItsCopySettled) {
-  start(policy(0));
-  deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
-  open_proxy_channel();
-  broker(declare_ok("q.dlq"));
-  to_broker();
+  dead_letter_in_flight();
   // The client goes away before the confirm: the broker side waits for it, so that the
   // original is acked rather than requeued beside its copy.
   conn->session.on_eof(Side::client);
@@ -297,12 +303,7 @@ TEST_F(GuardCrash, AClientGoneBeforeTheConfirmStillHasItsCopySettled) {
 }
 
 TEST_F(GuardCrash, ConnectionLostWithACopyInFlightAcksNothing) {
-  start(policy(0));
-  deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
-  open_proxy_channel();
-  broker(declare_ok("q.dlq"));
-  to_broker();
+  dead_letter_in_flight();
   // The broker side goes away before the confirm: the broker takes the original back.
   conn->session.on_eof(Side::broker);
   conn->guard.on_connection_end();
