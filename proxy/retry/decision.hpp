@@ -69,6 +69,9 @@ struct CarriedCount {
   bool redelivered = false;
   // x-nackguard-suspect: the copy was made at a crash; hand it out alone.
   bool suspect = false;
+  // A copy of nackguard's made for this queue (x-nackguard-returns counts here): a retry,
+  // which the broker delivers as a new message.
+  bool copy = false;
   // x-acquired-count (RabbitMQ 4.3 and later, quorum queues): the deliveries before this one,
   // whatever ended them (4.3's x-delivery-count leaves nacks out). Diagnostic only.
   std::uint32_t acquired = 0;

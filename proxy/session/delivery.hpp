@@ -62,7 +62,9 @@ struct Delivery {
   // A crash suspect, handed out alone: while the client holds it, later deliveries on the
   // channel are held back.
   bool suspect = false;
-  bool settling = false;       // taken over, and the proxy's ack, nack or reject is on its way
+  bool settling = false;  // taken over, and the proxy's ack, nack or reject is on its way
+  // Handed out with the redelivered bit set though the broker's is not (DeliveryPlan).
+  bool show_redelivered = false;
   amqp::Bytes header_payload;  // the raw content header: properties are decoded on demand
   std::uint64_t body_size = 0;
   BodyHash body_hash;  // XXH3-64 of the body, valid once body_complete
@@ -110,7 +112,10 @@ struct DeliveryPlan {
   // Without a retained body, hash the body as it passes (an identity may fall back to it).
   // false: the identity resolves before `body`, so Delivery::body_hash stays unknown.
   bool hash_body = true;
-  bool suspect = false;      // hand it out alone: hold back later ones until it is settled
+  bool suspect = false;  // hand it out alone: hold back later ones until it is settled
+  // Hand it out with the redelivered bit set: a copy of nackguard's, a retry the broker
+  // delivers as a new message, which the client would have seen redelivered without the proxy.
+  bool show_redelivered = false;
   std::uint64_t cookie = 0;  // stored in Delivery::cookie
 };
 

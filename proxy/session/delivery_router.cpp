@@ -131,6 +131,7 @@ void DeliveryRouter::header(ChannelState& ch, const Frame& frame) {
   }
   ch.incoming_route = ChannelState::Route::forward;
   d.suspect = plan.suspect && !d.no_ack;
+  d.show_redelivered = plan.show_redelivered && !d.redelivered;
   hand_out(ch, d, ch.incoming_method_frame, original_method(ch));
   ch.incoming_method_frame.clear();  // its capacity serves the next delivery
   to_client_.emit(frame.raw);
@@ -251,17 +252,22 @@ void DeliveryRouter::hand_out(ChannelState& ch, Delivery& d, amqp::Bytes& method
                               ByteView original) {
   d.client_tag = ch.next_client_tag();
   d.handed_out_ms = clock_ms_;
-  if (d.client_tag != d.broker_tag) {
-    ch.note_owned();
+  const bool renumbered = d.client_tag != d.broker_tag;
+  if (renumbered || d.show_redelivered) {
     ByteView payload = ByteView(method_frame).subspan(amqp::kFrameHeaderSize);
     std::size_t at =
         amqp::kFrameHeaderSize +
         delivery_tag_offset(amqp::peek_method_key(payload).value_or(0), d.consumer_tag);
-    patch_u64(method_frame, at, d.client_tag);
+    if (renumbered) {
+      ch.note_owned();
+      patch_u64(method_frame, at, d.client_tag);
+    }
+    // The bits octet after the tag: redelivered is its lowest bit, in deliver and get-ok alike.
+    if (d.show_redelivered) method_frame[at + 8] |= 0x01;
   }
   if (d.suspect) ch.suspect_client_tag = d.client_tag;
   ch.note_handed_out(d.client_tag, d.broker_tag);
-  if (d.client_tag == d.broker_tag && !original.empty()) {
+  if (!renumbered && !d.show_redelivered && !original.empty()) {
     to_client_.emit(original);  // forwarded from where it was read, not copied again
   } else {
     to_client_.emit(method_frame);
@@ -279,6 +285,7 @@ void DeliveryRouter::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes
   }
   if (plan.action == DeliveryPlan::Action::take_over) return take_over(ch, std::move(d));
   d.suspect = plan.suspect && !d.no_ack;
+  d.show_redelivered = plan.show_redelivered && !d.redelivered;
   amqp::Bytes method(frames.begin(),
                      frames.begin() + static_cast<std::ptrdiff_t>(parts.method_size));
   hand_out(ch, d, method);

@@ -81,6 +81,8 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
       retry::decide_delivery(policy, entry ? &*entry : nullptr, carried, circumstances);
   if (outcome.decision.action == retry::Action::forward) {
     plan.suspect = outcome.suspect;
+    // A retry: the client sees it as the broker would have redelivered it without the proxy.
+    plan.show_redelivered = carried.copy;
     return plan;
   }
   take_over_at_delivery(d, policy, now, key, *identity, entry, outcome.decision, reading);

@@ -108,6 +108,7 @@ retry::CarriedCount carried_count(const amqp::BasicProperties& properties,
     counts_here = header(properties, kReasonHeader) == nullptr;
   }
   if (counts_here) {
+    carried.copy = header(properties, kReturnsHeader) != nullptr;
     carried.nackguard = count_header(properties, kReturnsHeader);
     carried.deliveries = count_header(properties, kDeliveriesHeader);
     const amqp::FieldValue* suspect = header(properties, kSuspectHeader);

@@ -80,6 +80,32 @@ TEST_F(DeliveryRouterTest, AForwardedDeliveryReachesTheClientUnchangedAndIsRecor
   EXPECT_FALSE(router.has_actions());
 }
 
+// A copy of nackguard's is a retry the broker delivers as new: the client sees it redelivered,
+// and the rest of the frame as it came (tag renumbered or not).
+TEST_F(DeliveryRouterTest, ARetryIsShownRedeliveredAndNothingElseChanges) {
+  observer.show_redelivered = {{1, 1}, {1, 3}};
+  deliver_one(1, "copy");
+  amqp::BasicDeliver expected = deliver_method("ctag", 1);
+  expected.redelivered = true;
+  EXPECT_EQ(to_client(), frames({method(1, expected), content(1, "copy", {}, 131064)}));
+  router.settle_deferred();
+  EXPECT_TRUE(ch.find_unacked(1)->show_redelivered);
+  EXPECT_FALSE(ch.find_unacked(1)->redelivered);  // the broker's flag, as the guard reads it
+  deliver_one(2, "plain");
+  EXPECT_EQ(to_client(), frames({deliver(1, "ctag", 2, "plain")}));
+  router.settle_deferred();
+  // A tag renumbered too (the client's 3 is the broker's 4): both fields patched.
+  ch.note_owned();
+  (void)ch.next_client_tag();  // the client's 3 went to a delivery the proxy took
+  deliver_one(3, "copy again");
+  std::vector<WireFrame> got = to_client();
+  ASSERT_FALSE(got.empty());
+  const amqp::BasicDeliver shown = decode_as<amqp::BasicDeliver>(got[0]);
+  EXPECT_TRUE(shown.redelivered);
+  EXPECT_EQ(shown.delivery_tag, 4u);
+  EXPECT_EQ(shown.consumer_tag, "ctag");
+}
+
 TEST_F(DeliveryRouterTest, ABodyInSeveralFramesIsHashedWholeOnceSettled) {
   std::string body(10000, 'q');
   for (std::size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + i % 26);

@@ -72,7 +72,7 @@ TEST_F(GuardBody, FirstDeliveriesUnderImmediateKeepNoBodyRedeliveriesDo) {
   EXPECT_FALSE(kept(1));
   EXPECT_FALSE(kept(2));
   deliver_passes(delivery(3, with_headers, true));
-  deliver_passes(delivery(4, message("m3", 0)));  // a copy of nackguard's
+  retry_passes(delivery(4, message("m3", 0)));  // a copy of nackguard's
   deliver_passes(delivery(5, with_delivery_count(message("m4"), 1)));
   EXPECT_TRUE(kept(3));
   EXPECT_TRUE(kept(4));
@@ -97,7 +97,7 @@ TEST_F(GuardBody, ASkippedBodyLoopStillEndsInTheDlqAfterMaxPlusOneDeliveries) {
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(2)}));
   m = delivered(m, second);
-  deliver_passes(delivery(3, m));
+  retry_passes(delivery(3, m));
   EXPECT_TRUE(kept(3));
   client_passes(nack(3));  // 3: the copy's flag
   deliver_passes(delivery(4, m, true));

@@ -37,7 +37,7 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(2)}));
   m = delivered(m, second);
-  deliver_passes(delivery(3, m));
+  retry_passes(delivery(3, m));
   now += 1000;
   const std::int64_t last_return = now;
 
@@ -131,7 +131,7 @@ TEST_F(GuardDeadLetter, HeaderCountFromAnEarlierTripCountsAgainstTheLimit) {
   start(policy(3));
   // x-nackguard-returns 5 already: its first nack here is its sixth return.
   const Message m = message("m1", 5);
-  deliver_passes(delivery(1, m));
+  retry_passes(delivery(1, m));
   client(nack(1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
@@ -203,9 +203,9 @@ TEST_F(GuardDeadLetter, ExchangeOfThePolicyIsUsedWithoutDeclaringAnything) {
 
 TEST_F(GuardDeadLetter, MultipleNackIsSplitBetweenTheBrokerAndTheProxy) {
   start(policy(1));
-  deliver_passes(delivery(1, message("m1")));     // its first return: within the limit
-  deliver_passes(delivery(2, message("m2", 1)));  // its second: past it
-  deliver_passes(delivery(3, message("m3", 1)));
+  deliver_passes(delivery(1, message("m1")));   // its first return: within the limit
+  retry_passes(delivery(2, message("m2", 1)));  // its second: past it
+  retry_passes(delivery(3, message("m3", 1)));
   client(nack(3, true, /*multiple=*/true));
   // Only m1's requeue reaches the broker, as a single nack: a multiple one would take the
   // deliveries the proxy now owns with it. (The proxy's channel.open was sent while the

@@ -87,7 +87,7 @@ TEST_F(GuardDelay, EachReturnGoesToTheDelayQueueOfItsBackoff) {
 
   // The TTL expires; the delay queue dead-letters the copy into "q" by the default exchange.
   // It is a new message to the broker, carrying the count in its headers.
-  deliver_passes(delivery(2, first.header.properties, amqp::as_chars(first.body), false, "", "q"));
+  retry_passes(delivery(2, first.header.properties, amqp::as_chars(first.body), false, "", "q"));
   now += 1000;
   client(nack(2));
   // The channel is ready: only the next tier's queue to declare.
@@ -170,7 +170,7 @@ TEST_F(GuardDelay, FastReturnsPastPerMessageAreDelayedUntilTheWindowEnds) {
   EXPECT_EQ(to_broker(), frames({ack(2)}));
 
   // Back from the delay queue after the window: immediate again.
-  deliver_passes(delivery(3, copy.header.properties, amqp::as_chars(copy.body), false, "", "q"));
+  retry_passes(delivery(3, copy.header.properties, amqp::as_chars(copy.body), false, "", "q"));
   now += 10000;
   client_passes(nack(3));
   EXPECT_EQ(listener.requeues,
@@ -181,7 +181,7 @@ TEST_F(GuardDelay, FastReturnsPastPerMessageAreDelayedUntilTheWindowEnds) {
 TEST_F(GuardDelay, PastTheLimitADelayedPolicyStillDeadLetters) {
   start(delayed(1));
   const Message m = message("m1", 1);  // came back from a delay queue once already
-  deliver_passes(delivery(1, m));
+  retry_passes(delivery(1, m));
   client(nack(1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
@@ -201,7 +201,7 @@ class GuardOutage : public GuardTest {
     // its body for the copy an outage asks for: a first delivery made while the queue was
     // healthy keeps none, and its return in outage is forwarded (guard_body_test.cpp).
     for (std::uint64_t tag = 1; tag <= 20; ++tag) {
-      deliver_passes(delivery(tag, message("m" + std::to_string(tag), 0)));
+      retry_passes(delivery(tag, message("m" + std::to_string(tag), 0)));
     }
   }
 };

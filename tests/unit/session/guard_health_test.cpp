@@ -31,7 +31,7 @@ TEST_F(GuardHealth, OnePoisonRequeuedAtOnceIsDeadLetteredAfterExactlyMaxPlusOneD
   deliver_passes(delivery(tag, next.message));
   for (int returns = 1; returns <= 30; ++returns) {
     next = nack_under_the_limit(tag, next.message, &seq);
-    deliver_passes(delivery(++tag, next.message, next.redelivered));
+    next_passes(++tag, next.message, next.redelivered);
   }
   EXPECT_EQ(tag, 33u);  // 31 deliveries of the poison
   client(nack(tag));    // the 31st return: dead-lettered
@@ -95,7 +95,7 @@ TEST_F(GuardHealth, DelayedCopiesComingBackAreNotNewMessages) {
   ASSERT_EQ(listener.outages.size(), 1u);
   broker_bytes();
   for (std::uint64_t tag = 4; tag <= 8; ++tag) {
-    deliver_passes(delivery(tag, message("m2", 0)));
+    retry_passes(delivery(tag, message("m2", 0)));
   }
   EXPECT_EQ(context->health().state(kQueue, p.rate, now).messages, 3u);
   EXPECT_EQ(listener.outages.size(), 1u);

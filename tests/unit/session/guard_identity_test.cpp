@@ -71,7 +71,7 @@ TEST_F(GuardIdentity, CopyBackFromTheDelayQueueIsTheSameMessage) {
 
   // Dead-lettered back by the default exchange: another route, but x-original-* name the
   // first one, so the body identity is the original's.
-  deliver_passes(delivery(2, first.header.properties, amqp::as_chars(first.body), false, "", "q"));
+  retry_passes(delivery(2, first.header.properties, amqp::as_chars(first.body), false, "", "q"));
   client(nack(2));
   std::vector<Wire> declare = to_broker();
   ASSERT_EQ(declare.size(), 1u);

@@ -149,7 +149,8 @@ TEST_F(GuardOpaqueHeaders, DeepHeadersAreCountedAndDeadLetteredAfterMaxRedeliver
   EXPECT_EQ(second.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(2)}));
-  deliver_passes(raw_delivery(3, second.header, body, false));
+  broker(raw_delivery(3, second.header, body, false));
+  EXPECT_EQ(to_client(), decode_frames(raw_delivery(3, second.header, body, true)));  // a retry
   client_passes(nack(3));
   EXPECT_EQ(tracked("m1")->returns, 3u);
   // Return 4 is past it: dead-lettered.
@@ -242,7 +243,8 @@ TEST_F(GuardOpaqueHeaders, DelayedCopyCarriesItsCountBackFromTheDelayQueue) {
   // The proxy restarts (a fresh tracker): the copy comes back from the delay queue and its
   // count is read from its top-level header, past the deep entry.
   start(p);
-  deliver_passes(raw_delivery(1, first.header, body, false, "", "q"));
+  broker(raw_delivery(1, first.header, body, false, "", "q"));
+  EXPECT_EQ(to_client(), decode_frames(raw_delivery(1, first.header, body, true, "", "q")));
   client(nack(1));
   open_proxy_channel();
   broker(declare_ok("nackguard.delay.q.2000ms"));
@@ -254,7 +256,8 @@ TEST_F(GuardOpaqueHeaders, DelayedCopyCarriesItsCountBackFromTheDelayQueue) {
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(1)}));
 
-  deliver_passes(raw_delivery(2, second.header, body, false, "", "q"));
+  broker(raw_delivery(2, second.header, body, false, "", "q"));
+  EXPECT_EQ(to_client(), decode_frames(raw_delivery(2, second.header, body, true, "", "q")));
   client(nack(2));
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));

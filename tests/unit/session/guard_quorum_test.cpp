@@ -78,7 +78,7 @@ TEST_F(GuardQuorum, InnocentPrefetchedWithACrashingPoisonIsNeverDeadLettered) {
   now += 1000;
   connect();
   broker(cat({delivery(1, poison), delivery(2, with_delivery_count(innocent, 2), true)}));
-  EXPECT_EQ(to_client(), decode_frames(delivery(1, poison)));
+  EXPECT_EQ(to_client(), decode_frames(delivery(1, poison, true)));  // a retry
   client_eof();
   EXPECT_EQ(tracked("poison")->returns, 3u);
 
@@ -199,7 +199,7 @@ TEST_F(GuardQuorum, PolicyKeyNoneLetsEveryDeliveryThrough) {
 TEST_F(GuardQuorum, ARequeueThatWouldPassALimitDeclaredAfterTheDeliveryIsRepublished) {
   start(policy(30));
   const Message m = message("m1", 0);  // a copy of nackguard's: its body is kept
-  deliver_passes(delivery(1, m));
+  retry_passes(delivery(1, m));
   // A limit of 1, tighter than the one assumed, learnt only now from the client's declaration:
   // the requeue and one return the consumer never sees would pass it.
   declare_quorum(1);
@@ -267,7 +267,7 @@ TEST_F(GuardQuorum, UnderTheAssumedLimitEveryCountingRedeliveryIsACopyAndTheCoun
 TEST_F(GuardQuorum, ALimitLearntAtTheReturnAndPolicyReachedDeadLettersAsBrokerDeliveryLimit) {
   start(policy(3));
   const Message m = message("m1", 3);  // a copy carrying 3 returns
-  deliver_passes(delivery(1, m));
+  retry_passes(delivery(1, m));
   declare_quorum(1);
   client(nack(1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));

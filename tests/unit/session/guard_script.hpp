@@ -281,6 +281,25 @@ class GuardTest : public ::testing::Test {
     broker(bytes);
     EXPECT_EQ(to_client(), decode_frames(bytes));
   }
+  // The broker delivers `bytes`, a copy of nackguard's (a retry, which the broker delivers as
+  // new): the client gets them as they are but for the redelivered bit of its method, set.
+  void retry_passes(const Bytes& bytes) {
+    broker(bytes);
+    std::vector<Wire> expected = decode_frames(bytes);
+    ASSERT_FALSE(expected.empty());
+    amqp::BasicDeliver deliver = as<amqp::BasicDeliver>(expected[0]);
+    deliver.redelivered = true;
+    expected[0] = decode_frames(method(expected[0].channel, deliver))[0];
+    EXPECT_EQ(to_client(), expected);
+  }
+  // The broker delivers `next` (broker tag `tag`), as nack_under_the_limit said it comes back.
+  void next_passes(std::uint64_t tag, const Message& m, bool redelivered) {
+    const Bytes bytes = delivery(tag, m, redelivered);
+    const bool copy = m.properties.headers && m.properties.headers->find("x-nackguard-returns");
+    if (copy && !redelivered) return retry_passes(bytes);
+    deliver_passes(bytes);
+  }
+
   // The client sends `bytes`; the broker is expected to get them as they are.
   void client_passes(const Bytes& bytes) {
     client(bytes);

@@ -52,6 +52,8 @@ class RecordingObserver : public SessionObserver {
 
   std::set<Key> take_over_at_delivery;
   std::set<Key> take_over;
+  // Deliveries it hands out with the redelivered bit set (DeliveryPlan::show_redelivered).
+  std::set<Key> show_redelivered;
   // Deliveries a client's close or crash finds in its hands that it takes over (when the
   // session says it can).
   std::set<Key> take_over_at_crash;
@@ -79,6 +81,7 @@ class RecordingObserver : public SessionObserver {
     deliveries.push_back(d);
     events.push_back("delivery " + name(d));
     DeliveryPlan plan;
+    plan.show_redelivered = show_redelivered.count({d.channel, d.broker_tag}) > 0;
     if (take_over_at_delivery.count({d.channel, d.broker_tag})) {
       plan.action = DeliveryPlan::Action::take_over;
       plan.retain_body = true;
