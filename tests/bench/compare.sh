@@ -22,7 +22,8 @@
 #   --rounds N          rounds per scenario, each running every target once (default 3)
 #   --scale F           multiplies every scenario's message count (e.g. 0.5)
 #   --only LIST         comma-separated scenarios among 1k 64k 1m conn-1 conn-10 conn-100
-#                       conn-1000 1k-nack10 latency latency-paired, "curve" for the four
+#                       conn-1000 1k-nack10 1k-nack10x2 1k-q-nack10 latency latency-paired,
+#                       "curve" for the four
 #                       conn-N, or "none" (with --soak). Without it, every scenario runs.
 #                       latency: 1 KiB at --latency-rate, consumers running while publishers
 #                       publish, one target per run. latency-paired: the same load through
@@ -358,6 +359,8 @@ scenarios=(
   "conn-100|100000|200|--size 1024 --connections 100"
   "conn-1000|100000|0|--size 1024 --connections 1000"
   "1k-nack10|200000|2000|--size 1024 --nack-fraction 0.1"
+  "1k-nack10x2|200000|2000|--size 1024 --nack-fraction 0.1 --nack-times 2"
+  "1k-q-nack10|100000|2000|--size 1024 --nack-fraction 0.1 --quorum"
   "latency|50000|1000|--size 1024 --mode concurrent --rate $latency_rate"
   # Every target in one run, message by message in turn (run_paired): one run per round.
   "latency-paired|50000|500|--size 1024 --mode concurrent --rate $paired_rate"

@@ -68,7 +68,9 @@ std::string describe_status(int status) {
 }
 
 AmqpLink::AmqpLink(const Options& options, std::uint16_t port)
-    : conn_(amqp_new_connection()), where_(options.host + ":" + std::to_string(port)) {
+    : conn_(amqp_new_connection()),
+      where_(options.host + ":" + std::to_string(port)),
+      quorum_(options.quorum) {
   if (conn_ == nullptr) throw LinkError("out of memory creating a connection");
   std::string why = "cannot create a TCP socket";
   amqp_socket_t* socket = options.tls_ca_file.empty() ? amqp_tcp_socket_new(conn_)
@@ -120,8 +122,14 @@ void AmqpLink::check_rpc(std::string_view what) {
 }
 
 void AmqpLink::declare_queue(const std::string& queue) {
-  amqp_queue_declare(conn_, kChannel, amqp_cstring_bytes(queue.c_str()), 0, 0, 0, 0,
-                     amqp_empty_table);
+  amqp_table_entry_t type;
+  type.key = amqp_cstring_bytes("x-queue-type");
+  type.value.kind = AMQP_FIELD_KIND_UTF8;
+  type.value.value.bytes = amqp_cstring_bytes("quorum");
+  amqp_table_t quorum{1, &type};
+  // A quorum queue is durable, and never exclusive or auto-delete.
+  amqp_queue_declare(conn_, kChannel, amqp_cstring_bytes(queue.c_str()), 0, quorum_ ? 1 : 0, 0, 0,
+                     quorum_ ? quorum : amqp_empty_table);
   check_rpc("queue.declare " + queue);
 }
 

@@ -72,7 +72,8 @@ class AmqpLink {
   ChannelEvent to_event(const amqp_frame_t& frame);
 
   amqp_connection_state_t conn_ = nullptr;
-  std::string where_;  // host:port, for messages
+  std::string where_;    // host:port, for messages
+  bool quorum_ = false;  // declare_queue declares quorum queues (Options::quorum)
   bool open_ = false;
 };
 

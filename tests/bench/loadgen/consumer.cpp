@@ -36,13 +36,15 @@ void Consumer::on_delivery(const amqp_envelope_t& envelope, std::int64_t receive
   if (envelope.message.body.len >= kStampBytes) stamp = read_stamp(envelope.message.body.bytes);
   const std::uint64_t sequence = sequence_of(stamp.id);
 
-  if (!redelivered) {
-    latencies_.push_back(received_ns - stamp.sent_ns);
-    if (chosen_for_nack(stamp.id, options_.nack_fraction)) {
-      link_->nack(envelope.delivery_tag, true);
-      ++nacked_;
-      return;
-    }
+  if (!redelivered) latencies_.push_back(received_ns - stamp.sent_ns);
+  // The message's nacks so far, by sequence: a redelivered flag alone cannot tell (nackguard
+  // shows its copies, new messages to the broker, as redelivered).
+  if (sequence < nacks_.size() && nacks_[sequence] < options_.nack_times &&
+      chosen_for_nack(stamp.id, options_.nack_fraction)) {
+    ++nacks_[sequence];
+    link_->nack(envelope.delivery_tag, true);
+    ++nacked_;
+    return;
   }
   if (sequence < acked_.size()) {
     if (acked_[sequence]) ++duplicates_;
@@ -61,6 +63,7 @@ std::uint64_t Consumer::missing() const {
 
 void Consumer::run() {
   acked_.assign(expected_, 0);
+  nacks_.assign(expected_, 0);
   latencies_.reserve(expected_);
   link_->consume(queue_);
   while (acked_count_ < expected_) {

@@ -43,6 +43,7 @@ class Consumer {
   std::unique_ptr<AmqpLink> link_;
 
   std::vector<std::uint8_t> acked_;  // by sequence number in the queue
+  std::vector<std::uint8_t> nacks_;  // nacks sent, by sequence number
   std::vector<std::int64_t> latencies_;
   std::uint64_t acked_count_ = 0;  // acks sent, counting each message a multiple ack covers
   std::uint64_t pending_ = 0;      // deliveries waiting for the next multiple ack

@@ -52,8 +52,11 @@ po::options_description describe_options() {
       ("confirm-window", po::value<std::string>()->default_value("512"),
        "unconfirmed publishes per connection before waiting for confirms")  //
       ("nack-fraction", po::value<std::string>()->default_value("0"),
-       "fraction of first deliveries nacked once with requeue=true, then acked when they "
-       "come back")  //
+       "fraction of the messages nacked with requeue=true (--nack-times times), then acked "
+       "when they come back")  //
+      ("nack-times", po::value<std::string>()->default_value("1"),
+       "how often each message chosen by --nack-fraction is nacked before it is acked")  //
+      ("quorum", "declare the queues as quorum queues (durable)")                        //
       ("rate", po::value<std::string>()->default_value("0"),
        "total msg/s the publishers keep to (0: as fast as they can), evenly spaced across "
        "them")  //
@@ -205,6 +208,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
   o.ack_every = static_cast<std::uint32_t>(number("ack-every", 1, 65535));
   o.confirm_window = static_cast<std::uint32_t>(number("confirm-window", 1, 1'000'000));
   o.nack_fraction = parse_double("nack-fraction", text("nack-fraction"), 0, 1);
+  o.nack_times = static_cast<std::uint32_t>(number("nack-times", 1, 250));
+  o.quorum = args.count("quorum") > 0;
   o.rate = parse_double("rate", text("rate"), 0, 1e9);
   o.persistent = args.count("persistent") > 0;
   o.message_id = args.count("no-message-id") == 0;

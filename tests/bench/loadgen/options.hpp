@@ -48,7 +48,9 @@ struct Options {
   std::uint16_t prefetch = 100;
   std::uint32_t ack_every = 1;         // >1: one basic.ack(multiple=true) per this many
   std::uint32_t confirm_window = 512;  // unconfirmed publishes per connection
-  double nack_fraction = 0;            // first deliveries nacked once with requeue=true
+  double nack_fraction = 0;            // messages nacked with requeue=true, nack_times times
+  std::uint32_t nack_times = 1;        // how often each of those is nacked before its ack
+  bool quorum = false;                 // declare quorum queues (x-queue-type quorum, durable)
   double rate = 0;                     // total msg/s the publishers keep to; 0 = flat out
   bool persistent = false;             // delivery_mode 2 instead of 1
   bool message_id = true;              // set message_id (the proxy's first identity source)
