@@ -38,7 +38,7 @@ tr.outage td { background: #fff1f0; }
 <h2 id="queues-title">Queues</h2>
 <table id="queues"><thead><tr><th>queue</th><th>deliveries</th><th>returns</th><th>requeued</th>
 <th>delayed</th><th>republished</th><th>dead-lettered (by reason)</th><th>fallbacks</th>
-<th>outage</th><th>policy</th></tr></thead><tbody></tbody></table>
+<th>outage</th><th>policy</th><th>delivery limit</th></tr></thead><tbody></tbody></table>
 <h2 id="queue-limits-title">Delivery limits (the broker's, per queue)</h2>
 <table id="queue-limits"><thead><tr><th>vhost</th><th>queue</th><th>type</th><th>limit</th>
 <th>source</th><th>learnt from</th><th>state</th><th>error</th></tr></thead><tbody></tbody></table>
@@ -109,6 +109,8 @@ function draw(s) {
     cell(tr, q.outage ? "yes, ratio " + q.outage_ratio.toFixed(2) :
         q.outage_ratio === null ? "no" : "no, ratio " + q.outage_ratio.toFixed(2));
     cell(tr, q.policy);
+    const dl = q.delivery_limit;
+    cell(tr, dl ? (dl.limit === null ? "none" : String(dl.limit)) + " (" + dl.from + ")" : "");
   });
   const queueLimits = s.queue_limits || [];
   for (const id of ["queue-limits-title", "queue-limits"]) {
