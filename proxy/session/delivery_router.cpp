@@ -237,6 +237,14 @@ void DeliveryRouter::settle_deferred() {
 
 void DeliveryRouter::take_over(ChannelState& ch, Delivery delivery) {
   std::uint64_t tag = delivery.broker_tag;
+  if (delivery.from_get) {
+    // The client asked with basic.get and must have an answer: the message the broker gave is
+    // the proxy's now, so, for the client, the queue had nothing. It asks again.
+    amqp::Bytes empty;
+    if (amqp::append_method_frame(empty, delivery.channel, amqp::BasicGetEmpty{})) {
+      to_client_.emit(empty);
+    }
+  }
   ch.add_taken_over(std::move(delivery));
   const Delivery* owned = ch.find_taken_over(tag);
   if (!owned) return;

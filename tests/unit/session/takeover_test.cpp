@@ -236,6 +236,32 @@ TEST_F(SessionTakeover, GetOkIsRenumberedToo) {
   EXPECT_EQ(client_sends(ack(1, 1)), frames({ack(1, 2)}));
 }
 
+// Issue 38: a basic.get whose message the proxy takes over (to delay or dead-letter it) is
+// answered all the same, with get-empty: a polling client would otherwise wait for ever.
+TEST_F(SessionTakeover, ATakenOverGetOkIsAnsweredGetEmpty) {
+  link.observer.take_over_at_delivery = {{1, 1}};
+  amqp::BasicGet get;
+  get.queue = "q";
+  link.client(method(1, get));
+  link.broker_bytes();
+  amqp::BasicGetOk get_ok;
+  get_ok.delivery_tag = 1;
+  get_ok.exchange = "ex";
+  get_ok.routing_key = "rk";
+  get_ok.message_count = 4;
+  link.broker(cat({method(1, get_ok), content(1, "kept")}));
+  EXPECT_EQ(link.to_client(), frames({method(1, amqp::BasicGetEmpty{})}));
+  ASSERT_EQ(link.observer.taken_over.size(), 1u);
+  EXPECT_TRUE(link.observer.taken_over[0].from_get);
+  // The next get is answered as the broker answers it.
+  link.client(method(1, get));
+  link.broker_bytes();
+  get_ok.delivery_tag = 2;
+  link.broker(cat({method(1, get_ok), content(1, "next")}));
+  get_ok.delivery_tag = 1;  // renumbered: the client never saw the broker's 1
+  EXPECT_EQ(link.to_client(), frames({method(1, get_ok), content(1, "next")}));
+}
+
 TEST_F(SessionTakeover, SettleTakenOverInjectsOneFrameUnderTheBrokerTag) {
   link.observer.take_over_at_delivery = {{1, 2}, {1, 3}, {1, 4}};
   deliver_range(1, 5);
