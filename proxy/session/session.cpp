@@ -80,6 +80,8 @@ void Session::handle_input(Side from) {
 std::size_t Session::process(Side from, ByteView data) {
   SideIo& in = io(from);
   std::size_t used = 0;
+  // After the connection's close-ok (close_broker_await_client): nothing more is handled.
+  if (phase_ == Phase::closed) return data.size();
   router_.next_pass();
   if (tx_replay_pending_) replay_behind_commits();
   if (from == Side::client && phase_ == Phase::protocol_header) {
@@ -202,6 +204,7 @@ void Session::on_tick(std::int64_t now_ms) {
     release_held_close(ch, now_ms - ch.held_close_since_ms >= kHeldCloseMs);
   }
   tick_crash_holds(now_ms);
+  tick_client_close(now_ms);
   apply(observer_->on_tick());
 }
 

@@ -294,6 +294,11 @@ class Session {
   // forwarded; the client gets connection.close 540 naming its ids, the broker a clean close.
   void reject_unknown_method(std::uint16_t channel, std::uint32_t key);
   void close_both_after_flush();
+  // The broker answered the client's connection.close: closes the broker side and leaves the
+  // client's socket open until the client closes it, or kClientCloseGraceMs.
+  void close_broker_await_client();
+  void tick_client_close(std::int64_t now_ms);
+  static constexpr std::int64_t kClientCloseGraceMs = 10000;
   void handle_frame_while_proxy_closes(Side from, const amqp::Frame& frame);
 
   SessionOptions options_;
@@ -322,6 +327,9 @@ class Session {
   // session_crash.cpp: the client's connection.close held, or the client gone, while
   // deliveries its crash gave up are taken over; since when (clock_ms_).
   amqp::Bytes held_connection_close_;
+  // close_broker_await_client: since when the client's side waits for the client's close.
+  bool awaiting_client_close_ = false;
+  std::int64_t client_close_since_ms_ = -1;
   bool client_gone_ = false;
   std::int64_t crash_hold_since_ms_ = -1;
 };

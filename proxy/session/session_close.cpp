@@ -22,12 +22,35 @@ void Session::emit_connection_close(Side to, std::uint16_t code, std::string tex
 }
 
 void Session::close_both_after_flush() {
+  awaiting_client_close_ = false;
   for (auto& side : io_) {
     side.out.close();
     side.input_closed = true;
     side.injections.clear();
   }
   phase_ = Phase::closed;
+}
+
+void Session::close_broker_await_client() {
+  SideIo& broker = io(Side::broker);
+  broker.out.close();
+  broker.input_closed = true;
+  broker.injections.clear();
+  phase_ = Phase::closed;
+  // What the client sends now is dropped (process()); its EOF closes its side (on_eof), or
+  // kClientCloseGraceMs do (on_tick). Closed at once, the socket would end under a client
+  // that reads its close-ok while it closes: the Go client took that EOF for an error.
+  client_close_since_ms_ = clock_ms_;
+  awaiting_client_close_ = true;
+}
+
+void Session::tick_client_close(std::int64_t now_ms) {
+  if (!awaiting_client_close_) return;
+  if (client_close_since_ms_ < 0) client_close_since_ms_ = now_ms;
+  if (now_ms - client_close_since_ms_ < kClientCloseGraceMs) return;
+  awaiting_client_close_ = false;
+  io(Side::client).out.close();
+  io(Side::client).input_closed = true;
 }
 
 void Session::protocol_error(Side offender, std::uint16_t code, std::string text,
@@ -78,6 +101,7 @@ void Session::on_eof(Side side) {
   }
   if (phase_ == Phase::closed) {
     io(side).out.close();
+    if (side == Side::client) awaiting_client_close_ = false;
     return;
   }
   if (side == Side::broker && phase_ == Phase::open) {

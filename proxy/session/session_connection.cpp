@@ -94,9 +94,11 @@ void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t 
           {vhost_, tuning_.reserved_channel(), frame_max(), broker_version_, client_name_});
       return;
     case mid::connection_close_ok:
+      // The client's connection.close, answered: the broker side is done; the client's socket
+      // is the client's to close, as RabbitMQ leaves it (session_close.cpp).
       emit(Side::client, frame.raw);
       end_all_channels(ReturnCause::connection_closed);
-      close_both_after_flush();
+      close_broker_await_client();
       return;
     default:
       emit(Side::client, frame.raw);

@@ -125,11 +125,29 @@ TEST_F(SessionChannelEnd, ClientConnectionCloseHandshake) {
   EXPECT_TRUE(link.observer.returned[0].context.solo);
   broker_passes(method(0, amqp::ConnectionCloseOk{}));
   EXPECT_EQ(link.observer.take_events(), Events{});
-  EXPECT_TRUE(link.session.close_after_flush(Side::client));
+  // The broker side is done; the client's socket is the client's to close, as RabbitMQ
+  // leaves it (issue 38: closed at once, it ended under the Go client reading its close-ok).
   EXPECT_TRUE(link.session.close_after_flush(Side::broker));
+  EXPECT_FALSE(link.session.close_after_flush(Side::client));
+  link.client(method(0, amqp::ConnectionClose{}));  // whatever it sends now is dropped
+  EXPECT_TRUE(link.broker_bytes().empty());
+  EXPECT_TRUE(link.client_bytes().empty());
   link.session.on_eof(Side::broker);
   link.session.on_eof(Side::client);
+  EXPECT_TRUE(link.session.finished());
   EXPECT_EQ(link.observer.take_events(), Events{});
+}
+
+TEST_F(SessionChannelEnd, AClientThatKeepsItsSocketAfterCloseOkIsClosedAfterTenSeconds) {
+  link.session.on_tick(1000);
+  amqp::ConnectionClose close;
+  close.reply_code = 200;
+  client_passes(method(0, close));
+  broker_passes(method(0, amqp::ConnectionCloseOk{}));
+  link.session.on_tick(1000 + 9999);
+  EXPECT_FALSE(link.session.finished());
+  link.session.on_tick(1000 + 10000);
+  EXPECT_TRUE(link.session.finished());
 }
 
 TEST_F(SessionChannelEnd, BrokerConnectionCloseHandshake) {
