@@ -138,6 +138,28 @@ void note_uncounted_return(TrackerEntry& entry, const CarriedCount& carried) {
   entry.uncounted_redelivery = true;
 }
 
+Outcome decide_uncounted_return(const TrackerEntry* entry, const CarriedCount& carried,
+                                const Circumstances& c) {
+  Outcome out;
+  Decision& d = out.decision;
+  const bool matching = entry && entry_matches(*entry, carried);
+  d.returns = count_base(entry, carried);
+  d.deliveries = deliveries_before(entry, carried);
+  d.suspect = carried.suspect || (matching && entry->crash_suspect);
+  d.action = Action::republish;
+  // A decision a crash left pending is carried out now, as at its next delivery.
+  if (matching && (entry->pending_action == static_cast<std::uint8_t>(Action::delay) ||
+                   entry->pending_action == static_cast<std::uint8_t>(Action::dead_letter))) {
+    d.action = static_cast<Action>(entry->pending_action);
+    d.reason = static_cast<DeadLetterReason>(entry->pending_reason);
+    d.delay = Millis(entry->pending_delay_ms);
+  }
+  if (!c.take_over_at_crash || !needs_copy(d, c) || copy_blocked(d, c) != FallbackCause::none) {
+    forward_instead(out, FallbackCause::none);
+  }
+  return out;
+}
+
 Outcome decide_delivery(const Policy& policy, const TrackerEntry* entry,
                         const CarriedCount& carried, const Circumstances& c) {
   (void)policy;

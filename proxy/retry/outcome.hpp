@@ -85,6 +85,14 @@ Outcome decide_crash(const Policy& policy, TrackerEntry& entry, const ReturnEven
 // the broker will set stands for no return.
 void note_uncounted_return(TrackerEntry& entry, const CarriedCount& carried);
 
+// The same return, when the proxy can keep the message from the broker's requeue (its client
+// closed or went away, and the broker side is still open): it is republished instead, with the
+// count it carries, and marked a suspect if it was one. So the broker's redelivered flag, which
+// any other sidecar would read as one return, is never set for it. forward: no copy can be made
+// (note_uncounted_return then applies).
+Outcome decide_uncounted_return(const TrackerEntry* entry, const CarriedCount& carried,
+                                const Circumstances& circumstances);
+
 // A delivery from the queue. `entry` (nullable) is the tracker's. Forwarded, and handed out
 // alone when it is a suspect (a copy made at a crash carries x-nackguard-suspect, or a matching
 // entry says so); or taken over: a decision a crash left pending, or a republish when one more

@@ -208,8 +208,13 @@ class ChannelState {
   // the observer counted them then (session_crash.cpp); later ones were never seen by the
   // client. 0: no crash.
   std::uint64_t crash_tag = 0;
-  // Its consumers were cancelled (no-wait) while a crash's close waits (session_crash.cpp).
+  // The client closed the channel or the connection, or went away: what the broker delivers
+  // now, the client never sees (Delivery::unseen; session_crash.cpp).
+  bool client_left = false;
+  // Its consumers were cancelled while a crash's close waits, and how many cancel-oks are still
+  // to come (session_crash.cpp).
   bool consumers_cancelled = false;
+  std::uint32_t cancels_pending = 0;
   // The delivery RabbitMQ's consumer_timeout looks at: the one the broker handed out first
   // (the lowest broker tag) of those it has not seen settled. Its broker tag if the client
   // holds it unacked with a record; nullopt if it is the proxy's (taken over or held back), settled

@@ -65,6 +65,9 @@ struct Delivery {
   bool settling = false;  // taken over, and the proxy's ack, nack or reject is on its way
   // Handed out with the redelivered bit set though the broker's is not (DeliveryPlan).
   bool show_redelivered = false;
+  // Delivered after the client closed its channel or connection, or went away: the client
+  // never sees it (ChannelState::client_left).
+  bool unseen = false;
   amqp::Bytes header_payload;  // the raw content header: properties are decoded on demand
   std::uint64_t body_size = 0;
   BodyHash body_hash;  // XXH3-64 of the body, valid once body_complete

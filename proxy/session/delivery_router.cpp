@@ -1,5 +1,6 @@
 #include "proxy/session/delivery_router.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include "proxy/amqp/method_codec.hpp"
@@ -70,6 +71,7 @@ BufferedParts split_buffered(const amqp::Bytes& frames, bool want_body) {
 
 void DeliveryRouter::begin(ChannelState& ch, const Frame& frame, Delivery delivery) {
   delivery.channel = frame.channel;
+  delivery.unseen = ch.client_left;
   ch.note_broker_tag(delivery.broker_tag);
   ch.incoming = std::move(delivery);
   ch.incoming_method_frame.assign(frame.raw.begin(), frame.raw.end());
@@ -89,7 +91,8 @@ void DeliveryRouter::header(ChannelState& ch, const Frame& frame) {
   ch.hasher->reset();
   if (!d.no_ack && !admit_record(ch, d, budget_)) return forward_untracked(ch, frame);
 
-  bool gated = !d.from_get && (ch.suspect_client_tag != 0 || !ch.held_back.empty()) &&
+  // One the client will never see is decided at once, not held back behind a suspect.
+  bool gated = !d.from_get && !d.unseen && (ch.suspect_client_tag != 0 || !ch.held_back.empty()) &&
                !observer_.decide_before_holding_back(d);
   DeliveryPlan plan;
   if (gated) {
@@ -309,6 +312,22 @@ bool DeliveryRouter::release_next(ChannelState& ch) {
   DeliveryPlan plan = observer_.on_delivery(h.delivery);
   h.delivery.cookie = plan.cookie;
   dispatch_buffered(ch, std::move(h.delivery), std::move(h.frames), plan);
+  return true;
+}
+
+bool DeliveryRouter::take_over_held_back(ChannelState& ch, std::uint64_t broker_tag) {
+  auto it = std::find_if(ch.held_back.begin(), ch.held_back.end(),
+                         [&](const auto& h) { return h.delivery.broker_tag == broker_tag; });
+  if (it == ch.held_back.end()) return false;
+  ChannelState::HeldBackDelivery h = std::move(*it);
+  ch.held_back.erase(it);
+  if (ch.held_back.empty()) --channels_with_held_back_;
+  Delivery d = std::move(h.delivery);
+  d.held_back = false;
+  BufferedParts parts = split_buffered(h.frames, true);
+  d.body = retry::RetainedBody::make(budget_, parts.body.size());
+  if (d.body) d.body->bytes = std::move(parts.body);
+  take_over(ch, std::move(d));
   return true;
 }
 

@@ -46,6 +46,10 @@ class DeliveryRouter {
   bool release_next(ChannelState& ch);
   // Whether some channel may have deliveries to release.
   bool any_held_back() const { return channels_with_held_back_ > 0; }
+  // The held-back delivery `broker_tag` is the proxy's now (its client left before it was
+  // handed out): its body taken from its buffered frames, the observer hears of it
+  // (on_taken_over; take_actions). False if no such delivery is held back.
+  bool take_over_held_back(ChannelState& ch, std::uint64_t broker_tag);
   // The channel ends: its held-back deliveries, taken out of the router's count.
   std::deque<ChannelState::HeldBackDelivery> take_held_back(ChannelState& ch);
   // Every channel is gone at once (the connection's end), without take_held_back.

@@ -232,16 +232,8 @@ ReturnAction Guard::on_returned(const Delivery& d, ReturnCause cause,
   Identified id;
   if (!identify(d, id) || !id.identity) return ReturnAction::forward;
   if (d.held_back || cause == ReturnCause::broker_lost || cause == ReturnCause::unseen) {
-    // Never in a consumer's hands, or a broker's going: not the message's doing. Its
-    // redelivered flag will stand for no return.
-    const retry::CarriedCount carried = carried_count(id.props.header.properties, d);
-    const std::int64_t now = context_.steady_ms();
-    // Only a message counted before has an entry to tell: a first delivery's flag stands
-    // for one return at most, which no delivery dead-letters on (retry::decide_delivery).
-    context_.tracker().update_if_present(
-        retry::make_key(d.queue, *id.identity), now,
-        [&](retry::TrackerEntry& e) { retry::note_uncounted_return(e, carried); });
-    return ReturnAction::forward;
+    // Never in a consumer's hands, or a broker's going: not the message's doing.
+    return uncounted_return(d, id, context);
   }
   const ReturnKind kind = cause == ReturnCause::recover ? ReturnKind::recover : ReturnKind::crash;
   Intent intent;
@@ -255,6 +247,31 @@ ReturnAction Guard::on_returned(const Delivery& d, ReturnCause cause,
   intent.props = std::move(id.props);
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
   return ReturnAction::take_over;
+}
+
+ReturnAction Guard::uncounted_return(const Delivery& d, Identified& id,
+                                     const ReturnContext& context) {
+  const retry::CarriedCount carried = carried_count(id.props.header.properties, d);
+  const std::int64_t now = context_.steady_ms();
+  const retry::TrackerKey key = retry::make_key(d.queue, *id.identity);
+  if (context.can_take_over) {
+    // Kept from the broker's requeue, whose redelivered flag any other sidecar would count.
+    std::optional<retry::TrackerEntry> entry = context_.tracker().find(key, now);
+    retry::Circumstances c = circumstances(d, *id.policy);
+    c.body_kept = true;  // held back: its frames are buffered whole
+    const retry::Outcome out =
+        retry::decide_uncounted_return(entry ? &*entry : nullptr, carried, c);
+    if (out.decision.action != retry::Action::forward) {
+      DeliveryReading reading;
+      reading.props = &id.props;
+      take_over_at_delivery(d, *id.policy, now, key, *id.identity, entry, out.decision, reading);
+      return ReturnAction::take_over;
+    }
+  }
+  // The broker requeues it: its redelivered flag will stand for no return, here.
+  context_.tracker().upsert(
+      key, now, [&](retry::TrackerEntry& e) { retry::note_uncounted_return(e, carried); });
+  return ReturnAction::forward;
 }
 
 void Guard::on_returns_done() {

@@ -154,6 +154,12 @@ class Guard final : public SessionObserver {
   // decision (retry::decide_requeue or decide_crash); fills `intent` for a copy.
   retry::Outcome count_return(const Delivery& delivery, const Identified& id, ReturnKind kind,
                               const ReturnContext& context, bool consumer_timeout, Intent& intent);
+  // A return that was not the message's doing (held back, never seen, a broker's going):
+  // taken over with a copy of what it carries when `context` allows, else noted uncounted.
+  ReturnAction uncounted_return(const Delivery& delivery, Identified& id,
+                                const ReturnContext& context);
+  // A delivery its client will never see (Delivery::unseen): decided as uncounted_return.
+  DeliveryPlan plan_unseen(const Delivery& delivery, const retry::Policy& policy);
   // Tells the listener of a copy the outcome wanted and could not have (none for a first
   // delivery's body skipped by design, unless the copy was for the broker's limit).
   void report_fallback(const std::string& queue, const retry::Outcome& outcome);

@@ -13,6 +13,7 @@ using namespace guard_internal;
 
 DeliveryPlan Guard::on_delivery(const Delivery& d) {
   if (d.queue.empty() || d.no_ack) return DeliveryPlan{.cookie = d.cookie};
+  if (d.unseen) return plan_unseen(d, policy_for(d.queue));
   const retry::Policy& policy = policy_for(d.queue);
   const std::int64_t now = context_.steady_ms();
   DeliveryReading reading;
@@ -115,6 +116,27 @@ void Guard::take_over_at_delivery(const Delivery& d, const retry::Policy& policy
   intent.props = std::move(*reading.props);
   reading.props = nullptr;
   intents_[{d.channel, d.broker_tag}] = std::move(intent);
+}
+
+DeliveryPlan Guard::plan_unseen(const Delivery& d, const retry::Policy& policy) {
+  DeliveryPlan plan;
+  plan.cookie = d.cookie;
+  plan.retain_body = true;
+  Identified id;
+  id.policy = &policy;
+  if (!decode_delivery_header(d, id.props)) return plan;
+  id.identity = message_identity(policy.identity, id.props.header.properties, d);
+  if (!id.identity) {
+    if (!d.body_complete && identity_needs_body(policy.identity, id.props.header.properties)) {
+      plan.action = DeliveryPlan::Action::need_body;
+    }
+    return plan;
+  }
+  // Its channel's crash holds the broker side open (session_crash.cpp): a copy can be made.
+  if (uncounted_return(d, id, ReturnContext{false, true}) == ReturnAction::take_over) {
+    plan.action = DeliveryPlan::Action::take_over;
+  }
+  return plan;
 }
 
 bool Guard::decide_before_holding_back(const Delivery& d) {

@@ -259,7 +259,8 @@ class Session {
   void stop_consumers(ChannelState& ch, std::uint16_t number);
   void stop_all_consumers();
   std::uint16_t number_of(const ChannelState& ch) const;
-  bool any_taken_over() const;
+  // A delivery taken over, or a cancel-ok of stop_consumers', is still to come.
+  bool close_must_wait() const;
   // The client's connection.close, held while deliveries its crash gave up are taken over.
   bool hold_client_connection_close(const amqp::Frame& close);
   // The client went away: what it held is counted, some taken over; the broker side stays

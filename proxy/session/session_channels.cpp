@@ -228,9 +228,20 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       break;
     case mid::basic_consume_ok:
     case mid::basic_cancel:
-    case mid::basic_cancel_ok:
       if (!note_broker_consumer_method(ch, frame, key)) return malformed();
       break;
+    case mid::basic_cancel_ok:
+      if (!note_broker_consumer_method(ch, frame, key)) return malformed();
+      // A client that left, or closes the channel, takes no cancel-ok (it discards all but the
+      // close-ok): the proxy's cancels are answered to the proxy alone.
+      if (ch.cancels_pending == 0) emit(Side::client, frame.raw);
+      if (ch.cancels_pending > 0 && --ch.cancels_pending == 0) {
+        // The last cancel of a client that left: a close waiting for it may go now
+        // (session_crash.cpp). Last: it may end the connection, and `ch` with it.
+        release_held_close(ch);
+        release_crash_holds(false);
+      }
+      return;
     case mid::queue_declare_ok: {
       amqp::QueueDeclareOk m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();

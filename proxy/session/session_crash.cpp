@@ -26,12 +26,13 @@ bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool
   can_take_over = can_take_over && phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
                   !ch.tx.active && !ch.ack_close.active;
   ch.crash_tag = ch.last_client_tag();
+  ch.client_left = true;
+  const ReturnContext context{.solo = solo, .can_take_over = can_take_over};
   std::vector<std::uint64_t> taken;
   for (std::uint64_t tag : ch.in_hand_tags()) {
     const Delivery* d = ch.find_unacked(tag);
     if (!d) continue;
-    ReturnAction action = observer_->on_returned(
-        *d, cause, ReturnContext{.solo = solo, .can_take_over = can_take_over});
+    ReturnAction action = observer_->on_returned(*d, cause, context);
     if (action != ReturnAction::take_over || !can_take_over) continue;
     std::vector<Delivery> one = ch.take_settled(tag, false);
     if (one.empty()) continue;
@@ -39,12 +40,26 @@ bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool
     taken.push_back(one.front().broker_tag);
     ch.add_taken_over(std::move(one.front()));
   }
+  // Held back behind a suspect, never in the client's hands: kept from the broker's requeue
+  // too, when the observer can (its redelivered flag would read as a return elsewhere).
+  std::vector<std::uint64_t> held;
+  for (const ChannelState::HeldBackDelivery& h : ch.held_back) {
+    if (h.delivery.no_ack || !can_take_over) continue;
+    if (observer_->on_returned(h.delivery, ReturnCause::unseen, ReturnContext{false, true}) ==
+        ReturnAction::take_over) {
+      held.push_back(h.delivery.broker_tag);
+    }
+  }
   observer_->on_returns_done();
-  if (!taken.empty()) stop_consumers(ch, number_of(ch));
+  const std::uint16_t number = number_of(ch);
+  if (can_take_over) stop_consumers(ch, number);
   for (std::uint64_t broker_tag : taken) {
     if (const Delivery* d = ch.find_taken_over(broker_tag)) apply(observer_->on_taken_over(*d));
   }
-  return !taken.empty();
+  for (std::uint64_t broker_tag : held) router_.take_over_held_back(ch, broker_tag);
+  if (router_.has_actions()) apply(router_.take_actions());
+  if (ch.held_back.empty()) ch.suspect_client_tag = 0;
+  return !taken.empty() || !held.empty();
 }
 
 std::uint16_t Session::number_of(const ChannelState& ch) const {
@@ -55,16 +70,17 @@ std::uint16_t Session::number_of(const ChannelState& ch) const {
 }
 
 void Session::stop_consumers(ChannelState& ch, std::uint16_t number) {
-  // While the close waits for the copies, the broker would go on delivering to the consumers of
-  // a client that holds nothing any more, its copies first when the queue is empty, and return
-  // them at the close, redelivered without a return of theirs. Cancelled ahead of the copies,
-  // it stops; what was on its way still comes, never seen by the client (ReturnCause::unseen).
+  // While the close waits, the broker would go on delivering to the consumers of a client
+  // that holds nothing any more, and return at the close what it sent meanwhile, redelivered
+  // without a return of theirs, which any other sidecar would count. Cancelled, it stops; what
+  // was on its way still comes (Delivery::unseen), and the close waits for the cancel-oks.
   if (ch.consumers_cancelled) return;
   ch.consumers_cancelled = true;
   for (const auto& [tag, consumer] : ch.consumers) {
     amqp::Bytes frame;
-    if (amqp::append_method_frame(frame, number, amqp::BasicCancel{tag, true})) {
+    if (amqp::append_method_frame(frame, number, amqp::BasicCancel{tag, false})) {
       inject(Side::broker, std::move(frame));
+      ++ch.cancels_pending;
     }
   }
 }
@@ -90,16 +106,16 @@ bool Session::crash_connection(bool can_take_over) {
   return taken;
 }
 
-bool Session::any_taken_over() const {
+bool Session::close_must_wait() const {
   for (const auto& [number, ch] : channels_) {
-    if (ch.taken_over_count() > 0) return true;
+    if (ch.taken_over_count() > 0 || ch.cancels_pending > 0) return true;
   }
   return false;
 }
 
 void Session::release_crash_holds(bool overdue) {
   if (held_connection_close_.empty() && !client_gone_) return;
-  if (any_taken_over() && !overdue) return;
+  if (close_must_wait() && !overdue) return;
   if (!held_connection_close_.empty()) {
     if (content_in_progress(Side::broker)) return;  // the next flush or tick sends it
     amqp::Bytes close = std::move(held_connection_close_);
@@ -121,8 +137,9 @@ void Session::tick_crash_holds(std::int64_t now_ms) {
 bool Session::hold_client_connection_close(const amqp::Frame& close) {
   // Also when a copy taken over earlier is in flight: closed now, the broker would requeue its
   // original beside the copy, a duplicate.
-  if (!crash_connection(true) && !any_taken_over()) return false;
+  crash_connection(true);
   stop_all_consumers();
+  if (!close_must_wait()) return false;
   held_connection_close_.assign(close.raw.begin(), close.raw.end());
   crash_hold_since_ms_ = clock_ms_;
   return true;
@@ -133,9 +150,9 @@ void Session::client_gone() {
   // A publish the client cut off half way keeps the broker from taking any frame of the
   // proxy's on that connection (settlements wait for a frame boundary): nothing can be settled.
   const bool can_settle = !content_in_progress(Side::broker);
-  const bool taken = crash_connection(can_settle);
-  if (can_settle && (taken || any_taken_over())) {
-    stop_all_consumers();
+  crash_connection(can_settle);
+  if (can_settle) stop_all_consumers();
+  if (can_settle && close_must_wait()) {
     client_gone_ = true;
     crash_hold_since_ms_ = clock_ms_;
     return;

@@ -53,14 +53,16 @@ void Session::drop_injections(std::uint16_t channel) {
 }
 
 bool Session::hold_client_close(ChannelState& ch, const amqp::Frame& close) {
-  if (ch.taken_over_count() == 0 || ch.tx.active || ch.ack_close.active) return false;
+  const bool waits = ch.taken_over_count() > 0 || ch.cancels_pending > 0;
+  if (!waits || ch.tx.active || ch.ack_close.active) return false;
   ch.held_close.assign(close.raw.begin(), close.raw.end());
   ch.held_close_since_ms = clock_ms_;
   return true;
 }
 
 void Session::release_held_close(ChannelState& ch, bool overdue) {
-  if (ch.held_close.empty() || (ch.taken_over_count() > 0 && !overdue)) return;
+  const bool waits = ch.taken_over_count() > 0 || ch.cancels_pending > 0;
+  if (ch.held_close.empty() || (waits && !overdue)) return;
   if (content_in_progress(Side::broker)) return;  // the next flush or tick sends it
   amqp::Bytes close = std::move(ch.held_close);
   ch.held_close.clear();

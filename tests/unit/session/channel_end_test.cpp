@@ -19,7 +19,7 @@ TEST_F(SessionChannelEnd, ChannelClosedByClientReturnsWhatItHeldAtItsClose) {
   amqp::ChannelClose close;
   close.reply_code = 200;
   close.reply_text = "bye";
-  client_passes(method(1, close));
+  link.client(method(1, close));
   // What the client held when it closed, counted then (the observer may take some over); two
   // in hand, so neither alone.
   EXPECT_EQ(link.observer.take_events(),
@@ -27,10 +27,13 @@ TEST_F(SessionChannelEnd, ChannelClosedByClientReturnsWhatItHeldAtItsClose) {
   ASSERT_EQ(link.observer.returned.size(), 2u);
   EXPECT_FALSE(link.observer.returned[0].context.solo);
   EXPECT_TRUE(link.observer.returned[0].context.can_take_over);
-  // The broker may still deliver before its close-ok: the client never sees that one.
+  // The broker may still deliver before the cancel-ok: the client never sees that one.
+  EXPECT_EQ(link.to_broker(), decode_frames(method(1, amqp::BasicCancel{"c1", false})));
   link.broker(deliver(1, "c1", 4));
   EXPECT_EQ(link.observer.take_events(), Events{"delivery ch1 b4"});
-  link.to_client();  // forwarded: the client discards it, having sent its close
+  link.to_client();  // what the observer did not take over: the client discards it, closing
+  link.broker(method(1, amqp::BasicCancelOk{"c1"}));
+  EXPECT_EQ(link.broker_bytes(), method(1, close));
   broker_passes(method(1, amqp::ChannelCloseOk{}));
   EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b4 unseen"});
   EXPECT_EQ(link.session.channel(1), nullptr);
@@ -72,6 +75,8 @@ TEST_F(SessionChannelEnd, ClientEofReturnsEverythingOnceEach) {
   EXPECT_EQ(link.observer.take_events(),
             (Events{"returned ch1 b1 connection_closed", "returned ch1 b2 connection_closed",
                     "returned ch2 b1 connection_closed", "returned ch2 b2 connection_closed"}));
+  EXPECT_FALSE(link.session.finished());
+  link.consumers_cancelled({{1, "c1"}, {2, "c2"}});
   EXPECT_TRUE(link.session.finished());
   EXPECT_TRUE(link.client_bytes().empty());
   EXPECT_TRUE(link.broker_bytes().empty());
@@ -117,12 +122,14 @@ TEST_F(SessionChannelEnd, ClientConnectionCloseHandshake) {
   amqp::ConnectionClose close;
   close.reply_code = 200;
   close.reply_text = "Goodbye";
-  client_passes(method(0, close));
+  link.client(method(0, close));
   EXPECT_FALSE(link.session.finished());
   // Counted at the client's close: one in hand, on the whole connection.
   EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b2 connection_closed"});
   ASSERT_EQ(link.observer.returned.size(), 1u);
   EXPECT_TRUE(link.observer.returned[0].context.solo);
+  link.consumers_cancelled({{1, "c1"}});
+  EXPECT_EQ(link.broker_bytes(), method(0, close));
   broker_passes(method(0, amqp::ConnectionCloseOk{}));
   EXPECT_EQ(link.observer.take_events(), Events{});
   // The broker side is done; the client's socket is the client's to close, as RabbitMQ

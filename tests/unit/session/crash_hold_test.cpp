@@ -21,7 +21,8 @@ class SessionCrashHold : public SessionTracking {
     link.broker(method(kReserved, amqp::BasicAck{1, false}));
   }
   static constexpr std::uint16_t kReserved = 2047;
-  static Bytes cancel(const std::string& tag) { return method(1, amqp::BasicCancel{tag, true}); }
+  static Bytes cancel(const std::string& tag) { return method(1, amqp::BasicCancel{tag, false}); }
+  static Bytes cancel_ok(const std::string& tag) { return method(1, amqp::BasicCancelOk{tag}); }
 };
 
 TEST_F(SessionCrashHold, EofWithATakeoverKeepsTheBrokerSideUntilItIsSettled) {
@@ -44,10 +45,12 @@ TEST_F(SessionCrashHold, EofWithATakeoverKeepsTheBrokerSideUntilItIsSettled) {
   EXPECT_TRUE(link.client_bytes().empty());
   ack_when_the_broker_confirms(1);
   EXPECT_EQ(link.broker_bytes(), method(1, amqp::BasicAck{1, false}));
+  EXPECT_FALSE(link.session.finished());  // until the cancel-ok: nothing more can come then
+  link.broker(cancel_ok("c1"));
   EXPECT_TRUE(link.session.finished());
   EXPECT_EQ(link.observer.take_events(),
-            (Events{"delivery ch1 b2", "proxy-frame ch2047 type1", "returned ch1 b2 unseen",
-                    "settle-applied ch1 b1 sent"}));
+            (Events{"delivery ch1 b2", "proxy-frame ch2047 type1", "settle-applied ch1 b1 sent",
+                    "returned ch1 b2 unseen"}));
 }
 
 TEST_F(SessionCrashHold, AHoldEndsAfter45SecondsWithoutASettlement) {
@@ -78,6 +81,9 @@ TEST_F(SessionCrashHold, AChannelCloseWaitsForTheSettlement) {
   close.reply_text = "bye";
   link.client(method(1, close));
   EXPECT_EQ(link.broker_bytes(), cancel("c1"));  // the close waits
+  link.broker(cancel_ok("c1"));
+  EXPECT_TRUE(link.broker_bytes().empty());  // for the settlement too
+  EXPECT_TRUE(link.client_bytes().empty());
   ack_when_the_broker_confirms(1);
   EXPECT_EQ(link.broker_bytes(), cat({method(1, amqp::BasicAck{1, false}), method(1, close)}));
   link.observer.take_events();
@@ -95,8 +101,8 @@ TEST_F(SessionCrashHold, AConnectionCloseWaitsForTheSettlement) {
   close.reply_text = "Goodbye";
   link.client(method(0, close));
   // Every consumer of the connection is cancelled while its close waits.
-  EXPECT_EQ(link.broker_bytes(), cat({method(2, amqp::BasicCancel{"c2", true}),
-                                      method(1, amqp::BasicCancel{"c1", true})}));
+  EXPECT_EQ(link.broker_bytes(), cat({cancel("c1"), method(2, amqp::BasicCancel{"c2", false})}));
+  link.broker(cat({cancel_ok("c1"), method(2, amqp::BasicCancelOk{"c2"})}));
   link.observer.actions.push_back(
       {ObserverAction::Kind::settle, {}, Settle{2, 1, SettleKind::ack, false}});
   link.broker(method(kReserved, amqp::BasicAck{1, false}));
@@ -117,8 +123,44 @@ TEST_F(SessionCrashHold, EofWithACopyAlreadyInFlightWaitsForItToo) {
   link.session.on_eof(Side::client);
   EXPECT_FALSE(link.session.finished());
   EXPECT_EQ(link.broker_bytes(), cancel("c1"));
+  link.broker(cancel_ok("c1"));
   ack_when_the_broker_confirms(1);
   EXPECT_EQ(link.broker_bytes(), method(1, amqp::BasicAck{1, false}));
+  EXPECT_TRUE(link.session.finished());
+}
+
+TEST_F(SessionCrashHold, TakenOverDeliveriesAreReturnedWhenTheChannelEnds) {
+  consume(1, "q", "c1");
+  link.observer.take_over_at_delivery = {{1, 2}};
+  deliveries(1, "c1", 1, 3);
+  link.observer.take_events();
+  link.session.on_tick(0);
+  // The client goes away: what it held is counted at once; the broker side waits for the one
+  // taken over (session_crash.cpp), which no settlement ends here: 45 s at most.
+  link.session.on_eof(Side::client);
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"returned ch1 b1 connection_closed", "returned ch1 b3 connection_closed"}));
+  link.session.on_tick(45000);
+  EXPECT_EQ(link.observer.take_events(), (Events{"returned ch1 b2 connection_closed"}));
+  EXPECT_TRUE(link.session.finished());
+  EXPECT_FALSE(link.session.settle_taken_over(1, 2, SettleKind::ack, false));
+}
+
+TEST_F(SessionCrashHold, TakenOverDeliveryCutOffMidBodyIsReturnedWhenTheHoldEnds) {
+  consume(1, "q", "c1");
+  link.observer.take_over_at_delivery = {{1, 1}};
+  link.session.on_tick(0);
+  link.observer.take_events();
+  link.broker(cat({method(1, deliver_method("c1", 1)), header(1, 10), body(1, "12345")}));
+  EXPECT_EQ(link.observer.take_events(), Events{"delivery ch1 b1"});
+  // The client goes away: the broker side stays for the rest of the body and its copy, which
+  // never come here.
+  link.session.on_eof(Side::client);
+  EXPECT_EQ(link.broker_bytes(), cancel("c1"));
+  EXPECT_FALSE(link.session.finished());
+  EXPECT_EQ(link.observer.take_events(), Events{});
+  link.session.on_tick(45000);
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 connection_closed"});
   EXPECT_TRUE(link.session.finished());
 }
 

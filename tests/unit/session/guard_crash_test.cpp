@@ -116,7 +116,11 @@ TEST_F(GuardCrash, CrashLoopIsCopiedAtEachCrashAndDeadLetteredAtTheLast) {
   broker(cat({delivery(1, copy), delivery(2, m2)}));
   // Handed out as a retry (redelivered), alone: m2 waits behind it.
   EXPECT_EQ(to_client(), decode_frames(delivery(1, copy, true)));
-  const Copy dead = client_eof_with_copy(1, "q.dlq");
+  std::vector<std::string> declared;
+  const std::vector<Copy> copies = client_eof_with_copies({1, 2}, &declared);
+  EXPECT_EQ(declared, std::vector<std::string>{"q.dlq"});
+  ASSERT_EQ(copies.size(), 2u);
+  const Copy& dead = copies[0];
   EXPECT_EQ(dead.publish.routing_key, "q.dlq");
   EXPECT_EQ(dead.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
   EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
@@ -126,7 +130,12 @@ TEST_F(GuardCrash, CrashLoopIsCopiedAtEachCrashAndDeadLetteredAtTheLast) {
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:m1", 3, DeadLetterReason::crash_loop}}));
   EXPECT_FALSE(tracked("m1"));
-  EXPECT_FALSE(tracked("m2"));  // it waited in the proxy: not the consumer's
+  // m2 waited in the proxy: not the consumer's. Taken over too, as the broker's requeue would
+  // set its flag, it goes back uncounted.
+  EXPECT_EQ(copies[1].publish.routing_key, "q");
+  EXPECT_EQ(copies[1].header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(0)));
+  EXPECT_EQ(copies[1].body, bytes_of(m2.body));
+  EXPECT_FALSE(tracked("m2"));  // nothing to remember: never returned
 }
 
 TEST_F(GuardCrash, OnlyTheDeliveryHandedOutIsBlamedAndDeadLetteredAtTheCrash) {
@@ -140,21 +149,29 @@ TEST_F(GuardCrash, OnlyTheDeliveryHandedOutIsBlamedAndDeadLetteredAtTheCrash) {
   broker(cat({delivery(1, m1, true), delivery(2, m2, true)}));
   EXPECT_EQ(to_client(), decode_frames(delivery(1, m1, true)));  // m2 waits behind the suspect
   // The consumer died holding m1 alone: m1 is the culprit, past its limit, dead-lettered at the
-  // crash. m2, held in the proxy, is not counted: its next redelivered flag stands for nothing.
-  const Copy dead = client_eof_with_copy(1, "q.dlq");
+  // crash. m2, held in the proxy, is not counted, and taken over too: republished with its
+  // count, its flag from the broker's requeue would read as a return elsewhere.
+  std::vector<std::string> declared;
+  const std::vector<Copy> copies = client_eof_with_copies({1, 2}, &declared);
+  EXPECT_EQ(declared, std::vector<std::string>{"q.dlq"});
+  ASSERT_EQ(copies.size(), 2u);
+  const Copy& dead = copies[0];
+  EXPECT_EQ(dead.publish.routing_key, "q.dlq");
   EXPECT_EQ(dead.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
   EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   EXPECT_EQ(dead.body, bytes_of(m1.body));
+  EXPECT_EQ(copies[1].publish.routing_key, "q");
+  EXPECT_EQ(copies[1].header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(1)));
+  EXPECT_EQ(copies[1].body, bytes_of(m2.body));
   EXPECT_FALSE(tracked("m1"));
   ASSERT_TRUE(tracked("m2"));
   EXPECT_EQ(tracked("m2")->returns, 1u);
-  EXPECT_TRUE(tracked("m2")->uncounted_redelivery);
 
-  // m2 comes back: still a suspect, alone; acked, it is forgotten.
+  // m2's copy comes: still a suspect, alone; acked, it is forgotten.
   connect();
-  const Bytes r2 = delivery(1, m2, true);
+  const Bytes r2 = delivery(1, delivered(m2, copies[1]));
   broker(r2);
-  EXPECT_EQ(to_client(), decode_frames(r2));
+  ASSERT_EQ(to_client().size(), decode_frames(r2).size());
   client_passes(ack(1));
   EXPECT_FALSE(tracked("m2"));
   EXPECT_EQ(listener.dead_letters.size(), 1u);
@@ -294,7 +311,8 @@ TEST_F(GuardCrash, AClientGoneBeforeTheConfirmStillHasItsCopySettled) {
   // original is acked rather than requeued beside its copy.
   conn->session.on_eof(Side::client);
   EXPECT_FALSE(conn->session.finished());
-  EXPECT_EQ(to_broker(), frames({method(kCh, amqp::BasicCancel{kConsumer, true})}));
+  EXPECT_EQ(to_broker(), frames({cancel_consumer()}));
+  broker(method(kCh, amqp::BasicCancelOk{kConsumer}));
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(1)}));
   EXPECT_TRUE(conn->session.finished());
@@ -315,9 +333,9 @@ TEST_F(GuardCrash, ConnectionLostWithACopyInFlightAcksNothing) {
 }
 
 // While the proxy holds a crashed client's connection open for a copy's confirm, the broker
-// may deliver more to the dead client (even the copy itself, on a queue that holds nothing
-// else). The client never sees it: it goes back uncounted, and its redelivered flag stands for
-// nothing.
+// may deliver more to the dead client until its cancel-ok (even the copy itself, on a queue
+// that holds nothing else). The client never sees it: it is republished with the count it
+// carries, never counted.
 TEST_F(GuardCrash, ADeliveryDuringTheCrashHoldIsReturnedUncounted) {
   start(policy(5));
   const Message poison = message("m1");
@@ -326,23 +344,35 @@ TEST_F(GuardCrash, ADeliveryDuringTheCrashHoldIsReturnedUncounted) {
   connect();
   deliver_passes(delivery(1, poison, true));
   conn->session.on_eof(Side::client);
-  const Copy copy = take_copy(crash_hold_start());
+  std::vector<Wire> sent = to_broker();
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent[0], frames({cancel_consumer()})[0]);  // answered below
+  sent.erase(sent.begin());
+  const Copy copy = take_copy(past_proxy_channel_open(sent));
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
-  // The copy reaches the channel before its confirm does.
+  // The copy reaches the channel before the cancel-ok and its confirm: republished with the
+  // same count, the client never having seen it.
   const Message back = delivered(poison, copy);
   broker(delivery(2, back));
-  confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  const Copy again = take_copy(to_broker());
+  EXPECT_EQ(again.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
+  confirm(2, true);
+  EXPECT_EQ(to_broker(), frames({ack(1), ack(2)}));
+  EXPECT_FALSE(conn->session.finished());
+  broker(method(kCh, amqp::BasicCancelOk{kConsumer}));
   EXPECT_TRUE(conn->session.finished());
   conn->guard.on_connection_end();
   ASSERT_TRUE(tracked("m1"));
   EXPECT_EQ(tracked("m1")->returns, 2u);
   // Redelivered, it carries its count and no more: its next crash makes 3, which its flag
   // cannot carry: a copy.
+  // Redelivered, it carries its count and no more; shown as a retry. Its next crash makes 3,
+  // the first since the copy: the broker's flag carries it.
   connect();
-  deliver_passes(delivery(1, back, true));
-  EXPECT_EQ(client_eof_with_copy(1).header_text("x-nackguard-returns"),
-            text(amqp::FieldValue::i64(3)));
+  broker(delivery(1, delivered(poison, again)));
+  EXPECT_EQ(to_client(), decode_frames(delivery(1, delivered(poison, again), true)));
+  client_eof();
+  EXPECT_EQ(tracked("m1")->returns, 3u);
 }
 
 }  // namespace

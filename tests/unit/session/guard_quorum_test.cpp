@@ -47,66 +47,6 @@ class GuardQuorum : public GuardTest {
   }
 };
 
-// Issue 37, defect 1: the poison handed out alone crashes the consumer again and again, the
-// innocent message waiting inside the proxy behind it; the broker counts every crash against
-// both. The broker's limit is known to be none here, so that nothing is republished at a
-// delivery and the broker's counts grow as they do.
-TEST_F(GuardQuorum, InnocentPrefetchedWithACrashingPoisonIsNeverDeadLettered) {
-  retry::Policy p = policy(3);
-  p.broker_delivery_limit.kind = retry::BrokerDeliveryLimit::Kind::none;
-  start(p);
-  Message poison = message("poison");
-  const Message innocent = message("innocent");
-  deliver_passes(delivery(1, poison));
-  deliver_passes(delivery(2, innocent));
-  client_eof();  // both counted once: nackguard cannot tell which one killed the consumer
-  EXPECT_EQ(tracked("innocent")->returns, 1u);
-
-  // The poison alone, the innocent behind it: the consumer dies holding the poison alone. Its
-  // count (2) is more than its redelivered flag can carry: a copy carries it.
-  now += 1000;
-  connect();
-  broker(cat({delivery(1, with_delivery_count(poison, 1), true),
-              delivery(2, with_delivery_count(innocent, 1), true)}));
-  EXPECT_EQ(to_client(), decode_frames(delivery(1, with_delivery_count(poison, 1), true)));
-  const Copy second = client_eof_with_copy(1);
-  EXPECT_EQ(second.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
-  EXPECT_EQ(second.header_text("x-delivery-count"), "absent");
-  poison = delivered(poison, second);
-
-  // The copy, alone again; its first crash is carried by its redelivered flag.
-  now += 1000;
-  connect();
-  broker(cat({delivery(1, poison), delivery(2, with_delivery_count(innocent, 2), true)}));
-  EXPECT_EQ(to_client(), decode_frames(delivery(1, poison, true)));  // a retry
-  client_eof();
-  EXPECT_EQ(tracked("poison")->returns, 3u);
-
-  // The fourth crash is past the limit: dead-lettered at the crash, reason crash_loop.
-  now += 1000;
-  connect();
-  broker(cat({delivery(1, with_delivery_count(poison, 1), true),
-              delivery(2, with_delivery_count(innocent, 3), true)}));
-  EXPECT_EQ(to_client(), decode_frames(delivery(1, with_delivery_count(poison, 1), true)));
-  const Copy dead = client_eof_with_copy(1, "q.dlq");
-  EXPECT_EQ(dead.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
-  EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(4)));
-  EXPECT_EQ(dead.header_text("x-delivery-count"), "absent");
-  EXPECT_EQ(listener.dead_letters,
-            (std::vector<Dl>{{"q", "message_id:poison", 4, DeadLetterReason::crash_loop}}));
-
-  // x-delivery-count 4 is past max_redeliveries 3, but three of those returns happened while
-  // it waited inside the proxy: its count is 1, and it is handed out (alone: a suspect still).
-  now += 1000;
-  connect();
-  const Bytes innocent_again = delivery(1, with_delivery_count(innocent, 4), true);
-  deliver_passes(innocent_again);
-  EXPECT_EQ(tracked("innocent")->returns, 1u);
-  client_passes(ack(1));
-  EXPECT_FALSE(tracked("innocent"));
-  EXPECT_EQ(listener.dead_letters.size(), 1u);
-}
-
 TEST_F(GuardQuorum, WithoutARecordTheBrokersCountIsNotTaken) {
   // Another replica (or a restart) lost nackguard's record; x-delivery-count 3 counts returns
   // that may have been no fault of the message. Its redelivered flag counts one.

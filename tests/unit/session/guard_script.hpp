@@ -2,8 +2,9 @@
 // Scripted connections through a real Session observed by a real Guard. The broker and the
 // client are played by the test: frames are built with the codec's encoders and fed in, and
 // what the session writes to each side is decoded back into frames. The clocks are variables
-// the test advances; policies are built in code. A GuardListener records what the
-// guard reported. The frames, messages and policies it uses are in guard_messages.hpp.
+// the test advances; policies are built in code. A RecordingListener (guard_listener.hpp)
+// records what the guard reported. The frames, messages and policies it uses are in
+// guard_messages.hpp.
 
 #include <gtest/gtest.h>
 
@@ -27,65 +28,11 @@
 #include "proxy/retry/policy_set.hpp"
 #include "proxy/session/guard.hpp"
 #include "proxy/session/session.hpp"
+#include "session/guard_listener.hpp"
 #include "session/guard_messages.hpp"
 #include "session/script.hpp"
 
 namespace nackguard::session::guard_test {
-
-// ---- what the guard reported ----
-
-class RecordingListener : public retry::GuardListener {
- public:
-  struct DeadLettered {
-    std::string queue;
-    std::string identity;
-    std::uint32_t returns = 0;
-    retry::DeadLetterReason reason = retry::DeadLetterReason::none;
-    bool operator==(const DeadLettered&) const = default;
-  };
-  struct Fallback {
-    std::string queue;
-    std::string cause;
-    std::string detail;
-  };
-  struct Outage {
-    std::string queue;
-    bool started = false;
-    double ratio = 0.0;
-  };
-
-  int deliveries = 0;
-  int returns = 0;
-  int ack_timeouts = 0;
-  std::vector<retry::Action> requeues;
-  std::vector<DeadLettered> dead_letters;
-  std::vector<Fallback> fallbacks;
-  std::vector<Outage> outages;
-
-  void on_delivery(std::string_view) override { ++deliveries; }
-  void on_return(std::string_view) override { ++returns; }
-  void on_ack_timeout(std::string_view, std::string_view, std::int64_t) override { ++ack_timeouts; }
-  void on_requeue(std::string_view queue, retry::Action action) override {
-    EXPECT_EQ(queue, kQueue);
-    requeues.push_back(action);
-  }
-  void on_dead_letter(std::string_view queue, std::string_view identity, std::uint32_t count,
-                      retry::DeadLetterReason reason) override {
-    dead_letters.push_back({std::string(queue), std::string(identity), count, reason});
-  }
-  void on_fallback(std::string_view queue, std::string_view cause,
-                   std::string_view detail) override {
-    fallbacks.push_back({std::string(queue), std::string(cause), std::string(detail)});
-  }
-  void on_outage(std::string_view queue, bool started, double ratio) override {
-    outages.push_back({std::string(queue), started, ratio});
-  }
-};
-
-inline void PrintTo(const RecordingListener::DeadLettered& d, std::ostream* os) {
-  *os << "{" << d.queue << ", " << d.identity << ", " << d.returns << ", "
-      << retry::to_string(d.reason) << "}";
-}
 
 // ---- a connection through Session and Guard ----
 
@@ -173,7 +120,10 @@ class GuardTest : public ::testing::Test {
   // The client's TCP connection ends; the guard is told, as the relay does.
   void client_eof() {
     conn->session.on_eof(Side::client);
-    // Nothing taken over holds the broker side open (client_eof_with_copy plays that).
+    // The proxy cancels the gone client's consumer and waits for the cancel-ok; nothing taken
+    // over holds the broker side open after it (client_eof_with_copy plays that).
+    EXPECT_EQ(to_broker(), frames({cancel_consumer()}));
+    broker(method(kCh, amqp::BasicCancelOk{kConsumer}));
     EXPECT_TRUE(conn->session.finished()) << "the session holds the broker side: a copy";
     conn->guard.on_connection_end();
     client_bytes();
@@ -190,43 +140,69 @@ class GuardTest : public ::testing::Test {
     broker_bytes();
   }
 
-  // The client's connection ends holding a delivery (broker tag `tag`) that the guard takes
-  // over at the crash (session_crash.cpp): the broker side stays open while the proxy opens
-  // its channel, declares `declared` if named, and publishes the copy; the broker confirms it,
-  // the proxy acks the original, and only then does the session end. Returns the copy.
-  Copy client_eof_with_copy(std::uint64_t tag, const std::string& declared = "") {
+  // The client's connection ends holding deliveries (broker tags `tags`) that the guard takes
+  // over at the crash (session_crash.cpp): the broker side stays open while the proxy cancels
+  // the consumer, opens its channel, declares what it needs (answered here, and named in
+  // `declared`), and publishes the copies; the broker confirms them, the proxy acks the
+  // originals, and only then does the session end. Returns the copies, in publish order.
+  std::vector<Copy> client_eof_with_copies(const std::vector<std::uint64_t>& tags,
+                                           std::vector<std::string>* declared = nullptr) {
     conn->session.on_eof(Side::client);
-    EXPECT_FALSE(conn->session.finished()) << "the broker side closed before the copy";
+    EXPECT_FALSE(conn->session.finished()) << "the broker side closed before the copies";
     std::vector<Wire> sent = crash_hold_start();
-    if (!declared.empty()) {
-      EXPECT_EQ(sent.size(), 1u);
-      if (!sent.empty()) {
-        EXPECT_EQ(as<amqp::QueueDeclare>(sent[0]).queue, declared);
+    std::vector<Copy> copies;
+    while (copies.size() < tags.size()) {
+      if (sent.empty()) sent = to_broker();
+      if (sent.empty()) {
+        ADD_FAILURE() << copies.size() << " copies of " << tags.size();
+        break;
       }
-      broker(declare_ok(declared));
-      sent = to_broker();
+      if (sent[0].is(mid::queue_declare)) {
+        const std::string queue = as<amqp::QueueDeclare>(sent[0]).queue;
+        if (declared) declared->push_back(queue);
+        sent.erase(sent.begin());
+        broker(declare_ok(queue));
+        continue;
+      }
+      copies.push_back(take_copy(sent));
+      sent.erase(sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(
+                                                  std::min(copies.back().frames, sent.size())));
     }
-    Copy copy = take_copy(sent);
-    confirm(1);
-    EXPECT_EQ(to_broker(), frames({ack(tag)}));
-    EXPECT_TRUE(conn->session.finished()) << "the session still waits after the ack";
+    EXPECT_TRUE(sent.empty());
+    confirm(tags.size(), true);
+    Bytes acks;
+    for (std::uint64_t tag : tags) acks = cat({acks, ack(tag)});
+    EXPECT_EQ(to_broker(), decode_frames(acks));
+    EXPECT_TRUE(conn->session.finished()) << "the session still waits after the acks";
     conn->guard.on_connection_end();
     client_bytes();
     broker_bytes();
-    return copy;
+    return copies;
+  }
+  // The same for one delivery; `declared`, if named, is the queue the proxy had to declare.
+  Copy client_eof_with_copy(std::uint64_t tag, const std::string& declared = "") {
+    std::vector<std::string> queues;
+    std::vector<Copy> copies = client_eof_with_copies({tag}, &queues);
+    if (!declared.empty()) {
+      EXPECT_EQ(queues, std::vector<std::string>{declared});
+    }
+    return copies.empty() ? Copy{} : copies.front();
   }
 
   // The proxy holds a crashed client's connection for a copy: it cancels the client's consumer
-  // (no-wait), then opens its channel (played as open_proxy_channel does). Returns what came
-  // next.
+  // and waits for the cancel-ok, then opens its channel if it must (played as open_proxy_channel
+  // does). Returns what came next.
   std::vector<Wire> crash_hold_start() {
     std::vector<Wire> sent = to_broker();
     EXPECT_FALSE(sent.empty());
     if (sent.empty()) return sent;
-    EXPECT_EQ(sent[0], frames({method(kCh, amqp::BasicCancel{kConsumer, true})})[0]);
+    EXPECT_EQ(sent[0], frames({cancel_consumer()})[0]);
     sent.erase(sent.begin());
+    broker(method(kCh, amqp::BasicCancelOk{kConsumer}));
     return past_proxy_channel_open(sent);
   }
+  // The proxy's cancel of the consumer of a client that left (session_crash.cpp).
+  static Bytes cancel_consumer() { return method(kCh, amqp::BasicCancel{kConsumer, false}); }
 
   // What the proxy sent (`sent`), past the opening of its channel if that is what it starts
   // with (the broker's side played as open_proxy_channel does).

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "proxy/amqp/frame.hpp"
@@ -241,6 +242,20 @@ class Link {
   Bytes broker_bytes() { return bytes_to(Side::broker); }
   std::vector<WireFrame> to_client() { return decode_frames(client_bytes()); }
   std::vector<WireFrame> to_broker() { return decode_frames(broker_bytes()); }
+
+  // A client that closes a channel or its connection, or leaves, has its consumers (channel,
+  // tag) cancelled by the proxy, which holds the close until the cancel-oks
+  // (session_crash.cpp): checks the cancels and answers them.
+  void consumers_cancelled(const std::vector<std::pair<std::uint16_t, std::string>>& consumers) {
+    Bytes cancels;
+    Bytes oks;
+    for (const auto& [ch, tag] : consumers) {
+      cancels = cat({cancels, method(ch, amqp::BasicCancel{tag, false})});
+      oks = cat({oks, method(ch, amqp::BasicCancelOk{tag})});
+    }
+    EXPECT_EQ(broker_bytes(), cancels);
+    broker(oks);
+  }
 
   RecordingObserver observer;
   Session session;

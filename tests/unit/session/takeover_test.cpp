@@ -301,30 +301,6 @@ TEST_F(SessionTakeover, NothingTakenOverMeansSettlementsPassAsTheirOriginalBytes
   EXPECT_EQ(link.observer.client_returns.size(), 1u);
 }
 
-TEST_F(SessionTakeover, TakenOverDeliveriesAreReturnedWhenTheChannelEnds) {
-  link.observer.take_over_at_delivery = {{1, 2}};
-  deliver_range(1, 3);
-  link.observer.take_events();
-  link.session.on_tick(0);
-  // The client goes away: what it held is counted at once; the broker side waits for the one
-  // taken over (session_crash.cpp), which no settlement ends here: 45 s at most.
-  link.session.on_eof(Side::client);
-  EXPECT_EQ(link.observer.take_events(),
-            (Events{"returned ch1 b1 connection_closed", "returned ch1 b3 connection_closed"}));
-  link.session.on_tick(45000);
-  EXPECT_EQ(link.observer.take_events(), (Events{"returned ch1 b2 connection_closed"}));
-  EXPECT_TRUE(link.session.finished());
-  EXPECT_FALSE(link.session.settle_taken_over(1, 2, SettleKind::ack, false));
-}
-
-TEST_F(SessionTakeover, TakenOverDeliveryCutOffMidBodyIsReturned) {
-  link.observer.take_over_at_delivery = {{1, 1}};
-  link.broker(cat({method(1, deliver_method("c1", 1)), header(1, 10), body(1, "12345")}));
-  EXPECT_EQ(link.observer.take_events(), Events{"delivery ch1 b1"});
-  link.session.on_eof(Side::client);
-  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 connection_closed"});
-}
-
 TEST_F(SessionTakeover, RecoverReturnsTakenOverDeliveriesToo) {
   link.observer.take_over_at_delivery = {{1, 1}};
   deliver_range(1, 2);

@@ -57,6 +57,7 @@ TEST_F(SessionTx, UncommittedAckIsReturnedWhenTheChannelEnds) {
   client_passes(ack(1, 2));
   link.observer.take_events();
   link.session.on_eof(Side::client);
+  link.consumers_cancelled({{1, "c1"}});
   // The broker requeues what was acked after the last commit.
   EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b2 connection_closed"});
 }
