@@ -125,13 +125,23 @@ class ChannelState {
   // A delivery the client holds alone (suspect): later ones wait in `held_back` until it is
   // settled. 0 when the gate is open.
   std::uint64_t suspect_client_tag = 0;
-  std::int64_t suspect_seen_ms = -1;  // when on_tick first saw deliveries held back behind it
+  // When on_tick first saw deliveries held back behind the suspect, or the suspect waiting.
+  std::int64_t suspect_seen_ms = -1;
   struct HeldBackDelivery {
     Delivery delivery;
     amqp::Bytes frames;  // method (unpatched), header and body frames, as received
     std::shared_ptr<retry::RetainedBody> reservation;
+    // Decided already: a suspect waiting, at the front, for the client's hands to be empty,
+    // so that it is handed out alone (suspect_waits). Otherwise decided when released.
+    std::optional<DeliveryPlan> plan;
   };
   std::deque<HeldBackDelivery> held_back;
+  // The plan of the incoming delivery when it is buffered to wait as a suspect.
+  std::optional<DeliveryPlan> incoming_plan;
+  // A suspect waits at the front of held_back for the client to settle what it holds.
+  bool suspect_waits() const {
+    return suspect_client_tag == 0 && !held_back.empty() && held_back.front().plan.has_value();
+  }
 
   // The tag map (tag_map.hpp): the two tag sequences and the runs of untracked deliveries.
   std::uint64_t next_client_tag() { return tags_.next_client_tag(); }

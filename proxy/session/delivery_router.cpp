@@ -67,6 +67,13 @@ BufferedParts split_buffered(const amqp::Bytes& frames, bool want_body) {
   return parts;
 }
 
+// A suspect is handed out alone: while the client holds other deliveries of the channel, it
+// waits (held back at the front) for their settlements. A basic.get has to be answered.
+bool waits_for_empty_hands(const ChannelState& ch, const Delivery& d, const DeliveryPlan& plan) {
+  return plan.action == DeliveryPlan::Action::forward && plan.suspect && !d.no_ack && !d.from_get &&
+         ch.unacked_count() > 0;
+}
+
 }  // namespace
 
 void DeliveryRouter::begin(ChannelState& ch, const Frame& frame, Delivery delivery) {
@@ -80,6 +87,7 @@ void DeliveryRouter::begin(ChannelState& ch, const Frame& frame, Delivery delive
   ch.incoming_route = ChannelState::Route::forward;
   ch.incoming_untracked = false;
   ch.incoming_hashed = true;
+  ch.incoming_plan.reset();
   ch.from_broker.phase = ContentState::Phase::awaiting_header;
 }
 
@@ -102,7 +110,8 @@ void DeliveryRouter::header(ChannelState& ch, const Frame& frame) {
     plan = observer_.on_delivery(d);
     d.cookie = plan.cookie;
   }
-  if (plan.action == DeliveryPlan::Action::need_body) {
+  const bool waits = waits_for_empty_hands(ch, d, plan);
+  if (plan.action == DeliveryPlan::Action::need_body || waits) {
     std::uint64_t frames_size =
         buffered_frames_cost(ch.incoming_method_frame.size() + frame.raw.size(), d.body_size);
     ch.incoming_buffer_reservation = retry::RetainedBody::make(budget_, frames_size);
@@ -110,6 +119,10 @@ void DeliveryRouter::header(ChannelState& ch, const Frame& frame) {
       ch.incoming_route = ChannelState::Route::buffer;
       ch.incoming_frames = std::move(ch.incoming_method_frame);
       ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
+      if (waits) {
+        d.held_back = true;
+        ch.incoming_plan = plan;
+      }
       return;
     }
     // Over the memory budget: hand it out now rather than hold it.
@@ -214,15 +227,28 @@ void DeliveryRouter::complete(ChannelState& ch) {
   amqp::Bytes frames = std::move(ch.incoming_frames);
   ch.incoming_frames.clear();
   auto reservation = std::move(ch.incoming_buffer_reservation);
+  std::optional<DeliveryPlan> decided = std::move(ch.incoming_plan);
+  ch.incoming_plan.reset();
   if (d.held_back) {
     if (ch.held_back.empty()) ++channels_with_held_back_;
     ch.note_owned();
-    ch.held_back.push_back({std::move(d), std::move(frames), std::move(reservation)});
+    ch.held_back.push_back({std::move(d), std::move(frames), std::move(reservation), decided});
     return;
   }
   DeliveryPlan plan = observer_.on_delivery(d);
   d.cookie = plan.cookie;
+  if (waits_for_empty_hands(ch, d, plan)) {
+    hold_suspect(ch, {std::move(d), std::move(frames), std::move(reservation), plan});
+    return;
+  }
   dispatch_buffered(ch, std::move(d), std::move(frames), plan);
+}
+
+void DeliveryRouter::hold_suspect(ChannelState& ch, ChannelState::HeldBackDelivery held) {
+  if (ch.held_back.empty()) ++channels_with_held_back_;
+  ch.note_owned();
+  held.delivery.held_back = true;
+  ch.held_back.push_front(std::move(held));
 }
 
 void DeliveryRouter::settle_deferred() {
@@ -304,13 +330,26 @@ void DeliveryRouter::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes
   if (!d.no_ack) ch.add_unacked(std::move(d));
 }
 
-bool DeliveryRouter::release_next(ChannelState& ch) {
+bool DeliveryRouter::release_next(ChannelState& ch, bool even_with_others_in_hand) {
   if (ch.held_back.empty() || ch.suspect_client_tag != 0) return false;
-  ChannelState::HeldBackDelivery h = std::move(ch.held_back.front());
+  const bool force = even_with_others_in_hand;
+  ChannelState::HeldBackDelivery& front = ch.held_back.front();
+  if (front.plan && !force && waits_for_empty_hands(ch, front.delivery, *front.plan)) return false;
+  ChannelState::HeldBackDelivery h = std::move(front);
   ch.held_back.pop_front();
   if (ch.held_back.empty()) --channels_with_held_back_;
-  DeliveryPlan plan = observer_.on_delivery(h.delivery);
-  h.delivery.cookie = plan.cookie;
+  DeliveryPlan plan;
+  if (h.plan) {
+    plan = *h.plan;
+  } else {
+    plan = observer_.on_delivery(h.delivery);
+    h.delivery.cookie = plan.cookie;
+    if (!force && waits_for_empty_hands(ch, h.delivery, plan)) {
+      h.plan = plan;
+      hold_suspect(ch, std::move(h));
+      return false;
+    }
+  }
   dispatch_buffered(ch, std::move(h.delivery), std::move(h.frames), plan);
   return true;
 }

@@ -41,9 +41,10 @@ class DeliveryRouter {
   void complete(ChannelState& ch);
 
   // Hands out the next delivery held back on `ch`, unless none is or a suspect delivery still
-  // blocks them: false then. Only at a frame boundary towards the client (the caller checks);
-  // the caller applies the actions of each before the next.
-  bool release_next(ChannelState& ch);
+  // blocks them, or it is a suspect that waits for the client's hands to be empty (unless
+  // `even_with_others_in_hand`): false then. Only at a frame boundary towards the client (the
+  // caller checks); the caller applies the actions of each before the next.
+  bool release_next(ChannelState& ch, bool even_with_others_in_hand = false);
   // Whether some channel may have deliveries to release.
   bool any_held_back() const { return channels_with_held_back_ > 0; }
   // The held-back delivery `broker_tag` is the proxy's now (its client left before it was
@@ -72,6 +73,8 @@ class DeliveryRouter {
   // A delivery whose frames were all buffered: carry out `plan` on it.
   void dispatch_buffered(ChannelState& ch, Delivery delivery, amqp::Bytes frames,
                          DeliveryPlan plan);
+  // A suspect decided and buffered waits at the front of the held-back deliveries.
+  void hold_suspect(ChannelState& ch, ChannelState::HeldBackDelivery held);
   // The proxy owns `delivery` now: the observer hears of it.
   void take_over(ChannelState& ch, Delivery delivery);
   // Hands a delivery to the client under the next client tag: its method frame (the tag

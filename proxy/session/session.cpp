@@ -181,7 +181,10 @@ void Session::on_tick(std::int64_t now_ms) {
   finish_bookkeeping();
   if (tx_replay_pending_) replay_behind_commits();
   for (auto& [number, ch] : channels_) {
-    if (ch.suspect_client_tag == 0 || ch.held_back.empty()) {
+    // Deliveries held back behind a suspect the client holds, or a suspect waiting for the
+    // client's other deliveries: both for suspect_hold_ms at most. A client that sits on what
+    // it holds (a batch) gets the next one even if it is a suspect.
+    if ((ch.suspect_client_tag == 0 && !ch.suspect_waits()) || ch.held_back.empty()) {
       ch.suspect_seen_ms = -1;
       continue;
     }
@@ -189,8 +192,9 @@ void Session::on_tick(std::int64_t now_ms) {
       ch.suspect_seen_ms = now_ms;
     } else if (now_ms - ch.suspect_seen_ms >= options_.suspect_hold_ms) {
       ch.suspect_client_tag = 0;
-      ch.suspect_seen_ms = -1;
-      release_held_back(ch);
+      release_held_back(ch, true);
+      // What waits behind the one just handed out waits from now.
+      ch.suspect_seen_ms = ch.held_back.empty() ? -1 : now_ms;
     }
   }
   if (phase_ == Phase::open && proxy_close_ == ProxyClose::none) check_ack_timeouts(now_ms);

@@ -184,8 +184,9 @@ class Session {
   bool start_broker_delivery(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   // basic.consume-ok, cancel or cancel-ok from the broker:
   bool note_broker_consumer_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
-  // Hands out what is held back on `ch` (DeliveryRouter::release_next), at a frame boundary.
-  void release_held_back(ChannelState& ch);
+  // Hands out what is held back on `ch` (DeliveryRouter::release_next), at a frame boundary;
+  // a suspect waiting for the client's hands to be empty first if `even_with_others_in_hand`.
+  void release_held_back(ChannelState& ch, bool even_with_others_in_hand = false);
   void release_all_held_back();
   void settle_from_client(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
                           std::uint64_t tag, bool multiple, bool requeue);

@@ -153,7 +153,8 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   settled.clear();
   if (settled.capacity() <= kKeptCapacity) settled_scratch_ = std::move(settled);
   if (forwarded.capacity() <= kKeptCapacity) forwarded_scratch_ = std::move(forwarded);
-  if (gate_opened) release_held_back(ch);
+  // The suspect settled, or the last delivery a waiting suspect waited for.
+  if (gate_opened || (ch.suspect_waits() && ch.unacked_count() == 0)) release_held_back(ch);
 }
 
 void Session::write_settlement(ChannelState& ch, const Frame& frame, SettleKind kind,

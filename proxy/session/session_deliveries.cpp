@@ -56,9 +56,11 @@ void Session::handle_broker_content(ChannelState& ch, const Frame& frame) {
   }
 }
 
-void Session::release_held_back(ChannelState& ch) {
+void Session::release_held_back(ChannelState& ch, bool even_with_others_in_hand) {
   if (content_in_progress(Side::client)) return;  // retried at the next frame boundary
-  while (router_.release_next(ch)) {
+  bool force = even_with_others_in_hand;
+  while (router_.release_next(ch, force)) {
+    force = false;
     if (router_.has_actions()) apply(router_.take_actions());
   }
 }

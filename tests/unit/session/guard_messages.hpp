@@ -160,6 +160,12 @@ inline Bytes delivery(std::uint64_t tag, const amqp::BasicProperties& properties
 inline Bytes delivery(std::uint64_t tag, const Message& m, bool redelivered = false) {
   return delivery(tag, m.properties, m.body, redelivered);
 }
+// basic.get-ok and its content: `m` answering a basic.get.
+inline Bytes get_ok(std::uint64_t tag, const Message& m, bool redelivered = false) {
+  amqp::BasicGetOk g{tag, redelivered, "ex", "rk", 0};
+  return cat(
+      {method(kCh, g), content_header(kCh, m.body.size(), m.properties), body_frame(kCh, m.body)});
+}
 
 // A field value as its type letter and value, `absent` for none, so that a failed comparison
 // reads as the header it is: l 3, S "ex", T 1700000001.
