@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
     for (const std::string& warning : config::policy_warnings(policies)) {
       std::cerr << warning << "\n";
     }
+    for (const std::string& note : config::policy_notes(policies)) std::cerr << note << "\n";
     return 0;
   }
   return run_proxy(std::move(cfg), std::move(policies));

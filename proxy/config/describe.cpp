@@ -116,32 +116,50 @@ std::string describe_policies(const retry::PolicySet& policies) {
   return out;
 }
 
-std::vector<std::string> policy_warnings(const retry::PolicySet& policies) {
-  // RabbitMQ 4.0 gives every quorum queue without a limit of its own this delivery limit.
-  constexpr std::uint32_t kQuorumDefaultLimit = 20;
-  std::vector<std::string> warnings;
-  auto check = [&](const retry::Policy& policy) {
-    for (const std::string& warning : policy.warnings) warnings.push_back("warning: " + warning);
-    // From x-delivery-count 19 on nackguard republishes: one more return, and one the
-    // consumer never sees, could pass 20 (retry::kUnseenReturns).
-    if (policy.max_redeliveries + retry::kUnseenReturns < kQuorumDefaultLimit) return;
-    if (policy.broker_delivery_limit.kind == retry::BrokerDeliveryLimit::Kind::none) return;
-    warnings.push_back(
-        "warning: " + policy.source +
-        ": max_redeliveries: " + std::to_string(policy.max_redeliveries) +
-        " reaches the delivery limit RabbitMQ 4.0 and later give every quorum queue (20 "
-        "unless the queue sets x-delivery-limit, less one return the consumer may never see); "
-        "before a return could pass the broker's limit nackguard republishes the message to the "
-        "back of its queue with its count, so "
-        "none is dropped, but its order changes. Set broker_delivery_limit to the queue's "
-        "real limit (or none), or lower max_redeliveries below it");
-  };
-  for (const retry::Policy& policy : policies.policies()) check(policy);
+namespace {
+// Each policy of `policies` once: the fallback too when no policy is for every queue ("*").
+template <typename F>
+void for_each_policy(const retry::PolicySet& policies, F&& f) {
+  for (const retry::Policy& policy : policies.policies()) f(policy);
   const bool has_default =
       std::any_of(policies.policies().begin(), policies.policies().end(),
                   [](const retry::Policy& policy) { return policy.queue == "*"; });
-  if (!has_default) check(policies.fallback());
+  if (!has_default) f(policies.fallback());
+}
+}  // namespace
+
+std::vector<std::string> policy_warnings(const retry::PolicySet& policies) {
+  std::vector<std::string> warnings;
+  for_each_policy(policies, [&](const retry::Policy& policy) {
+    for (const std::string& warning : policy.warnings) warnings.push_back("warning: " + warning);
+    // A limit the policy names: from x-delivery-count limit - 1 on nackguard republishes, as
+    // one more return, and one the consumer never sees, could pass it (retry::kUnseenReturns).
+    // An automatic limit is the management API's or an assumed one (choosing-a-policy.md).
+    const retry::BrokerDeliveryLimit& limit = policy.broker_delivery_limit;
+    if (limit.kind != retry::BrokerDeliveryLimit::Kind::fixed) return;
+    if (policy.max_redeliveries + retry::kUnseenReturns < limit.value) return;
+    warnings.push_back(
+        "warning: " + policy.source +
+        ": max_redeliveries: " + std::to_string(policy.max_redeliveries) +
+        " reaches broker_delivery_limit: " + std::to_string(limit.value) +
+        " (less one return the consumer may never see); before a return could pass the "
+        "broker's limit nackguard republishes the message to the back of its queue with its "
+        "count, so none is dropped, but its order changes. Lower max_redeliveries below it");
+  });
   return warnings;
+}
+
+std::vector<std::string> policy_notes(const retry::PolicySet& policies) {
+  std::vector<std::string> notes;
+  for_each_policy(policies, [&](const retry::Policy& policy) {
+    if (policy.ack_timeout.count() != 0) return;
+    notes.push_back("note: " + policy.source +
+                    ": ack_timeout is off. RabbitMQ 4.3 has no consumer timeout on classic "
+                    "queues: there, nothing bounds a consumer that hangs on a message (3.x and "
+                    "4.0 close its channel after consumer_timeout, 30 minutes by default). Set "
+                    "ack_timeout for such queues (docs/choosing-a-policy.md#hung-consumers)");
+  });
+  return notes;
 }
 
 }  // namespace nackguard::config

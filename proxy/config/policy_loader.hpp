@@ -37,8 +37,10 @@ std::string describe_policies(const retry::PolicySet& policies);
 // What --check-config warns about in the policies (and nackguard logs when it loads them), one
 // line each ("warning: <source>: <key>: ..."): an old key name that still works (the loader's
 // Policy::warnings, which name file:line:column), and a max_redeliveries at or past the
-// delivery limit RabbitMQ 4.0 gives every quorum queue (20), unless the policy says the queue
-// has none.
+// delivery limit the policy's broker_delivery_limit names.
 std::vector<std::string> policy_warnings(const retry::PolicySet& policies);
+// What --check-config adds about the policies, not worth a warning at every start: a policy
+// without ack_timeout leaves a hung consumer unbounded on RabbitMQ 4.3's classic queues.
+std::vector<std::string> policy_notes(const retry::PolicySet& policies);
 
 }  // namespace nackguard::config

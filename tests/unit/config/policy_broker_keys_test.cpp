@@ -53,20 +53,36 @@ TEST(QueueTypeKey, Values) {
   EXPECT_NE(error.find("quorum"), std::string::npos);
 }
 
-TEST(PolicyWarnings, MaxRedeliveriesAtTheQuorumDefaultLimit) {
-  retry::Policy under = parse("queue: a\nmax_redeliveries: 18\n");
+TEST(PolicyWarnings, MaxRedeliveriesAtTheLimitThePolicyNames) {
+  retry::Policy under = parse("queue: a\nmax_redeliveries: 18\nbroker_delivery_limit: 20\n");
   // 19: its 20th delivery carries x-delivery-count 19, republished (retry::kUnseenReturns).
-  retry::Policy at = parse("queue: b\nmax_redeliveries: 19\n");
+  retry::Policy at = parse("queue: b\nmax_redeliveries: 19\nbroker_delivery_limit: 20\n");
   retry::Policy none = parse("queue: c\nmax_redeliveries: 30\nbroker_delivery_limit: none\n");
   retry::Policy fixed = parse("queue: d\nmax_redeliveries: 30\nbroker_delivery_limit: 50\n");
+  // An automatic limit is learnt or assumed (2): no max_redeliveries reaches it in particular.
+  retry::Policy automatic = parse("queue: e\nmax_redeliveries: 30\n");
   const std::vector<std::string> warnings =
-      policy_warnings(retry::PolicySet({under, at, none, fixed}));
-  ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_EQ(warnings[0].substr(0, 49), "warning: p.yaml: max_redeliveries: 19 reaches the");
-  EXPECT_NE(warnings[0].find("broker_delivery_limit"), std::string::npos);
-  EXPECT_EQ(warnings[1].substr(0, 38), "warning: p.yaml: max_redeliveries: 30 ");
+      policy_warnings(retry::PolicySet({under, at, none, fixed, automatic}));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].substr(0, 49), "warning: p.yaml: max_redeliveries: 19 reaches bro");
+  EXPECT_NE(warnings[0].find("broker_delivery_limit: 20"), std::string::npos);
   // The built-in default (10) warns of nothing.
   EXPECT_TRUE(policy_warnings(retry::PolicySet()).empty());
+}
+
+// RabbitMQ 4.3 times out no consumer of a classic queue (issue 38): --check-config says what
+// bounds a hung one there, the policy's ack_timeout, for each policy without one.
+TEST(PolicyNotes, WithoutAckTimeoutNothingBoundsAHungConsumerOnA43ClassicQueue) {
+  retry::Policy without = parse("queue: a\n");
+  retry::Policy with = parse("queue: b\nack_timeout: 10m\n");
+  retry::Policy fallback = parse("queue: \"*\"\nack_timeout: 5m\n");
+  const std::vector<std::string> notes = policy_notes(retry::PolicySet({without, with, fallback}));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0].substr(0, 40), "note: p.yaml: ack_timeout is off. Rabbit");
+  EXPECT_NE(notes[0].find("4.3"), std::string::npos);
+  EXPECT_NE(notes[0].find("classic"), std::string::npos);
+  // The built-in default has none: one note, for it.
+  EXPECT_EQ(policy_notes(retry::PolicySet()).size(), 1u);
 }
 
 }  // namespace
