@@ -95,7 +95,10 @@ retry::CarriedCount carried_count(const amqp::BasicProperties& properties,
                                   const Delivery& delivery) {
   retry::CarriedCount carried;
   carried.broker = count_header(properties, kDeliveryCountHeader);
-  carried.from_quorum_queue = header(properties, kDeliveryCountHeader) != nullptr;
+  // Only a quorum queue sets either: x-delivery-count from a redelivery on (4.3: of a reject
+  // or a crash), x-acquired-count (4.3 on) from any redelivery on.
+  carried.from_quorum_queue = header(properties, kDeliveryCountHeader) != nullptr ||
+                              header(properties, kAcquiredCountHeader) != nullptr;
   carried.redelivered = delivery.redelivered;
   carried.acquired = count_header(properties, kAcquiredCountHeader);
   if (const amqp::FieldValue* id = header(properties, kCopyIdHeader)) {

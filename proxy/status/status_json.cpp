@@ -84,6 +84,8 @@ json::object next_json(const retry::TrackerEntry& entry, std::string_view queue,
   event.wall_ms = guard.wall_ms();
   event.steady_ms = guard.steady_ms();
   event.outage = guard.health().state(queue, policy.rate, event.steady_ms).holds_counts();
+  // The return of the copy the entry counts on (the message as the broker holds it now).
+  event.carried.copy_id = entry.copy_id;
   retry::TrackerEntry copy = entry;
   std::mt19937_64 rng(entry.returns);
   json::object next = decision_json(retry::decide_return(policy, copy, event, rng), "next_return");

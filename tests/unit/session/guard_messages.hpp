@@ -133,10 +133,14 @@ inline Message message(const std::string& id, std::optional<std::int64_t> return
 }
 
 // The message as a quorum queue redelivers it: with x-delivery-count `count`.
-inline Message with_delivery_count(Message m, std::int64_t count) {
+// `m` with the integer header `name` (a broker's count: x-delivery-count, x-acquired-count).
+inline Message with_count(Message m, const std::string& name, std::int64_t count) {
   if (!m.properties.headers) m.properties.headers.emplace();
-  m.properties.headers->set("x-delivery-count", amqp::FieldValue::i64(count));
+  m.properties.headers->set(name, amqp::FieldValue::i64(count));
   return m;
+}
+inline Message with_delivery_count(Message m, std::int64_t count) {
+  return with_count(std::move(m), "x-delivery-count", count);
 }
 
 inline amqp::BasicProperties without_headers(amqp::BasicProperties p) {

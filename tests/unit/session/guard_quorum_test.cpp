@@ -299,6 +299,21 @@ TEST_F(GuardQuorum, ThreeDotXMarksAQuorumQueuesFirstDeliveryWhichTellsItsType) {
   EXPECT_EQ(text(declare.arguments.find("x-queue-type")), text(amqp::FieldValue::string("quorum")));
 }
 
+// RabbitMQ 4.3 counts no nack in x-delivery-count, and sets x-acquired-count on every
+// redelivery of a quorum queue's message: that tells the type too (issue 38: a 4.3 nack loop
+// got a classic DLQ).
+TEST_F(GuardQuorum, FourDotThreesAcquiredCountTellsAQuorumQueue) {
+  retry::Policy p = policy(5);
+  p.requeue = retry::RequeueMode::delayed;
+  start(p);
+  deliver_passes(delivery(1, with_count(message("m1"), "x-acquired-count", 1), true));
+  client(nack(1));
+  std::vector<Wire> sent = open_proxy_channel();
+  ASSERT_EQ(sent.size(), 1u);
+  const amqp::QueueDeclare declare = as<amqp::QueueDeclare>(sent[0]);
+  EXPECT_EQ(text(declare.arguments.find("x-queue-type")), text(amqp::FieldValue::string("quorum")));
+}
+
 TEST_F(GuardQuorum, QuorumSourceGetsAQuorumDlq) {
   amqp::FieldTable args;
   args.set("x-queue-type", amqp::FieldValue::string("quorum"));

@@ -36,13 +36,16 @@ class StatusBoardTest : public testing::Test {
   }
 
   // `returns` counted returns of `id` on `queue`, as the guard records them.
-  void loop(const std::string& queue, const std::string& id, std::uint32_t returns) {
+  // `copy_id`: the copy of nackguard's the returns were counted on (0: the original).
+  void loop(const std::string& queue, const std::string& id, std::uint32_t returns,
+            std::uint64_t copy_id = 0) {
     const retry::TrackerKey key = retry::make_key(queue, id);
     for (std::uint32_t i = 0; i < returns; ++i) {
       registry.delivery(queue);
       registry.returned(queue);
       registry.requeue(queue, retry::Action::forward);
       context->tracker().upsert(key, steady, [&](retry::TrackerEntry& e) {
+        e.copy_id = copy_id;
         ++e.returns;
         ++e.deliveries;
         if (e.first_return_ms == 0) e.first_return_ms = kWall + steady;
@@ -86,6 +89,16 @@ TEST_F(StatusBoardTest, TopMessagesWithWhatTheirNextReturnBrings) {
   // "other" falls to the built-in default.
   EXPECT_EQ(top[2].at("next").at("policy").as_string(), "built-in default");
   EXPECT_EQ(s.at("tracker_sampled").as_int64(), 3);
+}
+
+// The count of a message nackguard copied is the count on its copy: the prediction starts
+// from it (it started from 0, and said requeue where the next return dead-lettered).
+TEST_F(StatusBoardTest, TheNextReturnOfACopiedMessageCountsFromItsCopy) {
+  loop("orders", "order-19", 3, 0x5eed);
+  const json::object s = status();
+  const json::object& next = s.at("top").at(0).at("next").as_object();
+  EXPECT_EQ(next.at("action").as_string(), "dead_letter");
+  EXPECT_EQ(next.at("reason").as_string(), "max_redeliveries");
 }
 
 TEST_F(StatusBoardTest, IdentitiesOnlyWhenShown) {
