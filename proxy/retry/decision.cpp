@@ -49,7 +49,7 @@ bool entry_matches(const TrackerEntry& entry, const CarriedCount& carried) {
 }
 
 std::uint32_t implied_returns(const TrackerEntry* entry, const CarriedCount& carried) {
-  if (!carried.redelivered) return 0;
+  if (!carried.redelivered || !carried.flag_counts) return 0;
   if (entry && entry_matches(*entry, carried) && entry->uncounted_redelivery) return 0;
   return 1;
 }

@@ -67,6 +67,12 @@ struct CarriedCount {
   // (or copied) without a copy recording it. nackguard writes a copy at every return it counts
   // except a first one, so the flag stands for exactly one return (implied_returns).
   bool redelivered = false;
+  // Whether the flag stands for a return. Not on a copy marked x-nackguard-exact (made from a
+  // quorum queue): a quorum queue also redelivers, and counts, a delivery its consumer never
+  // got (one that crossed the consumer's basic.cancel, which RabbitMQ returns itself), so
+  // nackguard writes every return of such a copy into a copy of its own, and the flag counts
+  // nothing.
+  bool flag_counts = true;
   // x-nackguard-suspect: the copy was made at a crash; hand it out alone.
   bool suspect = false;
   // A copy of nackguard's made for this queue (x-nackguard-returns counts here): a retry,

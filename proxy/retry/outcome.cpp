@@ -11,9 +11,11 @@ bool passes_limit(const CarriedCount& carried, const Circumstances& c) {
 }
 
 // The broker's redelivered flag carries exactly one return: the count is the copy's plus this
-// one, and the message was not redelivered since the copy (the flag is still free).
+// one, the message was not redelivered since the copy (the flag is still free), and its flag
+// counts (not an exact copy: CarriedCount::flag_counts).
 bool flag_carries(const Decision& decision, const CarriedCount& carried) {
-  return !carried.redelivered && carried.nackguard < std::numeric_limits<std::uint32_t>::max() &&
+  return carried.flag_counts && !carried.redelivered &&
+         carried.nackguard < std::numeric_limits<std::uint32_t>::max() &&
          decision.returns == carried.nackguard + 1;
 }
 

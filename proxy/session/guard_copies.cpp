@@ -128,8 +128,16 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
   edits.push_back({kFirstReturnHeader, amqp::FieldValue::timestamp(to_seconds(first_return))});
   edits.push_back({kOriginalExchangeHeader, amqp::FieldValue::string(d.exchange), true});
   edits.push_back({kOriginalRoutingKeyHeader, amqp::FieldValue::string(d.routing_key), true});
-  retry::QueueType type =
-      retry::declared_queue_type(policy.queue_type, context_.queue_facts().find(intent.queue));
+  const retry::QueueFacts& facts = context_.queue_facts().find(intent.queue);
+  if (facts.type == retry::QueueFacts::Type::quorum &&
+      intent.decision.action != retry::Action::dead_letter) {
+    // Back in a quorum queue, which may redeliver it with no consumer's return (one that
+    // crossed a basic.cancel): its count is written here at every return, the flag counts
+    // nothing. A copy of an exact copy stays exact whatever this proxy knows: the header is
+    // kept.
+    edits.push_back({kExactHeader, amqp::FieldValue::boolean(true)});
+  }
+  retry::QueueType type = retry::declared_queue_type(policy.queue_type, facts);
   switch (intent.decision.action) {
     case retry::Action::dead_letter:
       build_dead_letter(intent, edits, request, type, last_return);

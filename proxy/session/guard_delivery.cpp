@@ -57,7 +57,8 @@ DeliveryPlan Guard::plan_delivery(const Delivery& d, const retry::Policy& policy
   reading.props = &props;
   const amqp::BasicProperties& properties = props.header.properties;
   retry::CarriedCount carried = carried_count(properties, d);
-  if (carried.from_quorum_queue) learn_quorum(d.queue);
+  // An exact copy was made from a quorum queue, by whichever sidecar knew its type.
+  if (carried.from_quorum_queue || !carried.flag_counts) learn_quorum(d.queue);
   // A copy nackguard delayed during an outage carries x-nackguard-returns 0: it is a message
   // seen before, which outage detection must not count as new at each pass.
   const bool copy = properties.headers && properties.headers->find(kReturnsHeader);

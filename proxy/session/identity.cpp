@@ -89,6 +89,13 @@ std::uint32_t count_header(const amqp::BasicProperties& properties, const char* 
   return static_cast<std::uint32_t>(
       std::clamp<std::int64_t>(*n, 0, std::numeric_limits<std::uint32_t>::max()));
 }
+// A boolean header set true, or a non-zero integer (a client's re-encoding may turn one into
+// the other).
+bool is_true(const amqp::FieldValue* v) {
+  if (!v) return false;
+  const bool* flag = std::get_if<bool>(&v->value);
+  return (flag && *flag) || v->as_int().value_or(0) != 0;
+}
 }  // namespace
 
 retry::CarriedCount carried_count(const amqp::BasicProperties& properties,
@@ -114,9 +121,8 @@ retry::CarriedCount carried_count(const amqp::BasicProperties& properties,
     carried.copy = header(properties, kReturnsHeader) != nullptr;
     carried.nackguard = count_header(properties, kReturnsHeader);
     carried.deliveries = count_header(properties, kDeliveriesHeader);
-    const amqp::FieldValue* suspect = header(properties, kSuspectHeader);
-    const bool* flag = suspect ? std::get_if<bool>(&suspect->value) : nullptr;
-    carried.suspect = (flag && *flag) || (suspect && suspect->as_int().value_or(0) != 0);
+    carried.suspect = is_true(header(properties, kSuspectHeader));
+    carried.flag_counts = !is_true(header(properties, kExactHeader));
   }
   return carried;
 }

@@ -29,6 +29,9 @@ inline constexpr const char* kReturnsQueueHeader = "x-nackguard-returns-queue";
 inline constexpr const char* kCopyIdHeader = "x-nackguard-copy-id";
 // The copy was made at a crash: whichever sidecar delivers it hands it out alone.
 inline constexpr const char* kSuspectHeader = "x-nackguard-suspect";
+// On a copy of a quorum queue's message: x-nackguard-returns is the whole count, the broker's
+// redelivered flag adds nothing (retry::CarriedCount::flag_counts).
+inline constexpr const char* kExactHeader = "x-nackguard-exact";
 inline constexpr const char* kDeliveryCountHeader = "x-delivery-count";  // quorum queues
 inline constexpr const char* kAcquiredCountHeader = "x-acquired-count";  // quorum, 4.3 on
 

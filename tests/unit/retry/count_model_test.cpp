@@ -39,15 +39,22 @@ struct Broker {
     message.redelivered = true;
     ++message.broker;
   }
-  // The proxy published a copy and acked the original.
+  // A quorum queue returns, and counts, a delivery that crossed its consumer's basic.cancel:
+  // no sidecar saw it.
+  void unseen_return() { requeue(); }
+  // The proxy published a copy and acked the original; from a quorum queue (`quorum`) the copy
+  // is exact: its flag counts nothing.
   void copy(const Decision& decision) {
     if (decision.action == Action::dead_letter) {
       dead_lettered = true;
       return;
     }
-    message = CarriedCount{
-        .nackguard = decision.returns, .copy_id = next_copy_id++, .suspect = decision.suspect};
+    message = CarriedCount{.nackguard = decision.returns,
+                           .copy_id = next_copy_id++,
+                           .flag_counts = !quorum,
+                           .suspect = decision.suspect};
   }
+  bool quorum = false;
 };
 
 class CountModel : public ::testing::Test {
@@ -126,6 +133,26 @@ TEST_F(CountModel, SidecarsInTurnShareOneCountOnAQuorumQueueWithAnUnknownLimit) 
   for (std::uint32_t max = 0; max <= 6; ++max) {
     std::vector<Sidecar> sidecars(2);
     EXPECT_EQ(nack_loop(immediate(max), sidecars), static_cast<int>(max) + 1) << max;
+  }
+}
+
+// A quorum queue redelivers what crossed a consumer's basic.cancel, redelivered and counted,
+// though no consumer returned it (seen on 3.10.8 with a consumer per message: a poison was
+// dead-lettered with returns 6 after 3 deliveries). Every copy from it is exact: such returns
+// count nothing once the message has been copied.
+TEST_F(CountModel, ReturnsNoConsumerMadeCountNothingOnAQuorumQueuesCopies) {
+  circumstances.broker_limit = kAssumedBrokerLimit;
+  for (std::uint32_t max = 1; max <= 6; ++max) {
+    std::vector<Sidecar> sidecars(2);
+    Broker broker;
+    broker.quorum = true;
+    const Policy policy = immediate(max);
+    for (std::size_t turn = 0; !broker.dead_lettered && turn < 1000; ++turn) {
+      Sidecar& sidecar = sidecars[turn % sidecars.size()];
+      if (broker.message.copy_id != 0 && turn % 2 == 0) broker.unseen_return();
+      if (deliver(policy, sidecar, broker)) nack(policy, sidecar, broker);
+    }
+    EXPECT_EQ(broker.deliveries, static_cast<int>(max) + 1) << max;
   }
 }
 

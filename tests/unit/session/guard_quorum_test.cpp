@@ -314,6 +314,48 @@ TEST_F(GuardQuorum, FourDotThreesAcquiredCountTellsAQuorumQueue) {
   EXPECT_EQ(text(declare.arguments.find("x-queue-type")), text(amqp::FieldValue::string("quorum")));
 }
 
+// A quorum queue redelivers, and counts, a delivery that crossed its consumer's
+// basic.cancel, which no consumer returned: its copies are exact (x-nackguard-exact), every
+// return of one is written into a copy, and their redelivered flag counts nothing.
+TEST_F(GuardQuorum, CopiesFromAQuorumQueueAreExact) {
+  retry::Policy p = policy(5);
+  p.broker_delivery_limit.kind = retry::BrokerDeliveryLimit::Kind::none;
+  start(p);
+  declare_quorum(std::nullopt);
+  deliver_passes(delivery(1, message("m1")));
+  client_passes(nack(1));  // an original's first return: its flag carries it
+  deliver_passes(delivery(2, with_delivery_count(message("m1"), 1), true));
+  client(nack(2));
+  const Copy first = republished();
+  EXPECT_EQ(first.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
+  EXPECT_EQ(first.header_text("x-nackguard-exact"), text(amqp::FieldValue::boolean(true)));
+  confirm(1);
+  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  // The copy's first return is written into a copy too.
+  retry_passes(delivery(3, delivered(message("m1"), first)));
+  client(nack(3));
+  const Copy second = take_copy(to_broker());
+  EXPECT_EQ(second.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
+  confirm(2);
+  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  // Redelivered with no return seen (it crossed a basic.cancel): still 3; nacked, 4.
+  const Message back = with_delivery_count(delivered(message("m1"), second), 1);
+  deliver_passes(delivery(4, back, true));
+  client(nack(4));
+  EXPECT_EQ(take_copy(to_broker()).header_text("x-nackguard-returns"),
+            text(amqp::FieldValue::i64(4)));
+}
+
+// A classic queue redelivers only what a consumer returned: its copies are not exact.
+TEST_F(GuardQuorum, CopiesFromAClassicQueueAreNotExact) {
+  start(policy(5));
+  deliver_passes(delivery(1, message("m1"), true));
+  client(nack(1));
+  const Copy copy = republished();
+  EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
+  EXPECT_EQ(copy.header_text("x-nackguard-exact"), "absent");
+}
+
 TEST_F(GuardQuorum, QuorumSourceGetsAQuorumDlq) {
   amqp::FieldTable args;
   args.set("x-queue-type", amqp::FieldValue::string("quorum"));
