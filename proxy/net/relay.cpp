@@ -1,5 +1,6 @@
 #include "proxy/net/relay.hpp"
 
+#include "proxy/net/connection_seed.hpp"
 #include "proxy/net/direct_write.hpp"
 #include "proxy/net/upstream_connect.hpp"
 
@@ -39,8 +40,9 @@ Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
       id_(id),
       client_(client.get_executor()),
       broker_(client.get_executor()),
-      guard_(options_.guard_context ? std::make_unique<session::Guard>(*options_.guard_context, id)
-                                    : nullptr),
+      guard_(options_.guard_context
+                 ? std::make_unique<session::Guard>(*options_.guard_context, connection_seed(id))
+                 : nullptr),
       session_(options_.session, guard_.get()),
       started_(Clock::now()) {
   client_.stream.tcp() = std::move(client);
