@@ -98,6 +98,8 @@ Outcome decide_crash(const Policy& policy, TrackerEntry& entry, const ReturnEven
   out.decision = decide_return(policy, entry, event, rng);
   Decision& d = out.decision;
   d.suspect = true;
+  const bool quorum =
+      c.quorum_queue || event.carried.from_quorum_queue || !event.carried.flag_counts;
   if (!event.solo && !event.consumer_timeout && d.returns > policy.max_redeliveries) {
     // Several messages were in the consumer's hands: none is known to be the culprit. Each
     // stays at the limit, a suspect: handed out alone, its next return decides.
@@ -106,13 +108,13 @@ Outcome decide_crash(const Policy& policy, TrackerEntry& entry, const ReturnEven
     d.returns = entry.returns = std::max(policy.max_redeliveries, event.carried.nackguard);
     // Requeued by the broker, its flag stands for one more: past the limit, which never
     // dead-letters at a delivery; its next return does, as it would from the limit.
-    if (!event.carried.redelivered) return out;
+    if (!event.carried.redelivered && !quorum) return out;
   }
   out.at_broker_limit = passes_limit(event.carried, c);
   if (d.action == Action::forward) {
     // The broker's requeue carries the count (its redelivered flag) when this is the first
-    // return since the copy; otherwise a copy must.
-    if (flag_carries(d, event.carried)) return out;
+    // return since the copy; otherwise, and on a quorum queue, a copy must.
+    if (!quorum && flag_carries(d, event.carried)) return out;
     d.action = Action::republish;
   }
   if (!needs_copy(d, c)) return out;

@@ -47,6 +47,11 @@ struct Circumstances {
   // holds the channel's or connection's close). Not when the broker itself ended the channel.
   bool take_over_at_crash = true;
   bool reject_dead_letters = false;  // the policy's dead_letter.via is reject: no copy needed
+  // The queue is known to be a quorum queue. Its redelivered flag may stand for a return no
+  // consumer made (CarriedCount::flag_counts), and a sidecar that delivers a message next
+  // knows nothing of a crash this one saw: every crash return is written into a copy marked
+  // suspect (decide_crash), the first since a copy included.
+  bool quorum_queue = false;
 };
 
 struct Outcome {

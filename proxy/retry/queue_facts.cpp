@@ -78,6 +78,7 @@ void QueueFactsRegistry::on_declare(std::string_view queue, QueueFacts::Type typ
   // A declaration without x-queue-type gets the broker's default type, which the proxy cannot
   // see: what a delivery showed stays.
   if (type != QueueFacts::Type::unknown) facts.type = type;
+  if (facts.type == QueueFacts::Type::quorum) any_quorum_.store(true, std::memory_order_relaxed);
   facts.declared_limit = delivery_limit;
   if (delivery_limit && *delivery_limit >= 0 &&
       next_return_passes(0, static_cast<std::uint32_t>(std::min<std::int64_t>(
@@ -91,6 +92,7 @@ void QueueFactsRegistry::on_delivery_count(std::string_view queue) {
   std::lock_guard lock(mutex_);
   QueueFacts& facts = slot(queue);
   if (facts.type == QueueFacts::Type::unknown) facts.type = QueueFacts::Type::quorum;
+  if (facts.type == QueueFacts::Type::quorum) any_quorum_.store(true, std::memory_order_relaxed);
 }
 
 QueueFacts QueueFactsRegistry::find(std::string_view queue) const {

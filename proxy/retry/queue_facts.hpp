@@ -74,6 +74,12 @@ class QueueFactsRegistry {
   bool tight_limit_declared() const {
     return tight_limit_declared_.load(std::memory_order_relaxed);
   }
+  // Whether any queue was ever learnt to be a quorum queue, sticky: lock-free, for every
+  // delivery of a deployment without one.
+  bool any_quorum() const { return any_quorum_.load(std::memory_order_relaxed); }
+  bool is_quorum(std::string_view queue) const {
+    return any_quorum() && find(queue).type == QueueFacts::Type::quorum;
+  }
 
   std::size_t size() const;
   std::size_t max_queues() const { return max_queues_; }
@@ -88,6 +94,7 @@ class QueueFactsRegistry {
   std::deque<std::string> order_;  // names in the order they were learnt
   std::uint64_t forgotten_ = 0;
   std::atomic<bool> tight_limit_declared_{false};
+  std::atomic<bool> any_quorum_{false};
 };
 
 }  // namespace nackguard::retry

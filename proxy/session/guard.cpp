@@ -151,6 +151,7 @@ retry::Circumstances Guard::circumstances(const Delivery& d, const retry::Policy
   c.proxy_channel = facts_.reserved_channel.has_value();
   c.copies_failing = context_.copies_failing(d.queue, context_.steady_ms());
   c.reject_dead_letters = policy.dead_letter.via == retry::DeadLetter::Via::reject;
+  c.quorum_queue = context_.queue_facts().is_quorum(d.queue);
   return c;
 }
 

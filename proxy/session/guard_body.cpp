@@ -35,6 +35,8 @@ bool Guard::first_delivery_keeps_body(const Delivery& d, const retry::Policy& po
   // the share at which an outage ends, however few they are) an outage may start before this
   // delivery's return.
   if (health.outage || health.ratio > policy.rate.outage_ratio * retry::kLeaveFactor) return true;
+  // On a quorum queue a crash return is always a copy (retry::Circumstances::quorum_queue).
+  if (context_.queue_facts().is_quorum(d.queue)) return true;
   // The broker's limit leaves the first return no room: it would be republished.
   return first_return_passes_broker_limit(policy, d.queue);
 }

@@ -92,5 +92,29 @@ TEST_F(GuardQuorumCrash, InnocentPrefetchedWithACrashingPoisonIsNeverDeadLettere
   EXPECT_EQ(listener.dead_letters.size(), 1u);
 }
 
+// On a queue known to be a quorum queue, a crash return is written into a copy marked suspect,
+// the first too: the redelivered flag may stand for a return no consumer made, and whichever
+// sidecar delivers the message next must know to hand it out alone.
+TEST_F(GuardQuorumCrash, OnAQuorumQueueEveryCrashReturnIsACopyMarkedSuspect) {
+  start(policy(3));
+  amqp::QueueDeclare declare;
+  declare.queue = kQueue;
+  declare.durable = true;
+  declare.arguments.set("x-queue-type", amqp::FieldValue::string("quorum"));
+  client_passes(method(kCh, declare));
+  deliver_passes(method(kCh, amqp::QueueDeclareOk{kQueue, 0, 0}));
+  deliver_passes(delivery(1, message("m1")));
+  deliver_passes(delivery(2, message("m2")));
+  const std::vector<Copy> copies = client_eof_with_copies({1, 2});
+  ASSERT_EQ(copies.size(), 2u);
+  for (const Copy& copy : copies) {
+    EXPECT_EQ(copy.publish.routing_key, "q");
+    EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(1)));
+    EXPECT_EQ(copy.header_text("x-nackguard-suspect"), text(amqp::FieldValue::boolean(true)));
+    EXPECT_EQ(copy.header_text("x-nackguard-exact"), text(amqp::FieldValue::boolean(true)));
+  }
+  EXPECT_TRUE(listener.dead_letters.empty());
+}
+
 }  // namespace
 }  // namespace nackguard::session::guard_test
