@@ -1,6 +1,7 @@
 #include "proxy/session/channel.hpp"
 
 #include <xxhash.h>
+#include <algorithm>
 
 namespace nackguard::session {
 
@@ -306,6 +307,22 @@ std::vector<Delivery> ChannelState::take_all() {
   for (auto& [tag, record] : taken_over_) taken.push_back(drop_record(record));
   taken_over_.clear();
   return taken;
+}
+
+std::vector<Delivery> ChannelState::requeued_by_broker(const std::string& consumer_tag) {
+  std::vector<Delivery> requeued;
+  for (auto& [client_tag, record] : unacked_) {
+    Delivery& d = record.delivery;
+    if (is_slim(d) || d.no_ack || d.consumer_tag != consumer_tag) continue;
+    requeued.push_back(d);
+    records_charge_.sub(record.cost);
+    make_slim(d);
+    record.cost = record_cost(d);
+    records_charge_.add(record.cost);
+  }
+  std::sort(requeued.begin(), requeued.end(),
+            [](const Delivery& a, const Delivery& b) { return a.broker_tag < b.broker_tag; });
+  return requeued;
 }
 
 std::vector<std::uint64_t> ChannelState::in_hand_tags() const {

@@ -214,6 +214,11 @@ class ChannelState {
   std::size_t unacked_count() const { return unacked_.size(); }
   // The client tags of the deliveries in the client's hands: unacked, with a record (not slim).
   std::vector<std::uint64_t> in_hand_tags() const;
+  // The broker took back what consumer `consumer_tag` held (RabbitMQ 4.3 cancels a consumer
+  // whose delivery timed out, and requeues its deliveries). The client still holds them and
+  // may settle them, so their tags stay; but their records become slim: no settlement of
+  // theirs is a return any more. Returns them as they were, the broker's oldest first.
+  std::vector<Delivery> requeued_by_broker(const std::string& consumer_tag);
   // The client's close or crash found the deliveries up to this client tag in its hands, and
   // the observer counted them then (session_crash.cpp); later ones were never seen by the
   // client. 0: no crash.

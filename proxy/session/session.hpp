@@ -217,6 +217,10 @@ class Session {
   // Acknowledgement timeouts (session_timeout.cpp). The broker closes `ch` with `close`: if it
   // is RabbitMQ's consumer_timeout, the oldest unacked delivery is the one that timed out.
   void note_broker_channel_close(ChannelState& ch, const amqp::Frame& frame);
+  // The broker cancels a consumer of `ch` (basic.cancel): from RabbitMQ 4.3 on, a quorum
+  // queue's consumer timeout, which requeues what the consumer held. Its oldest delivery is a
+  // consumer_timeout return, the others are no consumer's doing. False if malformed.
+  bool note_broker_cancel(ChannelState& ch, const amqp::Frame& frame);
   // Why `d` goes back to the broker when its channel ends for `cause`: the delivery whose ack
   // timed out is a consumer_timeout return, the others are no consumer's doing (broker_lost).
   static ReturnCause end_cause(const ChannelState& ch, const Delivery& d, ReturnCause cause);

@@ -228,8 +228,10 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       ch.to_client.phase = ContentState::Phase::awaiting_header;
       break;
     case mid::basic_consume_ok:
-    case mid::basic_cancel:
       if (!note_broker_consumer_method(ch, frame, key)) return malformed();
+      break;
+    case mid::basic_cancel:
+      if (!note_broker_cancel(ch, frame)) return malformed();
       break;
     case mid::basic_cancel_ok:
       if (!note_broker_consumer_method(ch, frame, key)) return malformed();

@@ -2,9 +2,12 @@
 // per queue from 3.12 with x-consumer-timeout or a policy) closes the channel with 406
 // "delivery acknowledgement on channel N timed out" once the oldest unacked delivery on it has
 // waited that long, and requeues every delivery of the channel. Only that delivery is the
-// consumer's doing: it counts a return (consumer_timeout), the others count nothing.
+// consumer's doing: it counts a return (consumer_timeout), the others count nothing. RabbitMQ
+// 4.3 times out only quorum queues' consumers, with a basic.cancel of the consumer (the
+// channel stays open) that requeues what it held: the same count (note_broker_cancel).
 
 #include <algorithm>
+#include <charconv>
 #include <string>
 #include <string_view>
 
@@ -28,6 +31,19 @@ bool is_consumer_timeout(const amqp::ChannelClose& close) {
          text.find("timed out") != std::string_view::npos;
 }
 
+// Whether the broker (its "version" server property) requeues a consumer's deliveries when it
+// cancels it for a consumer timeout: RabbitMQ 4.3 and later.
+bool cancel_requeues(std::string_view version) {
+  int major = 0;
+  int minor = 0;
+  auto [end, error] = std::from_chars(version.data(), version.data() + version.size(), major);
+  if (error != std::errc()) return false;
+  if (end != version.data() + version.size() && *end == '.') {
+    std::from_chars(end + 1, version.data() + version.size(), minor);
+  }
+  return major > 4 || (major == 4 && minor >= 3);
+}
+
 }  // namespace
 
 void Session::note_broker_channel_close(ChannelState& ch, const amqp::Frame& frame) {
@@ -36,6 +52,26 @@ void Session::note_broker_channel_close(ChannelState& ch, const amqp::Frame& fra
   if (!is_consumer_timeout(close)) return;
   ch.ack_timed_out = true;
   ch.timed_out_broker_tag = ch.broker_oldest_unsettled();
+}
+
+bool Session::note_broker_cancel(ChannelState& ch, const amqp::Frame& frame) {
+  // A broker-sent cancel: the consumer tag, then the no-wait bit.
+  amqp::ByteReader in(frame.payload.subspan(4));
+  const std::string tag = in.shortstr();
+  if (!in.ok()) return false;
+  if (cancel_requeues(broker_version_)) {
+    // RabbitMQ 4.3 times out a quorum queue's consumer this way (earlier versions close the
+    // channel: note_broker_channel_close), and requeues what it held: the broker's oldest is
+    // the delivery that timed out. Any other reason (the queue deleted) leaves nothing to count.
+    std::vector<Delivery> requeued = ch.requeued_by_broker(tag);
+    for (std::size_t i = 0; i < requeued.size(); ++i) {
+      const ReturnCause cause = i == 0 ? ReturnCause::consumer_timeout : ReturnCause::broker_lost;
+      observer_->on_returned(requeued[i], cause, ReturnContext{.solo = i == 0});
+    }
+    if (!requeued.empty()) observer_->on_returns_done();
+  }
+  ch.forget_consumer(tag);
+  return true;
 }
 
 ReturnCause Session::end_cause(const ChannelState& ch, const Delivery& d, ReturnCause cause) {

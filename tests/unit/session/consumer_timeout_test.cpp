@@ -100,5 +100,50 @@ TEST_F(GuardConsumerTimeout, PoisonIsDeadLetteredAndTheInnocentIsNotCounted) {
             (std::vector<Dl>{{"q", "message_id:p", 2, retry::DeadLetterReason::consumer_timeout}}));
 }
 
+// RabbitMQ 4.3 times out a quorum queue's consumer with a basic.cancel (the channel stays
+// open) and requeues what it held: the oldest is the one that timed out, the others count
+// nothing. The client still holds them: their settlements, or its close, are no returns any
+// more, and nothing is taken over at its close (the broker has them back: a copy would be a
+// duplicate).
+TEST_F(GuardConsumerTimeout, FourDotThreesCancelCountsTheOldestAlone) {
+  broker_version = "4.3.6";
+  start(policy(1));
+  const Message poison = message("p"), innocent = message("i");
+  const Bytes close = method(kCh, amqp::ChannelClose{200, "bye", 0, 0});
+  deliver_passes(delivery(1, poison));
+  deliver_passes(delivery(2, innocent));
+  deliver_passes(method(kCh, amqp::BasicCancel{kConsumer, true}));
+  EXPECT_EQ(tracked("p")->returns, 1u);
+  EXPECT_TRUE(!tracked("i") || tracked("i")->returns == 0) << "the innocent was counted";
+  client_passes(ack(2));  // void at the broker, and no return here
+  client_passes(close);   // no consumer left to cancel: at once, and nothing taken over
+  deliver_passes(method(kCh, amqp::ChannelCloseOk{}));
+  EXPECT_EQ(listener.returns, 1);
+  // Redelivered, alone (a suspect), it times out again: past max_redeliveries 1.
+  open_and_consume();
+  deliver_passes(delivery(1, poison, true));
+  deliver_passes(method(kCh, amqp::BasicCancel{kConsumer, true}));
+  EXPECT_EQ(tracked("p")->returns, 2u);
+  client_passes(close);
+  deliver_passes(method(kCh, amqp::ChannelCloseOk{}));
+  EXPECT_EQ(listener.returns, 2);
+  EXPECT_TRUE(listener.dead_letters.empty());
+  open_and_consume();
+  Copy copy = dead_letter_at_next_delivery(1, poison);
+  EXPECT_EQ(copy.header_text("x-nackguard-reason"),
+            text(amqp::FieldValue::string("consumer_timeout")));
+}
+
+// Before 4.3 a broker's basic.cancel (the queue deleted) requeues nothing: nothing counts.
+TEST_F(GuardConsumerTimeout, AnEarlierBrokersCancelCountsNothing) {
+  broker_version = "4.0.5";
+  start(policy(1));
+  deliver_passes(delivery(1, message("p")));
+  deliver_passes(method(kCh, amqp::BasicCancel{kConsumer, true}));
+  EXPECT_EQ(listener.returns, 0);
+  client_passes(ack(1));
+  EXPECT_FALSE(tracked("p"));
+}
+
 }  // namespace
 }  // namespace nackguard::session
