@@ -60,8 +60,34 @@ node_script="$root/tests/rabbitmq-node.sh"
 jobs=${NACKGUARD_JOBS:-2}
 
 started_at=$SECONDS
-# Each heading carries the minutes:seconds since the start, so a slow phase shows in the log.
-step() { printf '\n== [%d:%02d] %s\n' $(((SECONDS - started_at) / 60)) $(((SECONDS - started_at) % 60)) "$*"; }
+# Each heading carries the minutes:seconds since the start, so a slow phase shows in the log;
+# the run ends with each phase's wall time (phase_times), the slowest marked.
+phase_names=()
+phase_starts=()
+mmss() { printf '%d:%02d' $(($1 / 60)) $(($1 % 60)); }
+step() {
+  phase_names+=("$*")
+  phase_starts+=("$SECONDS")
+  printf '\n== [%s] %s\n' "$(mmss $((SECONDS - started_at)))" "$*"
+}
+phase_times() {
+  local i n=${#phase_names[@]} end took slowest=0 slowest_i=-1
+  ((n > 0)) || return 0
+  echo "Phase times (wall; total $(mmss $((SECONDS - started_at)))):"
+  for ((i = 0; i < n; i++)); do
+    end=$SECONDS
+    ((i + 1 < n)) && end=${phase_starts[i + 1]}
+    took=$((end - phase_starts[i]))
+    if ((took > slowest)); then slowest=$took slowest_i=$i; fi
+  done
+  for ((i = 0; i < n; i++)); do
+    end=$SECONDS
+    ((i + 1 < n)) && end=${phase_starts[i + 1]}
+    took=$((end - phase_starts[i]))
+    printf '  %6s  %s%s\n' "$(mmss "$took")" "${phase_names[i]%% (*}" \
+      "$([[ $i == "$slowest_i" ]] && echo '   <- the slowest')"
+  done
+}
 
 # One run at a time per build directory: concurrent runs would share (and
 # stop) each other's node and race on the build.
@@ -351,6 +377,7 @@ fi
 # Stop the node now, quietly, so that the totals stay the last output.
 stop_node
 echo
+phase_times
 if ((${#flaky_names[@]} > 0)); then
   echo "Passed only on a second try (flaky: find why; the first try's output is in the phase's ctest-summary.log):"
   printf '  %s\n' "${flaky_names[@]}"
