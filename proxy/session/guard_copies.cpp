@@ -129,8 +129,10 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
   edits.push_back({kOriginalExchangeHeader, amqp::FieldValue::string(d.exchange), true});
   edits.push_back({kOriginalRoutingKeyHeader, amqp::FieldValue::string(d.routing_key), true});
   const retry::QueueFacts& facts = context_.queue_facts().find(intent.queue);
-  if (facts.type == retry::QueueFacts::Type::quorum &&
-      intent.decision.action != retry::Action::dead_letter) {
+  if (intent.decision.action == retry::Action::dead_letter) {
+    // In its DLQ the count is history (x-nackguard-returns-queue): nothing to be exact about.
+    edits.push_back({kExactHeader, amqp::FieldValue::none(), false, true});
+  } else if (facts.type == retry::QueueFacts::Type::quorum) {
     // Back in a quorum queue, which may redeliver it with no consumer's return (one that
     // crossed a basic.cancel): its count is written here at every return, the flag counts
     // nothing. A copy of an exact copy stays exact whatever this proxy knows: the header is

@@ -76,6 +76,7 @@ TEST_F(GuardQuorumCrash, InnocentPrefetchedWithACrashingPoisonIsNeverDeadLettere
   EXPECT_EQ(dead.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
   EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(4)));
   EXPECT_EQ(dead.header_text("x-delivery-count"), "absent");
+  EXPECT_EQ(dead.header_text("x-nackguard-exact"), "absent");  // history in its DLQ
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:poison", 4, DeadLetterReason::crash_loop}}));
 
