@@ -316,6 +316,7 @@ class Session {
   Tuning tuning_;
   std::string vhost_;
   std::string broker_version_;
+  bool broker_closing_ = false;  // the broker sent connection.close (session_connection.cpp)
   std::string client_name_;
   enum class ProxyClose { none, awaiting_client, awaiting_broker };
   ProxyClose proxy_close_ = ProxyClose::none;

@@ -93,6 +93,12 @@ void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t 
       observer_->on_open(
           {vhost_, tuning_.reserved_channel(), frame_max(), broker_version_, client_name_});
       return;
+    case mid::connection_close:
+      // The broker ends the connection: it answers nothing more but its close-ok (no cancel-ok
+      // for a crash's cancels, no confirm), and requeues what the client held.
+      broker_closing_ = true;
+      emit(Side::client, frame.raw);
+      return;
     case mid::connection_close_ok:
       // The client's connection.close, answered: the broker side is done; the client's socket
       // is the client's to close, as RabbitMQ leaves it (session_close.cpp).

@@ -24,7 +24,7 @@ constexpr std::int64_t kCrashHoldMs = 45000;
 
 bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool can_take_over) {
   can_take_over = can_take_over && phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
-                  !ch.tx.active && !ch.ack_close.active;
+                  !broker_closing_ && !ch.tx.active && !ch.ack_close.active;
   ch.crash_tag = ch.last_client_tag();
   ch.client_left = true;
   const ReturnContext context{.solo = solo, .can_take_over = can_take_over};
@@ -74,7 +74,8 @@ void Session::stop_consumers(ChannelState& ch, std::uint16_t number) {
   // that holds nothing any more, and return at the close what it sent meanwhile, redelivered
   // without a return of theirs, which any other sidecar would count. Cancelled, it stops; what
   // was on its way still comes (Delivery::unseen), and the close waits for the cancel-oks.
-  if (ch.consumers_cancelled) return;
+  // A broker that closes the connection answers no cancel: nothing would release the close.
+  if (ch.consumers_cancelled || broker_closing_) return;
   ch.consumers_cancelled = true;
   for (const auto& [tag, consumer] : ch.consumers) {
     amqp::Bytes frame;
@@ -107,6 +108,7 @@ bool Session::crash_connection(bool can_take_over) {
 }
 
 bool Session::close_must_wait() const {
+  if (broker_closing_) return false;  // nothing the broker sends now can settle anything
   for (const auto& [number, ch] : channels_) {
     if (ch.taken_over_count() > 0 || ch.cancels_pending > 0) return true;
   }

@@ -157,6 +157,25 @@ TEST_F(SessionChannelEnd, AClientThatKeepsItsSocketAfterCloseOkIsClosedAfterTenS
   EXPECT_TRUE(link.session.finished());
 }
 
+// A client that answers the broker's connection.close with its TCP close, no close-ok (Bunny
+// 2.19 recovering, php-amqp 1.11): the broker answers nothing more, so nothing is cancelled or
+// waited for (issue 38: the proxy waited for a cancel-ok, 31 s, until the broker reset it).
+TEST_F(SessionChannelEnd, ClientEofAfterTheBrokersCloseEndsAtOnce) {
+  consume(1, "q", "c1");
+  deliveries(1, "c1", 1, 1);
+  link.observer.take_events();
+  amqp::ConnectionClose close;
+  close.reply_code = 320;
+  close.reply_text = "CONNECTION_FORCED - Closed via management plugin";
+  broker_passes(method(0, close));
+  link.session.on_eof(Side::client);
+  EXPECT_TRUE(link.broker_bytes().empty());  // no basic.cancel
+  EXPECT_TRUE(link.session.finished());
+  EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 connection_closed"});
+  ASSERT_EQ(link.observer.returned.size(), 1u);
+  EXPECT_FALSE(link.observer.returned[0].context.can_take_over);
+}
+
 TEST_F(SessionChannelEnd, BrokerConnectionCloseHandshake) {
   consume(1, "q", "c1");
   deliveries(1, "c1", 1, 1);
