@@ -22,6 +22,7 @@ class Result:
         self.events = []
         self.acks = {}              # label -> acks
         self.redelivered_acks = []  # labels acked from a delivery marked redelivered
+        self.acked_headers = {}     # label -> the headers of the delivery it was acked from
         self.hangs = []             # seconds each hang on the poison lasted
         self.poison_headers = []    # the headers of each delivery of the poison
         self.closes = []            # (reply_code, reply_text) of each close of the channel
@@ -29,6 +30,22 @@ class Result:
 
     def deliveries_of(self, label):
         return sum(1 for kind, lb, _ in self.events if kind == "deliver" and lb == label)
+
+    def how_acked(self, labels):
+        """{label: how its ack came}: ("copy", N) (a copy nackguard republished, carrying
+        x-nackguard-returns N; the client sees it redelivered, as it would have seen the
+        broker's redelivery), "redelivered" (a delivery marked redelivered, as the broker
+        requeued it), or "first" (neither: its first delivery)."""
+        out = {}
+        for label in labels:
+            headers = self.acked_headers.get(label, {})
+            if "x-nackguard-returns" in headers:
+                out[label] = ("copy", headers["x-nackguard-returns"])
+            elif label in self.redelivered_acks:
+                out[label] = "redelivered"
+            else:
+                out[label] = "first"
+        return out
 
     def unacked_before_poison(self):
         """Innocent messages delivered on the poison's channel before it, still unacked
@@ -58,6 +75,7 @@ def run(conn, queue, poison, innocent, done, limit_s=60.0, hang_limit_s=20.0, ma
                 result.acks[label] = result.acks.get(label, 0) + 1
                 if method.redelivered:
                     result.redelivered_acks.append(label)
+                result.acked_headers[label] = dict(properties.headers or {})
             return
         result.poison_headers.append(dict(properties.headers or {}))
         start = time.monotonic()

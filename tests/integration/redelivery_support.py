@@ -30,7 +30,7 @@ import proxy_process
 # Headers the proxy adds to a copy it republishes (to a delay queue, a dead-letter queue or the
 # tail of its own queue).
 PROXY_HEADERS = ("x-nackguard-returns", "x-nackguard-returns-queue", "x-nackguard-copy-id",
-                 "x-nackguard-suspect", "x-nackguard-deliveries", "x-nackguard-first-return",
+                 "x-nackguard-suspect", "x-nackguard-exact", "x-nackguard-deliveries", "x-nackguard-first-return",
                  "x-nackguard-last-return", "x-nackguard-reason", "x-nackguard-queue",
                  "x-nackguard-consumer", "x-original-exchange", "x-original-routingKey")
 # Headers RabbitMQ adds when it dead-letters a message (the delay queue's TTL expiry).

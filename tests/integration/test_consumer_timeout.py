@@ -1,4 +1,4 @@
-# ctest-variants: rmq40
+# ctest-variants: rmq40 rmq43
 """A consumer that hangs on the poison, against a private RabbitMQ node whose
 consumer_timeout is 2 s (issue 12, item 9).
 
@@ -31,23 +31,49 @@ NACKGUARD_TEST_QUEUE_TYPE does not apply.
     "Crash loops"): the 5 wait behind it and go back with it again. The poison is
     delivered exactly 2 times, then sits in <queue>.dlq with x-nackguard-reason
     consumer_timeout and x-nackguard-returns 2; each innocent message is acked exactly
-    once, the 5 after the poison as redeliveries; nackguard counted exactly 2 returns on
+    once; the 5 after the poison count nothing: from a classic queue they are acked as
+    redeliveries; a quorum queue's redelivery carries x-delivery-count, and under the
+    assumed delivery limit (2) nackguard republishes it before the consumer sees it
+    (docs/choosing-a-policy.md, "Quorum queues"), so they are acked from copies carrying
+    x-nackguard-returns 0, and the poison's second delivery is such a copy too
+    (x-nackguard-returns 1, x-nackguard-suspect); nackguard counted exactly 2 returns on
     the queue (the poison's; without the fix the 5 count one each: 7) and one dead letter,
     reason consumer_timeout, logged once; the queue ends empty. Every wait is bounded (a
     hang 20 s, the scenario 60 s).
+
+RabbitMQ 4.3 (rmq43) times consumers out differently, measured on 4.3.6 with this node's
+consumer_timeout of 2 s: a classic queue's consumer is never timed out, and a quorum queue
+times its consumer out itself, with a basic.cancel of that consumer (the channel stays open)
+that requeues every delivery the consumer held. So on 4.3:
+
+(b) classic: a consumer holds the poison unacked (5 innocent messages acked before it), and
+    the same connection's consumer of a quorum "witness" queue holds its one message: once
+    the witness consumer got the broker's basic.cancel (the node's consumer timeout works,
+    more than 2 s after both deliveries), the classic consumer is still there with the poison
+    in its hands: no channel close, nothing requeued, nackguard counted no return; then the
+    poison's ack goes through and the queue ends empty.
+(c) quorum: the consumer acks the 5 innocent messages before the poison and holds the poison
+    and the 5 after it (as one blocked on the poison would); the broker cancels it and
+    requeues the 6. The timed-out delivery is the poison: nackguard must count one return of
+    it alone, as it does for 3.x's and 4.0's channel close.
 """
 
 import os
+import socket
+import struct
 import sys
+import time
 import unittest
 import uuid
 
 from pika.exceptions import AMQPChannelError
 
+import amqp_wire
 import harness
 import hung_consumer
 import private_node
 import redelivery_support as rs
+import wire_reader
 from redelivery_support import NO_RATE_LIMITS, props
 
 VERSION = private_node.VERSION
@@ -114,10 +140,107 @@ class ConsumerTimeoutTest(rs.RedeliveryTest):
         return conn
 
     def test_a_hung_consumer_dead_letters_only_the_poison_classic(self):
-        self.hung_consumer_scenario("classic")
+        if VERSION == "4.3":
+            self.no_timeout_on_classic_queues_43()
+        else:
+            self.hung_consumer_scenario("classic")
 
     def test_a_hung_consumer_dead_letters_only_the_poison_quorum(self):
-        self.hung_consumer_scenario("quorum")
+        if VERSION == "4.3":
+            self.quorum_queue_cancels_its_consumer_43()
+        else:
+            self.hung_consumer_scenario("quorum")
+
+    # ------------------------------------------------------------ RabbitMQ 4.3
+
+    def guard(self, queue, queue_type):
+        proxy = rs.GuardProxy(
+            {"q.yaml": rs.policy_yaml(queue, max_redeliveries=1, rate=NO_RATE_LIMITS)},
+            name=f"consumer-timeout-{queue_type}-proxy", upstream_port=NODE_PORT)
+        self._test_proxies.append(proxy)
+        self.addCleanup(proxy.cleanup)
+        proxy.start()
+        return proxy
+
+    def queue_counts(self, queue):
+        """(ready, consumers) of the queue, on a direct connection."""
+        direct = self.direct()
+        method = direct.channel().queue_declare(queue, passive=True).method
+        return method.message_count, method.consumer_count
+
+    def no_timeout_on_classic_queues_43(self):
+        queue = f"nackguard-it.ctimeout-classic.{uuid.uuid4().hex[:10]}"
+        witness = f"nackguard-it.ctimeout-witness.{uuid.uuid4().hex[:10]}"
+        self.cleanup_queues(queue, f"{queue}.dlq", witness)
+        proxy = self.guard(queue, "classic")
+        setup = harness.connect(proxy.port)
+        self.addCleanup(harness.close_connection, setup)
+        harness.declare_queue(setup.channel(), queue, queue_type="classic")
+        harness.declare_queue(setup.channel(), witness, queue_type="quorum")
+        publisher = self.direct().channel()
+        publisher.confirm_delivery()
+        for label in INNOCENT[:5] + [POISON]:
+            publisher.basic_publish("", queue, label.encode(), props(message_id=f"mid-{label}"))
+        publisher.basic_publish("", witness, b"witness", props(message_id="mid-witness"))
+        client = HoldingClient(proxy.port)
+        self.addCleanup(client.close)
+        client.consume(1, queue, hold=lambda label: label == POISON)
+        client.pump(lambda: client.held(1) == [POISON] and client.acked[1] == INNOCENT[:5], 10,
+                    "the classic queue's deliveries")
+        client.consume(2, witness, hold=lambda label: True)
+        client.pump(lambda: client.cancelled.get(2), HANG_LIMIT,
+                    "the broker's basic.cancel of the witness quorum queue's consumer")
+        # The node's consumer timeout fired (on the quorum queue), and the poison was held
+        # longer than that: the classic queue's consumer was not timed out.
+        self.assertEqual(client.closed, {}, "a channel was closed")
+        self.assertEqual(client.cancelled, {2: 1}, "consumers the broker cancelled")
+        self.assertEqual(client.held(1), [POISON])
+        self.assertEqual(self.queue_counts(queue), (0, 1), "(ready, consumers) of the queue")
+        self.assertEqual(proxy.metrics().value("nackguard_returns_total", queue=queue), 0)
+        client.ack(1, POISON)
+        client.close_channel(1)
+        self.assertEqual(self.queue_counts(queue), (0, 0), "the poison was acked")
+        self.assertEqual(proxy.metrics().value("nackguard_returns_total", queue=queue), 0)
+        self.assertEqual(proxy.metrics().value("nackguard_deliveries_total", queue=queue), 6)
+        self.assertIsNone(self.broker.message_count(f"{queue}.dlq"), "a DLQ was declared")
+        self.assert_proxy_alive(proxy)
+
+    def quorum_queue_cancels_its_consumer_43(self):
+        queue = f"nackguard-it.ctimeout-quorum.{uuid.uuid4().hex[:10]}"
+        self.cleanup_queues(queue, f"{queue}.dlq")
+        proxy = self.guard(queue, "quorum")
+        setup = harness.connect(proxy.port)
+        self.addCleanup(harness.close_connection, setup)
+        harness.declare_queue(setup.channel(), queue, queue_type="quorum")
+        publisher = self.direct().channel()
+        publisher.confirm_delivery()
+        for label in INNOCENT[:5] + [POISON] + INNOCENT[5:]:
+            publisher.basic_publish("", queue, label.encode(), props(message_id=f"mid-{label}"))
+        client = HoldingClient(proxy.port)
+        self.addCleanup(client.close)
+        # As a consumer blocked on the poison: the poison and what came after it stay unacked.
+        blocked = {"on": False}
+
+        def hold(label):
+            blocked["on"] = blocked["on"] or label == POISON
+            return blocked["on"]
+
+        client.consume(1, queue, hold)
+        client.pump(lambda: client.cancelled.get(1), HANG_LIMIT,
+                    "the broker's basic.cancel of the quorum queue's consumer")
+        self.assertEqual(client.acked[1], INNOCENT[:5])
+        self.assertEqual(client.held(1), [POISON] + INNOCENT[5:])
+        self.assertEqual(client.closed, {}, "4.3 closed the channel")
+        self.assertEqual(self.queue_counts(queue)[0], 6, "ready: the 6 held deliveries requeued")
+        # nackguard's count of the timeout: the poison's return, and only it.
+        deadline = time.monotonic() + 5
+        while (proxy.metrics().value("nackguard_returns_total", queue=queue) != 1
+               and time.monotonic() < deadline):
+            client.pump(lambda: False, 0.1, None)
+        self.assertEqual(proxy.metrics().value("nackguard_returns_total", queue=queue), 1,
+                         "returns counted at RabbitMQ 4.3's consumer timeout (a basic.cancel "
+                         "that requeues the consumer's deliveries): the timed-out poison's "
+                         "alone")
 
     def hung_consumer_scenario(self, queue_type):
         queue = f"nackguard-it.ctimeout-{queue_type}.{uuid.uuid4().hex[:10]}"
@@ -175,7 +298,18 @@ class ConsumerTimeoutTest(rs.RedeliveryTest):
                          f"(events: {events})")
         # Those after the poison were delivered with it, unacked when the broker closed the
         # channel, and requeued: they are what the proxy must not count.
-        self.assertEqual(sorted(result.redelivered_acks), INNOCENT[5:], "acked as redeliveries")
+        quorum = queue_type == "quorum"
+        behind = ("copy", 0) if quorum else "redelivered"
+        self.assertEqual(result.how_acked(INNOCENT),
+                         {**{label: "first" for label in INNOCENT[:5]},
+                          **{label: behind for label in INNOCENT[5:]}},
+                         f"how each innocent message was acked (headers: {result.acked_headers})")
+        if quorum:
+            self.assertEqual([(h.get("x-nackguard-returns"), h.get("x-nackguard-suspect"))
+                              for h in result.poison_headers], [(None, None), (1, True)],
+                             f"the poison's headers: {result.poison_headers}")
+        else:
+            self.assertEqual(result.poison_headers, [{}, {}])
         copies = []
         while True:
             method, p, body = publisher.basic_get(dlq, auto_ack=True)
@@ -195,6 +329,96 @@ class ConsumerTimeoutTest(rs.RedeliveryTest):
         self.assertEqual(len(lines), 1, lines)
         self.assertIn("reason=consumer_timeout", lines[0])
         self.assert_proxy_alive(proxy)
+
+
+class HoldingClient:
+    """A raw AMQP client (amqp_wire, no pika: pika's BlockingConnection fails with a KeyError
+    on a broker's basic.cancel, measured with 1.x on 4.3) that consumes on numbered channels
+    (prefetch 10), acks each delivery `hold(label)` is false for and keeps the others. It
+    records per channel the labels acked, the (label, delivery tag) held, the broker's
+    basic.cancel frames (cancelled: channel -> count) and channel closes (closed: channel ->
+    (code, text)). It announces consumer_cancel_notify, as pika does."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection((harness.BROKER_HOST, port), timeout=10)
+        self.reader, _ = wire_reader.client_handshake(
+            self.sock, properties={"capabilities": {"consumer_cancel_notify": True}})
+        self.hold, self.acked, self.holding = {}, {}, {}
+        self.cancelled, self.closed = {}, {}
+        self._partial = {}  # channel -> [delivery tag, body size, body so far]
+
+    def consume(self, channel, queue, hold):
+        self.hold[channel], self.acked[channel], self.holding[channel] = hold, [], []
+        self.sock.sendall(amqp_wire.channel_open(channel))
+        self.reader.read_method(amqp_wire.CHANNEL_OPEN_OK)
+        self.sock.sendall(amqp_wire.basic_qos(channel, 10))
+        self.reader.read_method(amqp_wire.BASIC_QOS_OK)
+        self.sock.sendall(amqp_wire.basic_consume(channel, queue, tag=f"holding-{channel}"))
+
+    def held(self, channel):
+        return [label for label, _ in self.holding.get(channel, [])]
+
+    def ack(self, channel, label):
+        tag = next(t for lb, t in self.holding[channel] if lb == label)
+        self.sock.sendall(amqp_wire.basic_ack(channel, tag))
+
+    def close_channel(self, channel):
+        self.sock.sendall(amqp_wire.channel_close(channel))
+        self.pump(lambda: channel in self.closed, 10, f"channel {channel}'s close-ok")
+
+    def pump(self, done, limit, what):
+        deadline = time.monotonic() + limit
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if what is None:
+                    return
+                raise AssertionError(f"{what}: not within {limit:.0f} s")
+            try:
+                self._handle(self.reader.read_frame(timeout=min(0.2, remaining)))
+            except socket.timeout:
+                pass
+
+    def _handle(self, f):
+        if f.type == amqp_wire.FRAME_METHOD:
+            if f.method == amqp_wire.BASIC_DELIVER:
+                tag_len = f.args[0]
+                (tag,) = struct.unpack_from(">Q", f.args, 1 + tag_len)
+                self._partial[f.channel] = [tag, None, b""]
+            elif f.method == (60, 30):  # basic.cancel from the broker
+                self.cancelled[f.channel] = self.cancelled.get(f.channel, 0) + 1
+            elif f.method == amqp_wire.CHANNEL_CLOSE:
+                self.closed[f.channel] = amqp_wire.parse_close(f)
+                self.sock.sendall(amqp_wire.method_frame(f.channel, amqp_wire.CHANNEL_CLOSE_OK))
+            elif f.method == amqp_wire.CHANNEL_CLOSE_OK:
+                self.closed[f.channel] = (200, "closed by the client")
+        elif f.type == amqp_wire.FRAME_HEADER and f.channel in self._partial:
+            (self._partial[f.channel][1],) = struct.unpack_from(">Q", f.payload, 4)
+            self._complete(f.channel)
+        elif f.type == amqp_wire.FRAME_BODY and f.channel in self._partial:
+            self._partial[f.channel][2] += f.payload
+            self._complete(f.channel)
+
+    def _complete(self, channel):
+        tag, size, body = self._partial[channel]
+        if size is None or len(body) < size:
+            return
+        del self._partial[channel]
+        label = body.decode()
+        if self.hold[channel](label):
+            self.holding[channel].append((label, tag))
+        else:
+            self.sock.sendall(amqp_wire.basic_ack(channel, tag))
+            self.acked[channel].append(label)
+
+    def close(self):
+        try:
+            self.sock.sendall(amqp_wire.connection_close())
+            self.reader.read_until_eof(timeout=5)
+        except OSError:
+            pass
+        finally:
+            self.sock.close()
 
 
 if __name__ == "__main__":

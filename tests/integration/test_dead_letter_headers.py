@@ -1,6 +1,6 @@
-# ctest-variants: quorum rmq40 rmq40.quorum
+# ctest-variants: quorum rmq40 rmq40.quorum rmq43 rmq43.quorum
 """What a dead-letter says of where it failed and how often it was delivered (issue 14),
-end to end against a real RabbitMQ, on classic and quorum queues of 3.10 and 4.0.
+end to end against a real RabbitMQ, on classic and quorum queues of 3.10, 4.0 and 4.3.
 
 A consumer nacks (requeue=True) a poison under max_redeliveries 2, through nackguard:
 

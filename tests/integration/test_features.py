@@ -1,4 +1,4 @@
-# ctest-variants: rmq40
+# ctest-variants: rmq40 rmq43
 """The proxy is transparent to pika for the AMQP features beyond plain publish/consume.
 
 Each scenario runs once directly against RabbitMQ and once through the proxy; the
@@ -16,9 +16,9 @@ against its exact expected value:
   delivery); basic.recover(requeue=True); basic.qos prefetch limits;
 - an exclusive queue (405 RESOURCE_LOCKED for another connection);
 - a channel closed by the broker with 404 while the connection stays usable.
-CTest runs the module on RabbitMQ 3.10 (integration.test_features) and 4.0
-(integration.test_features.rmq40); the queues here are classic (the scenarios are not about
-redelivery counting, and some need an exclusive or non-durable queue).
+CTest runs the module on RabbitMQ 3.10 (integration.test_features), 4.0
+(integration.test_features.rmq40) and 4.3 (.rmq43); the queues here are classic (the
+scenarios are not about redelivery counting, and some need an exclusive or non-durable queue).
 """
 
 import unittest

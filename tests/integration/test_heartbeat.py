@@ -37,7 +37,10 @@ def broker_connections(name):
                               "name", "client_properties", "connected_at", "timeout")
     found = []
     for row in json.loads(out or "[]"):
-        props = {p[0]: p[2] for p in row["client_properties"]}
+        # Another test's raw peer may open a connection whose properties are not
+        # [key, type, value] triples: such a row is not ours.
+        props = {p[0]: p[2] for p in row.get("client_properties") or []
+                 if isinstance(p, list) and len(p) == 3}
         if props.get("connection_name") == name:
             found.append(row)
     return found

@@ -14,7 +14,7 @@ record (nackguard_untracked_deliveries_total) and nothing else changes for the c
    lost, nackguard_retained_body_bytes goes back to 0 and the proxy still runs.
 """
 
-# ctest-variants: quorum rmq40 rmq40.quorum
+# ctest-variants: quorum rmq40 rmq40.quorum rmq43 rmq43.quorum
 
 import unittest
 

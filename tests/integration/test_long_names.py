@@ -1,4 +1,4 @@
-# ctest-variants: quorum rmq40 rmq40.quorum
+# ctest-variants: quorum rmq40 rmq40.quorum rmq43 rmq43.quorum
 """Every name nackguard builds fits AMQP's 255 bytes (issue 12, item 1), end to end.
 
 A name over 255 bytes keeps its fixed ending (".dlq", ".<ttl>ms", the routing-key

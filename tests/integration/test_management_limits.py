@@ -10,8 +10,11 @@ AMQP 31272, distribution 31273 (the CLI tools use the 10 ports above), epmd 3126
 management 31290. The node's statistics come every second (collect_statistics_interval,
 quorum_tick_interval), not every 5 s: 3.x shows a queue's policies from them.
 
-Until the guard looks limits up itself, the proxy asks on each delivery for the queue in the
-default vhost (net::LookupOnDelivery), so each wait here delivers a message, then looks.
+The guard asks the API for a queue's limit at the queue's first delivery on a connection, then
+at most once per `refresh` (1 s here) on that connection, and at the returns and redeliveries
+that need the limit (session/guard_broker_limit.cpp). So each wait here delivers a message
+(basic.get) on the test's one connection, then looks at /status.json: the next delivery a
+refresh interval later asks again.
 """
 import base64
 import http.server
@@ -144,7 +147,8 @@ class ManagementLimitsTest(unittest.TestCase):
         return queue, channel
 
     def deliver_and_wait(self, proxy, channel, queue, condition, what):
-        """Delivers a message through the proxy (each delivery asks for the queue's limit),
+        """Delivers a message through the proxy (the first delivery of the queue on the
+        connection asks for its limit, and then one a refresh interval after the last ask),
         then looks at /status.json, until `condition(row)` holds; returns the row."""
         deadline = time.monotonic() + WAIT
         while True:
@@ -173,6 +177,11 @@ class ManagementLimitsTest(unittest.TestCase):
                          ("known", "policy", "quorum", "management_api"), row)
         self.assertIsNone(row["error"], row)
         self.assertIsNotNone(row["learnt_at"], row)
+        # The limit the API told is the one in force for the queue's messages (/status.json's
+        # queue row), instead of the assumed one.
+        queue_row = status_support.queue_row(status_support.status_json(proxy), queue)
+        self.assertEqual(queue_row["delivery_limit"], {"limit": 5, "from": "management_api"},
+                         queue_row)
         page = proxy.metrics()
         self.assertGreaterEqual(page.value("nackguard_management_lookups_total", result="ok"), 1)
         self.assertEqual(page.value("nackguard_management_lookups_total", result="failed"), 0)

@@ -7,7 +7,9 @@ format 0.0.4 by operations_support.parse_metrics, which checks the format as it 
 
 1. metrics of the redelivery scenario: 99 good messages + 1 poison nacked every time,
    max_redeliveries 5: deliveries_total{queue} 105, returns_total 6, requeues_total
-   forwarded 5 / delayed 0 / dead_lettered 1, dead_letters_total{reason=max_redeliveries} 1,
+   forwarded 3 / republished 2 / delayed 0 / dead_lettered 1 (under `requeue: immediate` the
+   first return since a copy is forwarded, the next republished with its count),
+   dead_letters_total{reason=max_redeliveries} 1,
    returns_before_dead_letter count 1 and sum 6; frames and bytes counters > 0 and every
    counter monotone across scrapes; client_connections 1 while connected, 0 within 3 s of
    the close; build_info's version is what --version prints; every metric has HELP and TYPE;
@@ -192,10 +194,17 @@ class OperationsTest(ops.OpsTest):
                                  action="dead_lettered")
         pages.append(page)
         self.assert_well_formed(page)
+        # The counting model (docs/choosing-a-policy.md, "How nackguard counts"): the first
+        # return since the message's copy is forwarded (the broker's redelivered flag carries
+        # it), the next one is taken over and republished to the queue's tail with its count
+        # (x-nackguard-returns); the 6th passes max_redeliveries 5. Returns 1, 3, 5 forwarded,
+        # 2 and 4 republished, 6 dead-lettered. The queue is classic: no x-delivery-count, no
+        # republish at a delivery, so the 6 deliveries of the poison are the consumer's 6.
         expect = {
             ("nackguard_deliveries_total", (("queue", queue),)): 105,
             ("nackguard_returns_total", (("queue", queue),)): 6,
-            ("nackguard_requeues_total", (("queue", queue), ("action", "forwarded"))): 5,
+            ("nackguard_requeues_total", (("queue", queue), ("action", "forwarded"))): 3,
+            ("nackguard_requeues_total", (("queue", queue), ("action", "republished"))): 2,
             ("nackguard_requeues_total", (("queue", queue), ("action", "delayed"))): 0,
             ("nackguard_requeues_total", (("queue", queue), ("action", "dead_lettered"))): 1,
             ("nackguard_dead_letters_total",

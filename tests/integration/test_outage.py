@@ -1,4 +1,4 @@
-# ctest-variants: quorum rmq40 rmq40.quorum
+# ctest-variants: quorum rmq40 rmq40.quorum rmq43 rmq43.quorum
 """Outage detection counts distinct messages, not deliveries (issue 12, item 4), end to end.
 
 (a) 2 good messages and 1 poison on a quiet queue, max_redeliveries 30, requeue immediate,

@@ -1,8 +1,7 @@
-# ctest-variants: rmq40
+# ctest-variants: rmq40 rmq43
 """The RabbitMQ series the dead-letter queues' alert rules and dashboard panels read
 (deploy/prometheus/alerts.yaml, deploy/grafana/nackguard.json), from a real broker's
-rabbitmq_prometheus plugin, on 3.10 and 4.0 (the rmq40 variant), and 4.3 (rmq43) when a
-variant asks for it.
+rabbitmq_prometheus plugin, on 3.10, 4.0 (the rmq40 variant) and 4.3 (rmq43).
 
 Its own node, with the plugin on 127.0.0.1: nackguard-metrics@localhost (3.10: AMQP 25672,
 distribution 25673, epmd 25369, metrics 25692; 4.0: 25772, 25773, 25469, 25792; 4.3: 25872,

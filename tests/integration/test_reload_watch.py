@@ -12,7 +12,7 @@ and reloads as on SIGHUP when a file there changes, with no signal sent (issue 1
 2. policies_dir a ConfigMap volume of its own (the policy links at its top), the config file
    beside it replaced by a rename: each change is exactly one reload.
 """
-# ctest-variants: quorum rmq40 rmq40.quorum
+# ctest-variants: quorum rmq40 rmq40.quorum rmq43 rmq43.quorum
 
 import os
 import re

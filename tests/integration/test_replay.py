@@ -1,4 +1,4 @@
-# ctest-variants: rmq40
+# ctest-variants: rmq40 rmq43
 """`nackguard replay` against a real RabbitMQ: dead letters moved back, and nothing lost.
 
 Environment: NACKGUARD_BIN (the nackguard binary; run as `$NACKGUARD_BIN replay ...`) and

@@ -1,4 +1,4 @@
-# ctest-variants: quorum rmq40 rmq40.quorum
+# ctest-variants: quorum rmq40 rmq40.quorum rmq43 rmq43.quorum
 """Consumers in transaction mode (tx.select) through nackguard, against a real RabbitMQ.
 
 RabbitMQ keeps a transactional channel's acks, nacks and rejects until tx.commit, and drops

@@ -1,4 +1,4 @@
-# ctest-variants: rmq40
+# ctest-variants: rmq40 rmq43
 """A method AMQP 0-9-1 does not have, from a client, is refused by nackguard (issue 12, item 5).
 
 Forwarded, such a method crashes RabbitMQ 3.10's connection process, and the client gets
