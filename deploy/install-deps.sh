@@ -40,6 +40,13 @@ packages=(
   # amqplib (installed from npm by tests/compat/setup.sh, which also installs Debian's npm
   # if the nodejs package in use does not bring its own).
   python3-celery python3-aiormq amqp-tools nodejs
+  # ... and the clients legacy fleets run, all from Debian (nothing from a language's own
+  # registry; tests/compat/compat_build.py compiles the Go and Java ones offline into the
+  # build tree): Go's amqp091-go (built in GOPATH mode from /usr/share/gocode), PHP's
+  # php-amqplib and php-amqp extension, Ruby's Bunny, and the RabbitMQ Java client with
+  # SLF4J (its logging API; slf4j-simple prints the client's log lines) and a JDK for javac.
+  golang-go golang-github-rabbitmq-amqp091-go-dev php-cli php-amqplib php-amqp ruby
+  ruby-bunny default-jdk-headless librabbitmq-client-java libslf4j-java
 )
 
 missing=()

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """nackguard's compatibility suite: real AMQP clients, unchanged, consuming through the proxy.
 
-Every client runs the same scenario against its own nackguard process and its own queue:
+Every client runs the same scenario against its own nackguard process and its own queue
+(the clients of a legacy fleet, Go, PHP, Ruby and Java from Debian packages, run it and
+scenarios of their own: compat_languages.py, compat_scenarios.py):
 
   * a policy for "nackguard-compat.*" with max_redeliveries: 3, requeue: immediate, and rate
     limits set out of reach (per_message 1000, min_messages 100000), so that only the count
@@ -29,12 +31,14 @@ $NACKGUARD_BUILD_DIR/compat/rabbitmq-<version>-<queue type>/<client>.json, so th
 not overwrite each other; the report, $NACKGUARD_BUILD_DIR/compat-report.md, has a column per
 variant found there, and --update-docs copies it to docs/compatibility.md. CTest runs
 `clean`, then each client of each variant as its own test (compat.<client>,
-compat.<client>.quorum, compat.<client>.rmq40, compat.<client>.rmq40.quorum), then `report`.
+compat.<client>.quorum, compat.<client>.rmq40, compat.<client>.rmq40.quorum; the legacy
+fleet's clients also compat.<client>.rmq43 and .rmq43.quorum), then `report`.
 
 Environment: NACKGUARD_BIN, NACKGUARD_BUILD_DIR, NACKGUARD_TEST_BROKER_PORT (as for
 tests/integration: 21672 is the 3.10 node, 22672 the 4.0 node of tests/run.sh),
 NACKGUARD_TEST_QUEUE_TYPE (classic, the default, or quorum: the queue is declared durable
-with x-queue-type quorum), NACKGUARD_COMPAT_TIMEOUT (seconds per client, 60).
+with x-queue-type quorum), NACKGUARD_COMPAT_TIMEOUT (seconds per client, 60),
+NACKGUARD_TEST_RABBITMQCTL (the reconnect scenario closes connections with it).
 """
 
 import datetime
@@ -119,7 +123,11 @@ def wait_for_goal(client, run, broker, dlq):
         if counts["errors"]:
             return False
         acked = set(counts["acks"])
-        if client.expect_bounded:
+        goal = getattr(client, "goal_reached", None)  # a scenario's own end (compat_scenarios)
+        if goal is not None:
+            if goal(run, counts):
+                return True
+        elif client.expect_bounded:
             if acked >= set(GOOD) and (broker.message_count(dlq) or 0) >= 1:
                 return True
         else:
@@ -234,6 +242,9 @@ def collect(result, run, broker, proxy, queue, dlq):
               types.get(queue) == QUEUE_TYPE and all(t == QUEUE_TYPE for t in types.values()),
               ", ".join(f"{name}: {kind}" for name, kind in sorted(types.items())))
     client = run.client
+    # A client with checks of its own (compat_scenarios.py) gets them after these; one that
+    # neither bounds nor holds a poison (expect_bounded False, its own checks) only those.
+    own_checks = getattr(client, "check_run", None)
     if client.expect_bounded:
         ok, expected = client.poison_deliveries_ok(poison_deliveries)
         check(f"poison delivered {expected} times", ok, f"{poison_deliveries} deliveries")
@@ -250,7 +261,7 @@ def collect(result, run, broker, proxy, queue, dlq):
         dead_count = metrics.get('dead_letters_total{reason="%s"}' % client.expected_reason)
         check("metrics: one dead-letter counted", dead_count == 1,
               metrics.get("error") or f"nackguard_dead_letters_total = {dead_count}")
-    else:
+    elif own_checks is None:
         check("poison delivered once and held (never given back)", poison_deliveries == 1,
               f"{poison_deliveries} deliveries")
         check("nothing dead-lettered", not dead, f"DLQ bodies {result['dead_letters']}")
@@ -267,6 +278,8 @@ def collect(result, run, broker, proxy, queue, dlq):
               f"{len(good_acked)}/{len(GOOD)} good messages processed")
         check("after the process ends, the poison and the rest are back in the queue",
               left == behind + 1, f"{left} messages in the queue")
+    if own_checks is not None:
+        own_checks(result, run, broker, counts, check)
 
 
 # ---------------------------------------------------------------- command line

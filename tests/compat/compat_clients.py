@@ -248,14 +248,17 @@ class AmqpConsumeRestarted(Client):
              "after each message (`amqp-consume -c 1` under a supervisor), each process "
              "closes its channel on exit, RabbitMQ requeues what it held, and nackguard counts "
              "that as a return of a message held when its channel ended (the crash rule), so "
-             "the poison is dead-lettered with reason `crash_loop`, not `max_redeliveries`. "
-             "It reaches the command 3 times, not 4: `-c 1` also sets prefetch 1, so "
-             "right after a process acks its one message RabbitMQ sends it the next one, "
-             "which the process never reads before it closes; nackguard counts that unread "
-             "delivery as a return too (it cannot tell it was not read: on the wire it looks "
-             "exactly like a process that failed on it). When good-09's process closes before "
-             "RabbitMQ sends it the poison, the count is 4; the next row, with the poison "
-             "first, always shows 4. Every message is "
+             "the poison is dead-lettered with reason `crash_loop`, not `max_redeliveries`, "
+             "with returns 4. It may reach the command fewer than 4 times: `-c 1` also sets "
+             "prefetch 1, so right after a process acks its one message RabbitMQ sends it the "
+             "next one, which the process never reads before it closes; nackguard counts that "
+             "unread delivery as a return too (it cannot tell it was not read: on the wire it "
+             "looks exactly like a process that failed on it). That can land on the poison "
+             "twice: behind good-09, and behind good-19 once the copy nackguard made at its "
+             "second return (a copy made at a crash goes to the tail of the queue) waits "
+             "there; so the command sees it 2, 3 or 4 times, as the processes' closes and "
+             "RabbitMQ's sends fall. The next row, with the poison first, shows 4. Every "
+             "message is "
              "counted about one such return (the returns column), so with amqp-consume -c 1, "
              "or any consumer that exits holding prefetched messages, keep "
              "`max_redeliveries` at 2 or more, or good messages may be dead-lettered.")
@@ -264,12 +267,18 @@ class AmqpConsumeRestarted(Client):
         return f"amqp-tools {debian_version('amqp-tools')} (rabbitmq-c)"
 
     def poison_deliveries_ok(self, count):
-        # One of the 4 returns nackguard counts may be a delivery no process ever read (the
-        # read-ahead after good-09's ack, see the notes): 3 when it was, 4 when the process
-        # closed before RabbitMQ sent it the poison. It happens at most once: once the poison
-        # is at the head of the queue, no good message is acked before it.
-        return (MAX_REDELIVERIES <= count <= MAX_REDELIVERIES + 1,
-                f"{MAX_REDELIVERIES} or {MAX_REDELIVERIES + 1}")
+        # Of the 4 returns nackguard counts (the dead letter's x-nackguard-returns, checked
+        # exactly), up to two may be deliveries no process ever read (see the notes): the
+        # read-ahead after good-09's ack, and the one after good-19's once the copy made at
+        # the poison's second return went to the tail of the queue (docs/choosing-a-policy.md,
+        # "How nackguard counts": copies made at a crash go to the queue's tail). On a classic
+        # queue a third cannot: after that copy no good message is left behind it. On a
+        # quorum queue the good messages' unread deliveries are republished to the tail too,
+        # so one could come after it again; not seen in the runs measured (3.10.8, 4.0.5).
+        # Whether each lands on the poison depends on whether the process closes before
+        # RabbitMQ sends it.
+        return (MAX_REDELIVERIES - 1 <= count <= MAX_REDELIVERIES + 1,
+                f"{MAX_REDELIVERIES - 1} to {MAX_REDELIVERIES + 1}")
 
     def argv(self, run):
         return ["amqp-consume", "--url", run.url, "-q", run.queue, "-c", "1",
@@ -341,6 +350,10 @@ class AmqpConsumeHeld(AmqpConsumeRestarted):
         stop_process(self.process, run, expect_code=-15, what="amqp-consume")
 
 
+# The legacy fleet's clients (Go, PHP, Ruby, Java): imported here, at the end, since they
+# build on Client above.
+from compat_languages import LANGUAGE_CLIENTS  # noqa: E402
+
 CLIENTS = [PikaClient(), CeleryClient(), AiormqClient(), AmqplibClient(),
-           AmqpConsumeRestarted(), AmqpConsumePoisonFirst(), AmqpConsumeHeld()]
+           AmqpConsumeRestarted(), AmqpConsumePoisonFirst(), AmqpConsumeHeld()] + LANGUAGE_CLIENTS
 BY_NAME = {c.name: c for c in CLIENTS}

@@ -94,6 +94,8 @@ def summary_cell(r):
     if r is None:
         return "not run"
     outcome = "pass" if r["passed"] else "**FAIL**"
+    if r.get("summary"):  # a scenario without a poison says what it showed (compat_scenarios)
+        return f"{outcome}: {r['summary']}"
     return (f"{outcome}: {r.get('poison_deliveries', '?')} poison deliveries, "
             f"{dead_letter_text(r)}, {r.get('good_processed', '?')}/{len(GOOD)} good")
 
@@ -139,7 +141,8 @@ def render_report(variants):
         "`x-delivery-limit` (so RabbitMQ 4.0's default limit of 20 applies there).",
         "",
         f"Last run: {', '.join(dates) or '?'}, {first.get('nackguard', 'nackguard ?')}, "
-        f"Debian 12 packages (RabbitMQ 4.0.5 from Debian 13, in a chroot). "
+        f"Debian 12 packages (RabbitMQ 4.0.5 from Debian 13 and 4.3.6 from Debian unstable, "
+        f"in chroots). "
         f"**{passed} of {len(everything)} passed.**",
         "",
         "| client | version | gives a failed message back with | "
@@ -180,8 +183,10 @@ def render_report(variants):
         "",
         "`tests/run.sh -L compat` runs the suite through CTest: one test per client and "
         "variant (`compat.<client>` on RabbitMQ 3.10 with classic queues, "
-        "`compat.<client>.quorum`, `compat.<client>.rmq40`, `compat.<client>.rmq40.quorum`), "
-        "after `tests/compat/setup.sh` has installed the pinned Node.js client; "
+        "`compat.<client>.quorum`, `compat.<client>.rmq40`, `compat.<client>.rmq40.quorum`; "
+        "the Go, PHP, Ruby and Java clients, `compat.<language>-<scenario>`, also "
+        "`.rmq43` and `.rmq43.quorum`), after `tests/compat/setup.sh` has installed the "
+        "pinned Node.js client and `compat_build.py` has compiled the Go and Java ones; "
         "`compat.report` then writes build/compat-report.md. By hand, with a RabbitMQ node "
         "and a built proxy (see the docstring of tests/compat/compat.py), one variant at a "
         "time:",
