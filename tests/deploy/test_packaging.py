@@ -58,7 +58,10 @@ def run_sh_cmake_commands():
         if line.startswith("cmake "):
             line = (line.replace('"$root"', ".").replace('"$build_dir"', build_dir)
                     .replace('"$jobs"', jobs).replace("$jobs", jobs))
-            commands.append(shlex.split(line))
+            # The -D options that name the 4.x test nodes in the tests' CMake cache
+            # (tests/run-brokers.sh): test settings, no part of what an image builds.
+            commands.append([word for word in shlex.split(line)
+                             if word != "${cmake_node_args[@]}"])
     # The main build only (the sanitizer and fuzzer builds go to other directories).
     configure = [c for c in commands if "-S" in c and "-DCMAKE_BUILD_TYPE=Release" in c
                  and c[c.index("-B") + 1] == build_dir]

@@ -1,3 +1,4 @@
+# ctest-variants: rmq43
 """Heartbeats pass through the proxy, and a dead broker side closes the client.
 
 Proves that:

@@ -1,3 +1,4 @@
+# ctest-variants: rmq43
 """Running nackguard: metrics, health endpoints, reload, drain and logs, end to end.
 
 Every test starts its own proxy process (operations_support.OpsProxy) with its own config

@@ -1,3 +1,4 @@
+# ctest-variants: rmq43
 """TLS on both sides of the proxy (docs/tls.md).
 
 Proves that:
