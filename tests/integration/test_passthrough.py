@@ -1,3 +1,4 @@
+# ctest-variants: rmq43
 """The proxy is transparent to pika for plain publish and consume.
 
 Proves that through the proxy, exactly as directly against RabbitMQ:
@@ -103,13 +104,31 @@ def properties_for(kind, index):
     return pika.BasicProperties()
 
 
+def as_the_broker_sends(value):
+    """A typed value (harness.typed) as this broker version delivers it. RabbitMQ 4.x keeps a
+    message in a format of its own and writes a field table back with its keys sorted
+    (measured on 4.3.6: every table, nested ones too, every value and type unchanged); 3.10
+    keeps the publisher's order. Through nackguard the bytes are the broker's either way
+    (assertSameThroughProxy compares the two targets in wire order)."""
+    if harness.RABBITMQ_VERSION == "3.10":
+        return value
+    kind, inner = value
+    if kind == "dict":
+        return (kind, tuple(sorted(((k, as_the_broker_sends(v)) for k, v in inner),
+                                   key=lambda item: item[0][1])))
+    if kind in ("list", "tuple"):
+        return (kind, tuple(as_the_broker_sends(v) for v in inner))
+    return value
+
+
 def expected_properties(kind, index):
     props = properties_for(kind, index)
     if props.headers is not None and "str" in props.headers:
         headers = dict(EXPECTED_HEADERS)
         headers["index"] = index
         props.headers = headers
-    return harness.describe_properties(props)
+    return tuple((name, as_the_broker_sends(value))
+                 for name, value in harness.describe_properties(props))
 
 
 class Part:
@@ -248,7 +267,8 @@ class PassthroughTest(harness.IntegrationTest):
             self.assertTrue(got, f"{target}: no message")
             self.assertEqual(body, b"h")
             expected = dict(EXPECTED_HEADERS, index=0)
-            self.assertEqual(harness.typed(headers), harness.typed(expected), target)
+            self.assertEqual(harness.typed(headers),
+                             as_the_broker_sends(harness.typed(expected)), target)
             self.assertEqual(described, expected_properties("empty", 0), target)
             self.assertTrue(all(value != ("NoneType", "None") for name, value in described
                                 if name != "headers"), f"{target}: a property was not set")
