@@ -47,6 +47,30 @@ class Result:
                 out[label] = "first"
         return out
 
+    def assert_innocent_acked_once(self, test, innocent, quorum):
+        """Each innocent message acked once: the 5 before the poison at their first delivery;
+        those behind it, delivered with it and given back with it at its channel's close,
+        uncounted (a copy with returns 0 on a quorum queue, where nackguard writes a close's
+        returns into copies; redelivered on a classic one). And the poison's headers: a
+        suspect copy with returns 1 at its second delivery on a quorum queue, none on a
+        classic one."""
+        events = self.events
+        test.assertEqual(self.unacked_before_poison(), [set(), set()],
+                         f"unacked before the poison: {events}")
+        test.assertEqual(self.acks, {label: 1 for label in innocent},
+                         f"acks of the innocent (events: {events})")
+        behind = ("copy", 0) if quorum else "redelivered"
+        test.assertEqual(self.how_acked(innocent),
+                         {**{label: "first" for label in innocent[:5]},
+                          **{label: behind for label in innocent[5:]}},
+                         f"how each innocent message was acked (headers: {self.acked_headers})")
+        if quorum:
+            test.assertEqual([(h.get("x-nackguard-returns"), h.get("x-nackguard-suspect"))
+                              for h in self.poison_headers], [(None, None), (1, True)],
+                             f"the poison's headers: {self.poison_headers}")
+        else:
+            test.assertEqual(self.poison_headers, [{}, {}])
+
     def unacked_before_poison(self):
         """Innocent messages delivered on the poison's channel before it, still unacked
         when it arrived, for each of its deliveries (empty sets: the poison was the
