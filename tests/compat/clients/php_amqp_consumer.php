@@ -24,30 +24,8 @@
 // php-amqp 1.11, async signals or pcntl_signal_dispatch alike), so SIGTERM ends the worker
 // by its default action, as supervisord's stop does to such a worker.
 
-const CRASH_EXIT_CODE = 17;
-const MODES = ['nack', 'reject', 'crash', 'get', 'reconnect', 'traffic'];
-
-function env(string $name): string
-{
-    $value = getenv($name);
-    if ($value === false || $value === '') {
-        fwrite(STDERR, "php-amqp client: $name is not set\n");
-        exit(2);
-    }
-    return $value;
-}
-
-// One line per event, one write(2) each on an O_APPEND file: lines never interleave.
-function event(...$words): void
-{
-    static $events = null;
-    $events = $events ?? fopen(env('COMPAT_EVENTS'), 'a');
-    $text = implode(' ', array_map(fn($w) => is_bool($w) ? ($w ? 'true' : 'false') : (string) $w,
-                                   $words));
-    $text = str_replace("\n", ' ', $text);
-    fwrite($events, $text . "\n");
-    fflush($events);
-}
+const CLIENT_NAME = 'php-amqp';
+require_once __DIR__ . '/php_events.php';
 
 function connect(): AMQPChannel
 {

@@ -29,30 +29,8 @@ use PhpAmqpLib\Exception\AMQPTimeoutException;
 use PhpAmqpLib\Message\AMQPMessage;
 use PhpAmqpLib\Wire\AMQPTable;
 
-const CRASH_EXIT_CODE = 17;
-const MODES = ['nack', 'reject', 'crash', 'get', 'reconnect', 'traffic'];
-
-function env(string $name): string
-{
-    $value = getenv($name);
-    if ($value === false || $value === '') {
-        fwrite(STDERR, "php-amqplib client: $name is not set\n");
-        exit(2);
-    }
-    return $value;
-}
-
-// One line per event, one write(2) each on an O_APPEND file: lines never interleave.
-function event(...$words): void
-{
-    static $events = null;
-    $events = $events ?? fopen(env('COMPAT_EVENTS'), 'a');
-    $text = implode(' ', array_map(fn($w) => is_bool($w) ? ($w ? 'true' : 'false') : (string) $w,
-                                   $words));
-    $text = str_replace("\n", ' ', $text);
-    fwrite($events, $text . "\n");
-    fflush($events);
-}
+const CLIENT_NAME = 'php-amqplib';
+require_once __DIR__ . '/php_events.php';
 
 function connect()
 {

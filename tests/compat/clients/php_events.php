@@ -1,0 +1,30 @@
+<?php
+// What the two PHP compatibility clients (php_consumer.php, php-amqplib; php_amqp_consumer.php,
+// the php-amqp extension) share: their modes, their exit code on a crash, their environment
+// and the event lines of tests/compat/clients/events.py. CLIENT_NAME is the including
+// client's name, for its error messages.
+
+const CRASH_EXIT_CODE = 17;
+const MODES = ['nack', 'reject', 'crash', 'get', 'reconnect', 'traffic'];
+
+function env(string $name): string
+{
+    $value = getenv($name);
+    if ($value === false || $value === '') {
+        fwrite(STDERR, CLIENT_NAME . " client: $name is not set\n");
+        exit(2);
+    }
+    return $value;
+}
+
+// One line per event, one write(2) each on an O_APPEND file: lines never interleave.
+function event(...$words): void
+{
+    static $events = null;
+    $events = $events ?? fopen(env('COMPAT_EVENTS'), 'a');
+    $text = implode(' ', array_map(fn($w) => is_bool($w) ? ($w ? 'true' : 'false') : (string) $w,
+                                   $words));
+    $text = str_replace("\n", ' ', $text);
+    fwrite($events, $text . "\n");
+    fflush($events);
+}
