@@ -15,6 +15,7 @@
 # port. Ports taken elsewhere in the tests (keep clear of them): 24671-24683 and 24469 (the TLS
 # node, tests/integration/tls_support.py), 25xxx (the metrics nodes), 26xxx and 27xxx (the
 # fault nodes), 28xxx (test_node_script), 29xxx and 31680-31685 (tests/bench/compare.sh),
+# 31269-31490 (the management nodes of test_management_limits and test_counting),
 # 30xxx (the consumer-timeout nodes).
 #
 # The main test node of each version (tests/run.sh starts them; tests/rabbitmq-node.sh uses

@@ -305,18 +305,24 @@ class AmqpConsumeRestarted(Client):
 
 class AmqpConsumePoisonFirst(AmqpConsumeRestarted):
     """The same supervisor loop with the poison published first: no process acks a message
-    just before it, so no read-ahead lands on it and it reaches the command exactly 4 times."""
+    just before its first deliveries, so the read-ahead can land on it only once its copy
+    waits at the tail of the queue behind the good messages."""
 
     name = "amqp-consume-poison-first"
     title = "amqp-consume (rabbitmq-c), restarted after each message, poison first"
     notes = ("The row above with the poison at the head of the queue (poison, good-00 .. "
-             "good-19): every process that gets the poison runs the command on it, so the "
-             "poison reaches the command exactly 1 + max_redeliveries = 4 times and is "
-             "dead-lettered (reason `crash_loop`, returns 4). The good messages still each "
-             "count about one unread read-ahead return, below the limit.")
+             "good-19): the poison is dead-lettered (reason `crash_loop`, returns 4) and "
+             "reaches the command 3 or 4 times. Its first return goes back to the head of the "
+             "queue; from its second, nackguard's copy goes to the tail, behind the good "
+             "messages, and the read-ahead after good-19's ack (see the row above) may land on "
+             "it: a return the command never saw (about one run in ten here). The good "
+             "messages still each count about one unread read-ahead return, below the limit.")
 
     def poison_deliveries_ok(self, count):
-        return Client.poison_deliveries_ok(self, count)
+        # At most one unread read-ahead: after the copy at the tail no good message is left
+        # behind the poison to be acked before it.
+        return (MAX_REDELIVERIES <= count <= MAX_REDELIVERIES + 1,
+                f"{MAX_REDELIVERIES} or {MAX_REDELIVERIES + 1}")
 
     def publish(self, broker, queue):
         broker.publish(queue, [(label.encode(), pika.BasicProperties(

@@ -26,8 +26,7 @@ RABBITMQ_VERSION = os.environ.get("NACKGUARD_FAULTS_RABBITMQ_VERSION") or "3.10"
 _NODE_DEFAULTS = {
     "3.10": ("faults-rabbitmq", "nackguard-faults@localhost", 26672, 26673, 26369),
     "4.0": ("faults-rabbitmq-4.0", "nackguard-faults40@localhost", 27672, 27673, 27369),
-    # No ctest test uses it yet (tests/faults/CMakeLists.txt): NACKGUARD_FAULTS_RABBITMQ_VERSION
-    # =4.3 by hand, or a faults.<module>.rmq43 test there.
+    # The faults.<module>.rmq43 tests' (tests/faults/CMakeLists.txt).
     "4.3": ("faults-rabbitmq-4.3", "nackguard-faults43@localhost", 27772, 27773, 27469),
 }
 if RABBITMQ_VERSION not in _NODE_DEFAULTS:

@@ -1,3 +1,4 @@
+# ctest-variants: rmq43
 """Delivery limits learnt from RabbitMQ's management API (upstream.management): a limit set by
 a RabbitMQ policy, invisible on the wire, shows on /status.json with its source, and a change
 of the policy shows after the refresh; a wrong password shows as failed in /status.json, in
@@ -5,9 +6,10 @@ nackguard_management_lookups_total and in one log line; a 404 is "not_found" and
 after the refresh, and https checks the API's certificate against ca_file (against a stub of
 the API that records what it was asked).
 
-Its own 3.10 node with the rabbitmq_management plugin on 127.0.0.1: nackguard-mgmt@localhost,
-AMQP 31272, distribution 31273 (the CLI tools use the 10 ports above), epmd 31269,
-management 31290. The node's statistics come every second (collect_statistics_interval,
+Its own node of the variant's version with the rabbitmq_management plugin on 127.0.0.1:
+3.10's nackguard-mgmt@localhost, AMQP 31272, distribution 31273 (the CLI tools use the 10
+ports above), epmd 31269, management 31290; 4.3's nackguard-mgmt43@localhost on 31472, 31473,
+31469 and 31490. The node's statistics come every second (collect_statistics_interval,
 quorum_tick_interval), not every 5 s: 3.x shows a queue's policies from them.
 
 The guard asks the API for a queue's limit at the queue's first delivery on a connection, then
@@ -34,15 +36,19 @@ import private_node
 import status_support
 import tls_support
 
-NODE_DIR = os.path.join(harness.BUILD_DIR, "rabbitmq-management")
-AMQP_PORT, DIST_PORT, EPMD_PORT, MGMT_PORT = 31272, 31273, 31269, 31290
+VERSION = private_node.VERSION if private_node.VERSION == "4.3" else "3.10"
+_SUFFIX, AMQP_PORT, DIST_PORT, EPMD_PORT, MGMT_PORT = {
+    "3.10": ("", 31272, 31273, 31269, 31290),
+    "4.3": ("43", 31472, 31473, 31469, 31490)}[VERSION]
+NODE_DIR = os.path.join(harness.BUILD_DIR, "rabbitmq-management" + ("-4.3" if _SUFFIX else ""))
 NODE_ENV = private_node.node_env(
-    "nackguard-mgmt@localhost", AMQP_PORT, DIST_PORT, EPMD_PORT, version="3.10", fresh=True,
+    f"nackguard-mgmt{_SUFFIX}@localhost", AMQP_PORT, DIST_PORT, EPMD_PORT, version=VERSION,
+    fresh=True,
     plugins="rabbitmq_management",
     conf_extra=f"management.tcp.port = {MGMT_PORT}\nmanagement.tcp.ip = 127.0.0.1\n"
                "collect_statistics_interval = 1000",
     advanced_config="[{rabbit, [{quorum_tick_interval, 1000}]}].")
-NODE_LOCK = "/tmp/nackguard-test-mgmt-node.lock"
+NODE_LOCK = f"/tmp/nackguard-test-mgmt{_SUFFIX}-node.lock"
 CTL = os.path.join(NODE_DIR, "rabbitmqctl")
 MONITOR, MONITOR_PASSWORD = "nackguard-monitor", "monitor-" + uuid.uuid4().hex[:8]
 WAIT = 45.0  # s for a limit to show: statistics, the refresh and a lookup each take ~1 s
@@ -95,7 +101,7 @@ class ManagementLimitsTest(unittest.TestCase):
                                       "its node")
         if node("status").returncode == 0:
             node("stop")  # left over from an interrupted run, perhaps with other settings
-        started = node("start", 300)
+        started = node("start", 300 if VERSION == "3.10" else 420)
         if started.returncode != 0 or not harness.wait_for_port(MGMT_PORT, 60):
             node("stop")
             cls._lock.close()

@@ -1,3 +1,4 @@
+# ctest-variants: rmq43
 """The proxy process at its limits (issue 12, item 7).
 
 1. Out of file descriptors. Three TCP connections that stay in the AMQP handshake (its
