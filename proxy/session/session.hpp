@@ -275,6 +275,9 @@ class Session {
   // over any more, or when `overdue`.
   void release_crash_holds(bool overdue);
   void tick_crash_holds(std::int64_t now_ms);
+  // Ends a gone client's connection: its channels, then the broker side with connection.close,
+  // closed at the broker's close-ok (handle_frame_while_proxy_closes) or kGoneCloseOkMs.
+  void end_gone_client();
 
   void emit(Side to, amqp::ByteView bytes) { io(to).out.emit(bytes); }
   // Carries out what an observer's call returned, in order.
@@ -339,6 +342,9 @@ class Session {
   std::int64_t client_close_since_ms_ = -1;
   bool client_gone_ = false;
   std::int64_t crash_hold_since_ms_ = -1;
+  // end_gone_client's connection.close went out; since when its close-ok is awaited.
+  bool gone_close_sent_ = false;
+  std::int64_t gone_close_since_ms_ = -1;
 };
 
 }  // namespace nackguard::session

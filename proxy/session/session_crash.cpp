@@ -7,7 +7,10 @@
 // 45 s at most (kCrashHoldMs): a channel.close in held_close, a connection.close in
 // held_connection_close_, an EOF in client_gone_ (the client side closed, the broker side
 // still open). The deliveries the client did not hold (held back, or handed out after the
-// crash) go back to the broker uncounted at the close.
+// crash) go back to the broker uncounted at the close. A gone client's broker side ends with
+// a connection.close of the proxy's (end_gone_client), not with the socket: RabbitMQ may stop
+// the channels of a connection whose socket ended before it applied the acks just read on it,
+// and requeue originals beside their confirmed copies (issue 37).
 
 #include <algorithm>
 
@@ -20,6 +23,8 @@ namespace {
 // A copy's confirm waits 30 s at most (guard_copies.cpp), and its settlement releases the
 // close: this bound only keeps a close from waiting for ever should none come.
 constexpr std::int64_t kCrashHoldMs = 45000;
+// How long a gone client's broker side waits for the close-ok of end_gone_client's close.
+constexpr std::int64_t kGoneCloseOkMs = 10000;
 }  // namespace
 
 bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool can_take_over) {
@@ -126,11 +131,35 @@ void Session::release_crash_holds(bool overdue) {
     return;
   }
   client_gone_ = false;
+  end_gone_client();
+}
+
+void Session::end_gone_client() {
+  // Mid-publish, the broker would take the close for content; closing, it answers no close.
+  const bool can_close = phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
+                         !broker_closing_ && !content_in_progress(Side::broker);
   end_all_channels(ReturnCause::connection_closed);
-  close_both_after_flush();
+  if (!can_close) {
+    close_both_after_flush();
+    return;
+  }
+  io(Side::client).out.close();
+  io(Side::client).input_closed = true;
+  io(Side::broker).injections.clear();  // none wait: no content is in progress
+  emit_connection_close(Side::broker, amqp::reply::success,
+                        "nackguard: the client connection ended");
+  proxy_close_ = ProxyClose::awaiting_broker;
+  gone_close_sent_ = true;
+  gone_close_since_ms_ = clock_ms_;
 }
 
 void Session::tick_crash_holds(std::int64_t now_ms) {
+  if (gone_close_sent_ && phase_ != Phase::closed) {
+    if (gone_close_since_ms_ < 0) gone_close_since_ms_ = now_ms;
+    // No close-ok in time: the socket ends it.
+    if (now_ms - gone_close_since_ms_ >= kGoneCloseOkMs) close_both_after_flush();
+    return;
+  }
   if (held_connection_close_.empty() && !client_gone_) return;
   if (crash_hold_since_ms_ < 0) crash_hold_since_ms_ = now_ms;
   release_crash_holds(now_ms - crash_hold_since_ms_ >= kCrashHoldMs);
@@ -159,8 +188,7 @@ void Session::client_gone() {
     crash_hold_since_ms_ = clock_ms_;
     return;
   }
-  end_all_channels(ReturnCause::connection_closed);
-  close_both_after_flush();
+  end_gone_client();
 }
 
 }  // namespace nackguard::session

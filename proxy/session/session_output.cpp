@@ -9,6 +9,7 @@ namespace nackguard::session {
 
 void Session::inject(Side to, amqp::Bytes frames) {
   finish_bookkeeping();
+  if (to == Side::broker && gone_close_sent_) return;  // after the connection.close
   io(to).injections.push_back(Injection{std::move(frames), 0, std::nullopt});
   flush_injections(to);
 }
@@ -40,7 +41,8 @@ void Session::flush_injections(Side to) {
       it->second.remove_taken_over(*injection.settles_broker_tag);
       release_held_close(it->second);
       release_crash_holds(false);
-      if (phase_ == Phase::closed) return;  // a gone client's connection ended
+      // A gone client's connection ended, or its close went out: nothing may follow.
+      if (phase_ == Phase::closed || gone_close_sent_) return;
     }
     // In the client's transaction: dropped by a rollback, written again after it.
     if (it->second.tx.active) it->second.tx.proxy_settles.push_back(std::move(injection.frames));

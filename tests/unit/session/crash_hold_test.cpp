@@ -2,7 +2,7 @@
 // at the crash, and one the observer takes over keeps its close waiting (its channel.close,
 // its connection.close, or, after its EOF, the broker side of the connection) until the proxy
 // has settled it; the consumer is cancelled meanwhile, and what still comes is returned as
-// never seen.
+// never seen. A gone client's broker side ends with the proxy's connection.close.
 
 #include <gtest/gtest.h>
 
@@ -19,6 +19,14 @@ class SessionCrashHold : public SessionTracking {
     link.observer.actions.push_back(
         {ObserverAction::Kind::settle, {}, Settle{1, broker_tag, SettleKind::ack, false}});
     link.broker(method(kReserved, amqp::BasicAck{1, false}));
+  }
+  // The broker side of a gone client's connection ends with the proxy's connection.close,
+  // after `before` (what else the proxy sent since last looked at), and the broker's close-ok.
+  void ends_with_close(const Bytes& before = {}) {
+    EXPECT_EQ(link.broker_bytes(), cat({before, gone_client_close()}));
+    EXPECT_FALSE(link.session.finished());
+    link.broker(method(0, amqp::ConnectionCloseOk{}));
+    EXPECT_TRUE(link.session.finished());
   }
   static constexpr std::uint16_t kReserved = 2047;
   static Bytes cancel(const std::string& tag) { return method(1, amqp::BasicCancel{tag, false}); }
@@ -47,7 +55,7 @@ TEST_F(SessionCrashHold, EofWithATakeoverKeepsTheBrokerSideUntilItIsSettled) {
   EXPECT_EQ(link.broker_bytes(), method(1, amqp::BasicAck{1, false}));
   EXPECT_FALSE(link.session.finished());  // until the cancel-ok: nothing more can come then
   link.broker(cancel_ok("c1"));
-  EXPECT_TRUE(link.session.finished());
+  ends_with_close();
   EXPECT_EQ(link.observer.take_events(),
             (Events{"delivery ch1 b2", "proxy-frame ch2047 type1", "settle-applied ch1 b1 sent",
                     "returned ch1 b2 unseen"}));
@@ -65,7 +73,7 @@ TEST_F(SessionCrashHold, AHoldEndsAfter45SecondsWithoutASettlement) {
   EXPECT_FALSE(link.session.finished());
   link.observer.take_events();
   link.session.on_tick(1000 + 45000);
-  EXPECT_TRUE(link.session.finished());
+  ends_with_close(cancel("c1"));
   // The broker takes back the one taken over, with the connection; the other was counted at
   // the crash already.
   EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b2 connection_closed"});
@@ -125,7 +133,37 @@ TEST_F(SessionCrashHold, EofWithACopyAlreadyInFlightWaitsForItToo) {
   EXPECT_EQ(link.broker_bytes(), cancel("c1"));
   link.broker(cancel_ok("c1"));
   ack_when_the_broker_confirms(1);
-  EXPECT_EQ(link.broker_bytes(), method(1, amqp::BasicAck{1, false}));
+  ends_with_close(method(1, amqp::BasicAck{1, false}));
+}
+
+TEST_F(SessionCrashHold, AGoneClientsBrokerSideEndsWithACloseAfterTheAcks) {
+  // Ended by its socket alone, a connection may have its channels stopped at the broker
+  // before the broker applied the acks just sent on it: the originals of confirmed copies
+  // would come back beside them (issue 37). The close goes after the acks; nothing after it.
+  consume(1, "q", "c1");
+  deliveries(1, "c1", 1, 1);
+  link.observer.take_over_at_crash = {{1, 1}};
+  link.session.on_eof(Side::client);
+  link.consumers_cancelled({{1, "c1"}});
+  EXPECT_TRUE(link.broker_bytes().empty());
+  ack_when_the_broker_confirms(1);
+  EXPECT_EQ(link.broker_bytes(), cat({method(1, amqp::BasicAck{1, false}), gone_client_close()}));
+  EXPECT_FALSE(link.session.close_after_flush(Side::broker));  // until the close-ok
+  link.session.inject(Side::broker, heartbeat());
+  EXPECT_TRUE(link.broker_bytes().empty());
+  link.broker(method(0, amqp::ConnectionCloseOk{}));
+  EXPECT_TRUE(link.session.finished());
+}
+
+TEST_F(SessionCrashHold, AGoneClientsCloseWithoutACloseOkEndsAfter10Seconds) {
+  consume(1, "q", "c1");
+  link.session.on_tick(1000);
+  link.session.on_eof(Side::client);
+  link.consumers_cancelled({{1, "c1"}});
+  EXPECT_EQ(link.broker_bytes(), gone_client_close());
+  link.session.on_tick(1000 + 9999);
+  EXPECT_FALSE(link.session.finished());
+  link.session.on_tick(1000 + 10000);
   EXPECT_TRUE(link.session.finished());
 }
 
@@ -142,7 +180,7 @@ TEST_F(SessionCrashHold, TakenOverDeliveriesAreReturnedWhenTheChannelEnds) {
             (Events{"returned ch1 b1 connection_closed", "returned ch1 b3 connection_closed"}));
   link.session.on_tick(45000);
   EXPECT_EQ(link.observer.take_events(), (Events{"returned ch1 b2 connection_closed"}));
-  EXPECT_TRUE(link.session.finished());
+  ends_with_close(cancel("c1"));
   EXPECT_FALSE(link.session.settle_taken_over(1, 2, SettleKind::ack, false));
 }
 
@@ -161,7 +199,7 @@ TEST_F(SessionCrashHold, TakenOverDeliveryCutOffMidBodyIsReturnedWhenTheHoldEnds
   EXPECT_EQ(link.observer.take_events(), Events{});
   link.session.on_tick(45000);
   EXPECT_EQ(link.observer.take_events(), Events{"returned ch1 b1 connection_closed"});
-  EXPECT_TRUE(link.session.finished());
+  ends_with_close();
 }
 
 TEST_F(SessionCrashHold, NothingIsTakenOverOnAChannelTheBrokerClosed) {

@@ -38,6 +38,7 @@ using Wire = test::WireFrame;
 using test::cat;
 using test::decode_frames;
 using test::frames;
+using test::gone_client_close;
 using test::method;
 
 // The frame decoded as method M; a frame that is not M fails the test.

@@ -124,7 +124,9 @@ class GuardTest : public ::testing::Test {
     // over holds the broker side open after it (client_eof_with_copy plays that).
     EXPECT_EQ(to_broker(), frames({cancel_consumer()}));
     broker(method(kCh, amqp::BasicCancelOk{kConsumer}));
-    EXPECT_TRUE(conn->session.finished()) << "the session holds the broker side: a copy";
+    EXPECT_EQ(to_broker(), frames({gone_client_close()})) << "a copy holds the broker side";
+    broker(method(0, amqp::ConnectionCloseOk{}));
+    EXPECT_TRUE(conn->session.finished());
     conn->guard.on_connection_end();
     client_bytes();
     broker_bytes();
@@ -172,7 +174,9 @@ class GuardTest : public ::testing::Test {
     confirm(tags.size(), true);
     Bytes acks;
     for (std::uint64_t tag : tags) acks = cat({acks, ack(tag)});
-    EXPECT_EQ(to_broker(), decode_frames(acks));
+    // The acks, then the close that has the broker apply them before it ends the channels.
+    EXPECT_EQ(to_broker(), decode_frames(cat({acks, gone_client_close()})));
+    broker(method(0, amqp::ConnectionCloseOk{}));
     EXPECT_TRUE(conn->session.finished()) << "the session still waits after the acks";
     conn->guard.on_connection_end();
     client_bytes();

@@ -142,6 +142,15 @@ inline Bytes heartbeat() {
   return out;
 }
 
+// The connection.close the proxy sends the broker once a gone client's connection is done
+// (session_crash.cpp): the broker's close-ok ends it.
+inline Bytes gone_client_close() {
+  amqp::ConnectionClose close;
+  close.reply_code = 200;
+  close.reply_text = "nackguard: the client connection ended";
+  return method(0, close);
+}
+
 // A content header and `data` split into body frames of at most `chunk` bytes.
 inline Bytes content(std::uint16_t channel, std::string_view data,
                      const amqp::BasicProperties& properties = {}, std::size_t chunk = 1 << 20) {
