@@ -23,7 +23,8 @@ uses and does not change):
                      serving node stopped, reconnecting consumers (reconnecting_consumer.py)
 
 Environment:
-  NACKGUARD_TEST_CLUSTER_VERSION  3.10 (default) or 4.3: the cluster's RabbitMQ, with its own
+  NACKGUARD_TEST_CLUSTER_VERSION  3.10 or 4.3 (default: 4.3 in a module's rmq43 variant, else
+                               3.10): the cluster's RabbitMQ, with its own
                                names and ports (tests/rabbitmq-versions.sh; 4.3's nodes run in
                                NACKGUARD_TEST_ROOTFS, default: the cluster directory's
                                parent/rootfs-sid, e.g. $NACKGUARD_BUILD_DIR/rootfs-sid)
@@ -50,7 +51,9 @@ from reconnecting_consumer import ReconnectingConsumer
 TESTS_DIR = os.path.dirname(harness.HERE)
 CLUSTER_SCRIPT = os.path.join(TESTS_DIR, "rabbitmq-cluster.sh")
 NODE_SCRIPT = os.path.join(TESTS_DIR, "rabbitmq-node.sh")
-VERSION = os.environ.get("NACKGUARD_TEST_CLUSTER_VERSION") or "3.10"
+# A module's rmq43 variant (NACKGUARD_TEST_RABBITMQ_VERSION=4.3) runs on the 4.3 cluster.
+VERSION = (os.environ.get("NACKGUARD_TEST_CLUSTER_VERSION") or
+           ("4.3" if private_node.VERSION == "4.3" else "3.10"))
 # Each version's layout, as tests/rabbitmq-versions.sh has it: node names, AMQP ports (the
 # distribution port is the next one), the cluster's epmd port.
 _LAYOUTS = {

@@ -1,7 +1,8 @@
-"""`nackguard replay` against the three-node RabbitMQ 3.10 cluster (tests/rabbitmq-cluster.sh,
-the cluster test_cluster uses, one module at a time under its lock): the DLQ and the target
-are quorum queues replicated on the three nodes, and the replay connects to a node that holds
-the leader of neither.
+# ctest-variants: rmq43
+"""`nackguard replay` against the three-node RabbitMQ 3.10 cluster (4.3's in the rmq43 variant;
+tests/rabbitmq-cluster.sh, the cluster test_cluster uses, one module at a time under its
+lock): the DLQ and the target are quorum queues replicated on the three nodes, and the replay
+connects to a node that holds the leader of neither.
 
 - 12 dead letters from two sources (source_id A and B, alternating) in Q.dlq, published
   through c1: `--where header:source_id=A` moves exactly the 6 A messages to Q, in order, each
