@@ -31,6 +31,7 @@ import pika
 
 import amqp_wire as aw
 import harness
+from management_config import with_management
 import private_node
 import redelivery_support as rs
 import wire_reader
@@ -293,16 +294,8 @@ class ManagementGuard(rs.GuardProxy):
         self.node = node
 
     def config_text(self):
-        password_file = os.path.join(self.dir, "management-password")
-        with open(password_file, "w") as f:
-            f.write(self.node.password + "\n")
-        plain = f"upstream: {{host: {self.upstream_host}, port: {self.upstream_port}}}\n"
-        text = super().config_text()
-        assert plain in text, text
-        return text.replace(plain, (
-            f"upstream:\n  host: {self.upstream_host}\n  port: {self.upstream_port}\n"
-            f"  management:\n    url: {self.node.url}\n    username: {self.node.MONITOR}\n"
-            f"    password_file: {password_file}\n    refresh: 1s\n    timeout: 2s\n"))
+        return with_management(self, super().config_text(), self.node.url,
+                               self.node.MONITOR, self.node.password)
 
 
 def main(argv):

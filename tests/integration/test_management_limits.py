@@ -32,6 +32,7 @@ import unittest
 import uuid
 
 import harness
+from management_config import with_management
 import private_node
 import status_support
 import tls_support
@@ -74,17 +75,8 @@ class ManagementProxy(harness.Proxy):
         self.url, self.password, self.refresh, self.ca_file = url, password, refresh, ca_file
 
     def config_text(self):
-        password_file = os.path.join(self.dir, "management-password")
-        with open(password_file, "w") as f:
-            f.write(self.password + "\n")
-        plain = f"upstream: {{host: {self.upstream_host}, port: {self.upstream_port}}}\n"
-        text = super().config_text()
-        assert plain in text, text
-        return text.replace(plain, (
-            f"upstream:\n  host: {self.upstream_host}\n  port: {self.upstream_port}\n"
-            f"  management:\n    url: {self.url}\n    username: {MONITOR}\n"
-            f"    password_file: {password_file}\n    refresh: {self.refresh}\n"
-            "    timeout: 2s\n" + (f"    ca_file: {self.ca_file}\n" if self.ca_file else "")))
+        return with_management(self, super().config_text(), self.url, MONITOR, self.password,
+                               self.refresh, self.ca_file)
 
 
 def limit_row(doc, queue, vhost="/"):
