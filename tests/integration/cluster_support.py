@@ -8,7 +8,7 @@ uses and does not change):
                      them out
   start_cluster()    boots the cluster (reused when it already runs clustered)
   stop_cluster()     stops the three nodes
-  stop_node(), kill_node(), start_node(), start_node_async(), ensure_all_running()
+  stop_node(), kill_node(), start_nodes(), start_node_async(), ensure_all_running()
                      one node at a time, through tests/rabbitmq-node.sh with that node's
                      settings
   use_node()         points harness (BROKER_PORT, RABBITMQCTL) at a node that is up, so that
@@ -203,12 +203,15 @@ def kill_node(node, timeout=20):
         time.sleep(0.05)
 
 
-def start_node(node):
-    """Starts one node with its data: it rejoins the cluster."""
-    _run([NODE_SCRIPT, "start", node.dir], env=_node_env(node))
-
-
 _pending = {}  # node index -> Popen of a start still running
+
+
+def start_nodes(nodes):
+    """Starts the nodes at once (a 4.3 node boots only beside a majority of the cluster) and
+    returns when every one has booted."""
+    for node in nodes:
+        start_node_async(node)
+    _wait_pending()
 
 
 def start_node_async(node):
@@ -220,14 +223,11 @@ def start_node_async(node):
 
 def ensure_all_running():
     """Waits for background starts, then starts (at once) any node that is down."""
-    for index, process in list(_pending.items()):
-        out, _ = process.communicate(timeout=NODE_TIMEOUT)
-        del _pending[index]
-        if process.returncode != 0:
-            raise AssertionError(f"starting {NODES[index]} failed:\n{out}")
-    down = [node for node in NODES if not node.accepts()]
-    for node in down:
-        start_node_async(node)
+    _wait_pending()
+    start_nodes([node for node in NODES if not node.accepts()])
+
+
+def _wait_pending():
     for index, process in list(_pending.items()):
         out, _ = process.communicate(timeout=NODE_TIMEOUT)
         del _pending[index]
