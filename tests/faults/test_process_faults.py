@@ -376,6 +376,9 @@ class ProcessFaultTest(fs.FaultTest):
         self.assertLess(peak, 100 * 1024, f"RSS peaked at {peak} KiB")
 
     RETAINED_LIMIT = 32 << 20
+    # A quorum queue does not send a prefetch-0 consumer everything: 4.3.6 kept about 2,300
+    # deliveries (9 MB of bodies) in flight here. A budget below that is still reached.
+    RETAINED_LIMIT_QUORUM = 4 << 20
     # Besides retained bodies: the relays' buffers (limits.buffer_bytes, 1 MiB per side and
     # connection), what the proxy knows of each of the 20,000 unacked deliveries, and the
     # allocator's slack. Measured with no body retained at all (limit 4 KiB): +20 MB.
@@ -383,11 +386,12 @@ class ProcessFaultTest(fs.FaultTest):
 
     def test_slow_consumer_all_unacked_in_flight_rss_bounded(self):
         """prefetch 0, 20,000 x 4 KiB queued, a pika consumer sleeping 0.5 ms per message:
-        pika reads everything it is sent, so all 20,000 deliveries are unacked at once. The
-        proxy keeps unacked bodies (for a republish or dead-letter) only up to
-        limits.retained_body_bytes, here 32 MiB; the others pass without being kept. The
-        queue's policy delays returns, so that every delivery asks to keep its body."""
-        limit = self.RETAINED_LIMIT
+        pika reads everything it is sent, so all 20,000 deliveries are unacked at once (on a
+        classic queue). The proxy keeps unacked bodies (for a republish or dead-letter) only
+        up to limits.retained_body_bytes, here 32 MiB (4 MiB on quorum queues); the others
+        pass without being kept. The queue's policy delays returns, so that every delivery
+        asks to keep its body."""
+        limit = self.RETAINED_LIMIT if fs.QUEUE_TYPE == "classic" else self.RETAINED_LIMIT_QUORUM
         queue, proxy, ledger, bystander, sampler = self.slow_setup(
             "slowpika", extra_config=f"limits: {{retained_body_bytes: {limit}}}\n",
             keep_bodies=True)
@@ -419,7 +423,7 @@ class ProcessFaultTest(fs.FaultTest):
         retained_peak = max(retained, default=0)
         self.record(fault="slow consumer, prefetch 0, 20k x 4 KiB queued: pika consumer "
                           "sleeping 0.5 ms a message (every delivery unacked in flight), "
-                          "limits.retained_body_bytes 32 MiB",
+                          f"limits.retained_body_bytes {limit >> 20} MiB",
                     rss_kb_baseline=baseline, rss_kb_peak=peak, bystander=by_account,
                     retained_body_bytes_limit=limit_metric,
                     retained_body_bytes_peak=retained_peak,
@@ -439,14 +443,20 @@ class ProcessFaultTest(fs.FaultTest):
         bound_kb = baseline + (limit + self.RSS_SLACK) // 1024
         self.assertLessEqual(peak, bound_kb,
                              f"RSS peaked at {peak} KiB: more than the baseline {baseline} KiB "
-                             f"+ the 32 MiB budget + {self.RSS_SLACK >> 20} MiB")
+                             f"+ the {limit >> 20} MiB budget + {self.RSS_SLACK >> 20} MiB")
 
     # ------------------------------------------------------------ (8) many connections
+    # How long no new connection may open before the clients stop waiting for the others. A
+    # 4.0 or 4.3 node pauses its handshakes about 5 s now and then under a burst: 300
+    # connections straight to the 4.3 node, no nackguard, stalled 5.0 s in 3 runs of 4 here
+    # (3.10: none). A stall shorter than this is waited out; a longer one fails the test.
+    STALL_S = 10
+
     def many_connections(self, proxy, n_conns, queue, prefix, gate_size=100):
         """n_conns raw asyncio clients through `proxy`, all at once: handshake, channels
         1-3, confirm.select and one persistent publish on channel 1 (its confirm awaited),
-        then each stays open until all are (or until no more open for 3 s), closes channels
-        2 and 3 and the connection. Returns (ledger, stats)."""
+        then each stays open until all are (or until no more open for STALL_S), closes
+        channels 2 and 3 and the connection. Returns (ledger, stats)."""
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft < 3 * n_conns + 200:
             if hard < 3 * n_conns + 200:
@@ -507,7 +517,7 @@ class ProcessFaultTest(fs.FaultTest):
             while time.monotonic() - t0 < 60:
                 if state["open"] != last:
                     last, last_change = state["open"], time.monotonic()
-                if state["open"] >= n_conns or time.monotonic() - last_change > 3:
+                if state["open"] >= n_conns or time.monotonic() - last_change > self.STALL_S:
                     break
                 await asyncio.sleep(0.05)
             held = state["open"]
