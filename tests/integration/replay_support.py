@@ -124,12 +124,14 @@ class ReplayCase(unittest.TestCase):
         self.channel.confirm_delivery()
 
     @contextlib.contextmanager
-    def queues(self, to_arguments=None, dlq_arguments=None):
-        """A fresh queue Q and its Q.dlq, both durable; deleted afterwards."""
+    def queues(self, to_arguments=None, dlq_arguments=None, to_type=None):
+        """A fresh queue Q (of type `to_type`) and its Q.dlq, both durable and by default of
+        the run's queue type (harness.declare_queue); deleted afterwards."""
         name = f"nackguard-it.replay.{uuid.uuid4().hex[:12]}"
         dlq = name + ".dlq"
-        self.channel.queue_declare(name, durable=True, arguments=to_arguments)
-        self.channel.queue_declare(dlq, durable=True, arguments=dlq_arguments)
+        harness.declare_queue(self.channel, name, durable=True, arguments=to_arguments,
+                              queue_type=to_type)
+        harness.declare_queue(self.channel, dlq, durable=True, arguments=dlq_arguments)
         try:
             yield name, dlq
         finally:

@@ -1,4 +1,4 @@
-# ctest-variants: rmq40 rmq43
+# ctest-variants: rmq40 rmq43 rmq43.quorum
 """The proxy is transparent to pika for the AMQP features beyond plain publish/consume.
 
 Each scenario runs once directly against RabbitMQ and once through the proxy; the
@@ -17,8 +17,9 @@ against its exact expected value:
 - an exclusive queue (405 RESOURCE_LOCKED for another connection);
 - a channel closed by the broker with 404 while the connection stays usable.
 CTest runs the module on RabbitMQ 3.10 (integration.test_features), 4.0
-(integration.test_features.rmq40) and 4.3 (.rmq43); the queues here are classic (the
-scenarios are not about redelivery counting, and some need an exclusive or non-durable queue).
+(integration.test_features.rmq40) and 4.3 (.rmq43), and on quorum queues on 4.3
+(.rmq43.quorum: harness.declare_queue; the exclusive queues stay classic, as a quorum queue
+cannot be exclusive).
 """
 
 import unittest
@@ -83,7 +84,7 @@ def confirms(target):
         conn = harness.connect(target.port)
         try:
             ch = conn.channel()
-            ch.queue_declare(queue)
+            harness.declare_queue(ch, queue)
             ch.confirm_delivery()
             confirmed = 0
             for i in range(1000):
@@ -116,7 +117,7 @@ def basic_get(target):
         conn = harness.connect(target.port)
         try:
             ch = conn.channel()
-            ch.queue_declare(queue)
+            harness.declare_queue(ch, queue)
             result.append(("empty", ch.basic_get(queue)))
             for i in range(3):
                 ch.basic_publish("", queue, f"g{i}".encode())
@@ -129,6 +130,7 @@ def basic_get(target):
             result.append(("empty again", ch.basic_get(queue)))
             method, _, body = None, None, None
             ch.basic_publish("", queue, b"auto")
+            wait_count(ch, queue, 1)  # a quorum queue enqueues after the publish returns
             method, _, body = ch.basic_get(queue, auto_ack=True)
             result.append((method.NAME, body, method.delivery_tag, method.message_count))
             result.append(("left", message_count(ch, queue)))
@@ -144,7 +146,7 @@ def transactions(target):
         try:
             tx = conn.channel()
             observer = conn.channel()
-            tx.queue_declare(queue)
+            harness.declare_queue(tx, queue)
             tx.tx_select()
             tx.basic_publish("", queue, b"rolled-back")
             result["before_rollback"] = message_count(observer, queue)
@@ -181,7 +183,7 @@ def client_cancel(target):
         conn = harness.connect(target.port)
         try:
             ch = conn.channel()
-            ch.queue_declare(queue)
+            harness.declare_queue(ch, queue)
             for i in range(5):
                 ch.basic_publish("", queue, f"k{i}".encode())
             ch.basic_qos(prefetch_count=1)
@@ -210,7 +212,7 @@ def server_cancel(target):
         try:
             ch = conn.channel()
             other = conn.channel()
-            ch.queue_declare(queue)
+            harness.declare_queue(ch, queue)
             ch.basic_publish("", queue, b"s0")
             cancels = []
             ch.add_on_cancel_callback(cancels.append)
@@ -224,8 +226,9 @@ def server_cancel(target):
             result["deliveries"] = got.seen
             result["channel_open"] = ch.is_open
             # the channel stays usable after the server's cancel
-            ch.queue_declare(queue)
+            harness.declare_queue(ch, queue)
             ch.basic_publish("", queue, b"s1")
+            wait_count(ch, queue, 1)  # a quorum queue enqueues after the publish returns
             method, _, body = ch.basic_get(queue, auto_ack=True)
             result["after"] = (body, method.delivery_tag)
         finally:
@@ -262,7 +265,7 @@ def nack_reject_requeue(target):
         conn = harness.connect(target.port)
         try:
             ch = conn.channel()
-            ch.queue_declare(queue)
+            harness.declare_queue(ch, queue)
             ch.basic_publish("", queue, b"nacked")
             ch.basic_publish("", queue, b"rejected")
             ch.basic_qos(prefetch_count=1)
@@ -287,7 +290,7 @@ def recover(target):
         conn = harness.connect(target.port)
         try:
             ch = conn.channel()
-            ch.queue_declare(queue)
+            harness.declare_queue(ch, queue)
             for i in range(3):
                 ch.basic_publish("", queue, f"r{i}".encode())
             got = Collector()
@@ -308,7 +311,7 @@ def qos(target):
         conn = harness.connect(target.port)
         try:
             ch = conn.channel()
-            ch.queue_declare(queue)
+            harness.declare_queue(ch, queue)
             for i in range(10):
                 ch.basic_publish("", queue, f"q{i}".encode())
             ch.basic_qos(prefetch_count=3)
@@ -377,8 +380,9 @@ def channel_404(target):
             result["channel_closed"] = ch.is_closed
             result["connection_open"] = conn.is_open
             ch2 = conn.channel()
-            ch2.queue_declare(queue)
+            harness.declare_queue(ch2, queue)
             ch2.basic_publish("", queue, b"still works")
+            wait_count(ch2, queue, 1)  # a quorum queue enqueues after the publish returns
             method, _, body = ch2.basic_get(queue, auto_ack=True)
             result["after"] = (body, method.delivery_tag, method.message_count)
             ch3 = conn.channel()

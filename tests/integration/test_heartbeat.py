@@ -1,4 +1,4 @@
-# ctest-variants: rmq43
+# ctest-variants: rmq43 rmq43.quorum
 """Heartbeats pass through the proxy, and a dead broker side closes the client.
 
 Proves that:
@@ -56,7 +56,7 @@ def idle_with_heartbeats(target):
         try:
             result["negotiated"] = conn._impl.params.heartbeat
             ch = conn.channel()
-            ch.queue_declare(queue)
+            harness.declare_queue(ch, queue)
             checker = conn._impl._heartbeat_checker
             idle_start_ms = time.time() * 1000
             conn.sleep(IDLE_SECONDS)
@@ -129,7 +129,7 @@ class HeartbeatTest(harness.IntegrationTest):
             conn = harness.connect(port)
             try:
                 ch = conn.channel()
-                ch.queue_declare(queue)
+                harness.declare_queue(ch, queue)
                 ch.basic_publish("", queue, b"before cut")
                 self.assertEqual(harness.wait_message_count(ch, queue, 1), 1)
                 self.assertTrue(peers.wait_until(lambda: relay.connection_count() >= 1, 2),

@@ -1,4 +1,4 @@
-# ctest-variants: rmq43
+# ctest-variants: rmq43 rmq43.quorum
 """Malformed peers are refused cleanly, and the channel_max rewrite is visible.
 
 Scripted raw-socket peers (no pika), each ending in a clean close:
@@ -153,7 +153,7 @@ def pika_works(port, queue):
     conn = harness.connect(port)
     try:
         ch = conn.channel()
-        ch.queue_declare(queue)
+        harness.declare_queue(ch, queue)
         ch.basic_publish("", queue, b"still works")
         method, _, body = None, None, None
         for _ in range(250):
@@ -184,7 +184,7 @@ class MalformedClientTest(harness.IntegrationTest):
             bystander = harness.connect(self.proxy_port)
             self.addCleanup(harness.close_connection, bystander)
             bch = bystander.channel()
-            bch.queue_declare(queue)
+            harness.declare_queue(bch, queue)
 
             jobs = {}
             with concurrent.futures.ThreadPoolExecutor(max_workers=2 * len(FRAME_CASES)) as pool:

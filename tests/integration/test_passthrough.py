@@ -1,4 +1,4 @@
-# ctest-variants: rmq43
+# ctest-variants: rmq43 rmq43.quorum
 """The proxy is transparent to pika for plain publish and consume.
 
 Proves that through the proxy, exactly as directly against RabbitMQ:
@@ -89,7 +89,7 @@ def properties_for(kind, index):
             content_encoding="identity",
             headers=headers,
             delivery_mode=2,
-            priority=7,
+            priority=4,  # above 4, a 4.x quorum queue would deliver it ahead of the rest
             correlation_id=f"corr-{kind}-{index}",
             reply_to="nackguard-it.reply",
             expiration="86400000",
@@ -168,7 +168,7 @@ def passthrough(target):
         stack.callback(harness.close_connection, conn)
         pub = conn.channel()
         for kind, count, size in PARTS:
-            pub.queue_declare(queues[kind])
+            harness.declare_queue(pub, queues[kind])
             for i in range(count):
                 pub.basic_publish("", queues[kind], body_for(kind, i, size),
                                   properties_for(kind, i))
@@ -249,7 +249,7 @@ class PassthroughTest(harness.IntegrationTest):
                 conn = harness.connect(target.port)
                 try:
                     ch = conn.channel()
-                    ch.queue_declare(queue)
+                    harness.declare_queue(ch, queue)
                     ch.basic_publish("", queue, b"h", properties_for("empty", 0))
                     method, props, body = None, None, None
                     for _ in range(100):

@@ -1,4 +1,4 @@
-# ctest-variants: rmq40 rmq43
+# ctest-variants: rmq40 rmq43 rmq43.quorum
 """`nackguard replay` against a real RabbitMQ: dead letters moved back, and nothing lost.
 
 Environment: NACKGUARD_BIN (the nackguard binary; run as `$NACKGUARD_BIN replay ...`) and
@@ -142,9 +142,11 @@ class ReplayTest(ReplayCase):
             self.assertEqual(replays, [1, 1, 1, 2])
 
     def test_nacked_copies_leave_their_originals(self):
-        # Q takes 2 messages and then refuses publishes: the broker nacks the copies.
-        with self.queues(to_arguments={"x-max-length": 2,
-                                       "x-overflow": "reject-publish"}) as (q, dlq):
+        # Q takes 2 messages and then refuses publishes: the broker nacks the copies. Q is a
+        # classic queue in every variant: a quorum queue applies its limit only once a
+        # publish is in its log, and let 1 to 4 of the 4 copies in here (4.3.6).
+        with self.queues(to_arguments={"x-max-length": 2, "x-overflow": "reject-publish"},
+                         to_type="classic") as (q, dlq):
             self.dead_letter(dlq, 4)
             result = replay("--upstream", URL, "--from", dlq, "--to", q)
             self.assertExit(result, 1)

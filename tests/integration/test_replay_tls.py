@@ -1,4 +1,4 @@
-# ctest-variants: rmq40 rmq43
+# ctest-variants: rmq40 rmq43 rmq43.quorum
 """`nackguard replay` over TLS (amqps://) and with SASL EXTERNAL, against a private RabbitMQ
 node with a TLS listener (tls_support.TlsBroker, shared with test_tls, one at a time).
 

@@ -1,4 +1,4 @@
-# ctest-variants: rmq40 rmq43
+# ctest-variants: rmq40 rmq43 rmq43.quorum
 """`nackguard replay` as triage, against a real RabbitMQ (issue 14): grouping, selecting, and
 the JSON summary.
 

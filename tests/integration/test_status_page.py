@@ -1,4 +1,4 @@
-# ctest-variants: rmq43
+# ctest-variants: rmq43 rmq43.quorum
 """The /status page in a real browser: Debian's Chromium, headless, driven by selenium
 through chromedriver (deploy/install-deps.sh installs chromium, chromium-driver and
 python3-selenium; without them this test fails, it does not skip).

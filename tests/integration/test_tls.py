@@ -1,4 +1,4 @@
-# ctest-variants: rmq43
+# ctest-variants: rmq43 rmq43.quorum
 """TLS on both sides of the proxy (docs/tls.md).
 
 Proves that:
@@ -57,7 +57,7 @@ def round_trip(test, port, count=50, **connect_args):
         conn = harness.connect(port, **connect_args)
         try:
             channel = conn.channel()
-            channel.queue_declare(queue)
+            harness.declare_queue(channel, queue)
             channel.confirm_delivery()
             for body in bodies:
                 channel.basic_publish("", queue, body)

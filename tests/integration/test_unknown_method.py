@@ -1,4 +1,4 @@
-# ctest-variants: rmq40 rmq43
+# ctest-variants: rmq40 rmq43 rmq43.quorum
 """A method AMQP 0-9-1 does not have, from a client, is refused by nackguard (issue 12, item 5).
 
 Forwarded, such a method crashes RabbitMQ 3.10's connection process, and the client gets
@@ -74,7 +74,7 @@ class UnknownMethodTest(harness.IntegrationTest):
             bystander = harness.connect(self.proxy_port)
             try:
                 bystander_ch = bystander.channel()
-                bystander_ch.queue_declare(queue)
+                harness.declare_queue(bystander_ch, queue)
                 for case, (channel, class_id, method_id) in CASES.items():
                     with self.subTest(case=case):
                         out = self.unknown_method(channel, class_id, method_id)
