@@ -352,7 +352,7 @@ if wants asan; then
     # Against one broker version only (CI time: the main phase ran every version): the 3.10
     # node's classic and quorum variants, or the first 4.x version wanted without 3.10. The
     # sanitizers watch the proxy's memory, which the broker's version does not change. Nor
-    # test_cluster (12 minutes of node stops and waits; test_cluster_replay keeps a cluster).
+    # test_cluster (2.5 minutes of node stops and starts; test_cluster_replay keeps a cluster).
     asan_filter=(-R "$asan_tests")
     if ! wants_broker 3.10; then
       asan_filter=(-R "^integration[.].*[.](${tags_wanted%%|*})([.]|\$)")
