@@ -166,10 +166,7 @@ class ReplayTest(ReplayCase):
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             # Q goes once the first copy is in it: a fixed 0.3 s could pass before a slow start
             # (AddressSanitizer) had moved anything.
-            deadline = time.monotonic() + 10
-            while (self.count(q) < 1 and process.poll() is None
-                   and time.monotonic() < deadline):
-                time.sleep(0.02)
+            self.wait_first_copy(q, process)
             harness.delete_queue(q)
             out, err = process.communicate(timeout=RUN_TIMEOUT)
             self.assertEqual(process.returncode, 1, f"{out}\n{err}")
@@ -201,6 +198,12 @@ class ReplayTest(ReplayCase):
             self.assertIn("moved: 6\n", result[1])
             self.assertGreaterEqual(elapsed, 0.45)  # 6 copies, 0.1 s apart
 
+    def wait_first_copy(self, q, process, timeout=10):
+        """Returns once a copy is in Q (or the run has ended, or `timeout` s passed)."""
+        deadline = time.monotonic() + timeout
+        while self.count(q) < 1 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def test_interrupt_requeues_and_loses_nothing(self):
         with self.queues() as (q, dlq):
             self.dead_letter(dlq, 10)
@@ -208,7 +211,7 @@ class ReplayTest(ReplayCase):
             process = subprocess.Popen(
                 [BIN, "replay", "--upstream", URL, "--from", dlq, "--to", q, "--rate", "4"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-            time.sleep(1.2)
+            self.wait_first_copy(q, process)  # 0.25 s a copy: 9 more to go
             process.send_signal(signal.SIGINT)
             out, err = process.communicate(timeout=RUN_TIMEOUT)
             self.assertEqual(process.returncode, 130, f"{out}\n{err}")

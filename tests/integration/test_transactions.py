@@ -17,7 +17,6 @@ transaction too. What is proven, with exact counts:
     DLQ, the queue ends empty, the channel stays open.
 """
 
-import time
 import unittest
 import uuid
 
@@ -109,11 +108,14 @@ class TransactionTest(rs.RedeliveryTest):
         dlq = f"{queue}.dlq"
         rs.poll_until([consumer], lambda: bool(steps), timeout=30, quiet=2.0)
         self.assertEqual(steps, [label], "deliveries")
-        time.sleep(0.5)
-        copies = [m[2] for m in self.broker.get_all(dlq)]
-        self.assertEqual(copies, [] if then == "ack" else [label.encode()], "DLQ contents")
         self.assertTrue(consumer.ch.is_open, "the consumer's channel was closed")
         self.assert_settled_and_open(consumer, queue)
+        # The connection gone from nackguard's gauge, its session has ended, and a session
+        # ends only after the broker confirmed every copy it made: any dead-letter is in.
+        page = proxy.wait_metric("nackguard_client_connections", 0, timeout=15)
+        self.assertEqual(page.value("nackguard_client_connections"), 0)
+        copies = [m[2] for m in self.broker.get_all(dlq)]
+        self.assertEqual(copies, [] if then == "ack" else [label.encode()], "DLQ contents")
         self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
         self.assert_proxy_alive(proxy)
 
