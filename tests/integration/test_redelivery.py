@@ -533,9 +533,18 @@ class RedeliveryGuardTest(rs.RedeliveryTest):
                                f"the consumer got the poison {poison_deliveries} times in 3 s "
                                f"(max_redeliveries 2); the proxy logged {len(fallbacks)} "
                                "fallbacks for it")
-            self.assertLessEqual(len(fallbacks), poison_returns,
-                                 f"{len(fallbacks)} fallbacks logged for {poison_returns} "
-                                 "returns by the consumer")
+            # Return 1 is forwarded and return 2 republished (a copy to the queue itself
+            # needs no configure permission); return 3 would be dead-lettered, the DLQ's
+            # declare is refused, and from then on each return falls back: one fallback for
+            # each (the log says it once, with a count of lines suppressed).
+            page = proxy.metrics()
+            returns = page.value("nackguard_returns_total", queue=queue)
+            self.assertGreaterEqual(returns, poison_returns)
+            by_cause = {labels["cause"]: value
+                        for labels, value in page.series("nackguard_fallbacks_total")
+                        if labels["queue"] == queue and value}
+            self.assertEqual(by_cause, {"republish_failed": returns - 2},
+                             f"fallbacks for {returns} returns")
 
     # ------------------------------------------------------------ (j) via reject
 
