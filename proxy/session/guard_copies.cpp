@@ -64,9 +64,13 @@ QueueSpec delay_queue_spec(std::string_view queue, retry::Millis ttl, retry::Que
     arguments.set("x-dead-letter-strategy", amqp::FieldValue::string("at-least-once"));
     arguments.set("x-overflow", amqp::FieldValue::string("reject-publish"));
   }
-  // Unused delay queues go away; redeclaring at least once per TTL keeps one that may still
-  // hold messages from expiring.
-  arguments.set("x-expires", amqp::FieldValue::i64(2 * ttl.count() + 60000));
+  // Unused classic delay queues go away; redeclaring at least once per TTL keeps one that may
+  // still hold messages from expiring. A quorum queue's x-expires counts from its declaration
+  // whatever is declared or published since (3.10.8, 4.0.5 and 4.3.6): it would delete the
+  // queue, and the copies waiting in it, 2 TTLs and a minute after it was made.
+  if (type != retry::QueueType::quorum) {
+    arguments.set("x-expires", amqp::FieldValue::i64(2 * ttl.count() + 60000));
+  }
   spec.redeclare_after_ms = ttl.count();
   return spec;
 }

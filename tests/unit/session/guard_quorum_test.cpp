@@ -279,7 +279,8 @@ TEST_F(GuardQuorum, QuorumSourceGetsQuorumDelayQueuesThatDeadLetterAtLeastOnce) 
   args.set("x-dead-letter-routing-key", amqp::FieldValue::string(kQueue));
   args.set("x-dead-letter-strategy", amqp::FieldValue::string("at-least-once"));
   args.set("x-overflow", amqp::FieldValue::string("reject-publish"));
-  args.set("x-expires", amqp::FieldValue::i64(2 * 1000 + 60000));
+  // No x-expires: a quorum queue's counts from its declaration, renewed by nothing nackguard
+  // does, and would delete the copies waiting in it.
   EXPECT_EQ(open_proxy_channel(),
             frames({method(kProxyChannel, durable_declare("nackguard.delay.q.1000ms", args))}));
 }
