@@ -20,9 +20,10 @@ delivery limit ended would be gone. What is proven, with exact counts:
     the broker's x-delivery-count of the innocent messages passes 3. Three rounds: the broker's
     counts depend on timing.
 (d) what nackguard declares for a quorum queue is a quorum queue: the delay queue (with
-    at-least-once dead-lettering and reject-publish) and the DLQ, which on 4.0 has no delivery
-    limit (x-delivery-limit -1): its dead letter survives 25 gets and requeues, as replay dry
-    runs do; `queue_type: classic` in the policy gives a classic DLQ.
+    at-least-once dead-lettering and reject-publish, and no x-expires: a quorum queue's is not
+    renewed by a redeclare, and would delete the copies in it) and the DLQ, which on 4.0 has
+    no delivery limit (x-delivery-limit -1): its dead letter survives 25 gets and requeues, as
+    replay dry runs do; `queue_type: classic` in the policy gives a classic DLQ.
 (e) a delay queue that already exists with other arguments is used as it is, and said once in
     the log: the copy still comes back through it.
 """
@@ -221,6 +222,9 @@ class QuorumQueueTest(rs.RedeliveryTest):
         self.assertEqual(queue_type, "quorum")
         self.assertIn("at-least-once", arguments)
         self.assertIn("reject-publish", arguments)
+        # A quorum queue's x-expires counts from its declaration (a redeclare does not renew
+        # it): it would delete the queue, and the copies waiting in it, after 62 s.
+        self.assertNotIn("x-expires", arguments)
         self.assertEqual(consumer.delivered(POISON), 2, "max_redeliveries 1: two deliveries")
         dlq_type, dlq_arguments = self.queue_info(f"{queue}.dlq")
         self.assertEqual(dlq_type, "quorum")
