@@ -13,6 +13,7 @@
 # Environment:
 #   NACKGUARD_BUILD_DIR       build directory (default: build)
 #   NACKGUARD_JOBS            parallel build jobs (default: 2)
+#   NACKGUARD_INTEGRATION_JOBS  integration tests run at once (default: 4; the other phases 2)
 #   NACKGUARD_TEST_BROKERS    which RabbitMQ versions to start and test against, comma-
 #                             separated: 3.10, 4.0, 4.3; "all" is the three (the default),
 #                             "both" 3.10,4.0 (the default before 4.3 came)
@@ -179,13 +180,11 @@ fi
 wants() { [[ ,$extra_checks, == *,$1,* ]]; }
 
 # The sanitizer and fuzzer builds run in the background, at the lowest CPU priority, while the
-# main suite runs (it mostly waits on the broker): their tests run after it. Each build writes
-# its output to <dir>/build.log and its exit status to <dir>/build.status. The AddressSanitizer
-# build is the run's longest path: its code is built at -O1 with line tables only (-g1, all a
-# sanitizer's stack trace needs), and its unit tests' own files at -O0 (tests/CMakeLists.txt)
-# (it was -O1 -g everywhere: 35 minutes on an idle machine, 64 CPU-minutes). The ThreadSanitizer
-# build stays at -O2 (line tables only): at -O1, GCC 12 with -fsanitize=thread reports a false
-# -Wmaybe-uninitialized on a std::optional in session_channels.cpp.
+# main suite runs (it mostly waits on the broker); their tests run after it. Each writes
+# <dir>/build.log and <dir>/build.status. The AddressSanitizer build, the longest path, is -O1
+# with line tables only (-g1), its unit tests' own files -O0 (-O1 -g everywhere took 35 minutes
+# of an idle machine). ThreadSanitizer stays at -O2 -g1: at -O1, GCC 12 with -fsanitize=thread
+# reports a false -Wmaybe-uninitialized on a std::optional in session_channels.cpp.
 asan_dir="$build_dir-asan"
 tsan_dir="$build_dir-tsan"
 fuzz_dir="$build_dir-fuzz"
@@ -302,15 +301,15 @@ run_ctest() {
   ((status == 0)) || any_failed=1
 }
 
-
 if (($# == 0)); then
-  # Two at a time: the integration, compatibility and experiment tests mostly wait on the
-  # brokers, each on queues of its own, and the unit tests take milliseconds each. A test
-  # with RUN_SERIAL still runs alone (an integration module marked "# ctest-run-serial"); the
-  # fault modules run one at a time per broker version (they share its fault node), beside
-  # the other tests, and the longest tests (faults, test_cluster) start first (COST).
-  step "ctest: integration tests (-j2)"
-  run_ctest "$build_dir" -j2 "${attempts[@]}" -L integration "${broker_filter[@]}"
+  # Integration tests 4 at a time: each waits on a broker, on queues of its own (one kept 2
+  # cores 6% busier). The rest 2 at a time: compatibility tests start JVMs, fault tests measure
+  # memory and time. RUN_SERIAL runs alone ("# ctest-run-serial"); fault modules run one at a
+  # time per version (one fault node each); the longest (faults, test_cluster) start first.
+  integration_jobs=${NACKGUARD_INTEGRATION_JOBS:-4}
+  step "ctest: integration tests (-j$integration_jobs)"
+  run_ctest "$build_dir" -j"$integration_jobs" "${attempts[@]}" -L integration \
+    "${broker_filter[@]}"
   step "ctest: unit, compatibility, experiment, deployment and benchmark smoke tests (-j2)," \
     "fault tests (one per broker version at a time)"
   run_ctest "$build_dir" -j2 "${attempts[@]}" -LE integration "${broker_filter[@]}"
