@@ -148,14 +148,11 @@ inline constexpr std::array<std::string_view, 4> kActionValues{"forwarded", "del
 // Indexed by retry::DeadLetterReason minus one.
 inline constexpr std::array<std::string_view, 4> kReasonValues{
     "max_redeliveries", "crash_loop", "broker_delivery_limit", "consumer_timeout"};
-// The guard's fallback causes; any other cause is counted as "other".
-inline constexpr std::array<std::string_view, 7> kCauseValues{"body_not_retained",
-                                                              "no_channel",
-                                                              "malformed_properties",
-                                                              "republish_failed",
-                                                              "at_broker_limit",
-                                                              "encode_failed",
-                                                              "other"};
+// The fallback causes (retry::Fallback; the names are retry::to_string's, and
+// "at_broker_limit" for a fallback at the broker's limit): see cause_index in registry.cpp.
+inline constexpr std::array<std::string_view, 6> kCauseValues{
+    "body_not_retained", "no_channel",      "malformed_properties",
+    "republish_failed",  "at_broker_limit", "encode_failed"};
 inline constexpr std::array<std::string_view, 2> kResultValues{"ok", "error"};
 // Indexed by LookupResult (registry.hpp).
 inline constexpr std::array<std::string_view, 4> kLookupResultValues{"ok", "not_found",

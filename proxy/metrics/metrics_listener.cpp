@@ -23,10 +23,10 @@ void MetricsListener::on_dead_letter(std::string_view queue, std::string_view id
   if (next_) next_->on_dead_letter(queue, identity, returns, reason);
 }
 
-void MetricsListener::on_fallback(std::string_view queue, std::string_view cause,
+void MetricsListener::on_fallback(std::string_view queue, retry::Fallback fallback,
                                   std::string_view detail) {
-  registry_.fallback(queue, cause);
-  if (next_) next_->on_fallback(queue, cause, detail);
+  registry_.fallback(queue, fallback);
+  if (next_) next_->on_fallback(queue, fallback, detail);
 }
 
 void MetricsListener::on_outage(std::string_view queue, bool started, double ratio) {

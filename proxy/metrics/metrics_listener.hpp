@@ -18,7 +18,7 @@ class MetricsListener : public retry::GuardListener {
   void on_requeue(std::string_view queue, retry::Action action) override;
   void on_dead_letter(std::string_view queue, std::string_view identity, std::uint32_t returns,
                       retry::DeadLetterReason reason) override;
-  void on_fallback(std::string_view queue, std::string_view cause,
+  void on_fallback(std::string_view queue, retry::Fallback fallback,
                    std::string_view detail) override;
   void on_outage(std::string_view queue, bool started, double ratio) override;
   void on_ack_timeout(std::string_view queue, std::string_view identity,

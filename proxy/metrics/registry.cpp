@@ -42,11 +42,24 @@ std::span<const double> histogram_bounds(Metric metric) {
   }
 }
 
-std::size_t fixed_index_of(std::string_view cause) {
-  for (std::size_t i = 0; i < kCauseValues.size(); ++i) {
-    if (kCauseValues[i] == cause) return i;
+// The index of a fallback's cause label in kCauseValues.
+std::size_t cause_index(retry::Fallback fallback) {
+  if (fallback.at_broker_limit) return 4;
+  switch (fallback.cause) {
+    case retry::FallbackCause::none:
+    case retry::FallbackCause::body_not_retained:
+    case retry::FallbackCause::body_skipped:
+      return 0;
+    case retry::FallbackCause::no_channel:
+      return 1;
+    case retry::FallbackCause::malformed_properties:
+      return 2;
+    case retry::FallbackCause::republish_failed:
+      return 3;
+    case retry::FallbackCause::encode_failed:
+      return 5;
   }
-  return kCauseValues.size() - 1;  // "other"
+  return 0;
 }
 
 static_assert(kActionValues.size() == 4 && static_cast<int>(retry::Action::forward) == 0 &&
@@ -186,8 +199,9 @@ void Registry::ack_timeout(std::string_view queue) {
   add(Metric::ack_timeouts_total, queues_.index(queue), 0);
 }
 
-void Registry::fallback(std::string_view queue, std::string_view cause) {
-  add(Metric::fallbacks_total, queues_.index(queue), fixed_index_of(cause));
+void Registry::fallback(std::string_view queue, retry::Fallback fallback) {
+  if (fallback.cause == retry::FallbackCause::none) return;
+  add(Metric::fallbacks_total, queues_.index(queue), cause_index(fallback));
 }
 
 void Registry::outage(std::string_view queue, bool active) {

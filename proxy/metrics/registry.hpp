@@ -17,6 +17,7 @@
 #include "proxy/metrics/metric_list.hpp"
 #include "proxy/metrics/queue_labels.hpp"
 #include "proxy/retry/decision.hpp"
+#include "proxy/retry/fallback.hpp"
 
 namespace nackguard::metrics {
 
@@ -69,8 +70,8 @@ class Registry {
   // Counts the dead-letter and observes `returns` in returns_before_dead_letter.
   void dead_letter(std::string_view queue, retry::DeadLetterReason reason, std::uint32_t returns);
   void ack_timeout(std::string_view queue);
-  // A cause outside kCauseValues is counted as "other".
-  void fallback(std::string_view queue, std::string_view cause);
+  // Counted under its cause label (kCauseValues); FallbackCause::none is no fallback.
+  void fallback(std::string_view queue, retry::Fallback fallback);
   // Sets outage{queue} to 1 or 0. Under "_other" it is 1 while any queue counted there is in
   // outage.
   void outage(std::string_view queue, bool active);

@@ -28,14 +28,17 @@ void LogListener::on_dead_letter(std::string_view queue, std::string_view identi
                retry::short_id(retry::make_key(queue, identity)));
 }
 
-void LogListener::on_fallback(std::string_view queue, std::string_view cause,
+void LogListener::on_fallback(std::string_view queue, retry::Fallback fallback,
                               std::string_view detail) {
+  const std::string_view cause = retry::to_string(fallback.cause);
   std::uint64_t suppressed = 0;
   {
     std::lock_guard lock(mutex_);
     auto now = std::chrono::steady_clock::now();
     if (fallbacks_.size() > 10000) fallbacks_.clear();
-    auto [it, inserted] = fallbacks_.try_emplace({std::string(queue), std::string(cause)});
+    auto [it, inserted] = fallbacks_.try_emplace(
+        {std::string(queue), fallback.at_broker_limit,
+         fallback.at_broker_limit ? retry::FallbackCause::none : fallback.cause});
     Repeats& repeats = it->second;
     if (!inserted && now - repeats.last < kFallbackLogInterval) {
       ++repeats.suppressed;
@@ -45,11 +48,19 @@ void LogListener::on_fallback(std::string_view queue, std::string_view cause,
     repeats = Repeats{now, 0};
   }
   // A message at the broker's own delivery limit went back to a broker that may end it.
-  const char* outcome = cause == "at_broker_limit"
+  const char* outcome = fallback.at_broker_limit
                             ? "the message went back to the broker, whose own delivery limit may "
                               "now dead-letter or drop it"
                             : "the message went back to the broker as the consumer asked, "
                               "nothing is lost";
+  if (fallback.at_broker_limit) {
+    // The cause under it leads the detail: "cause=at_broker_limit: republish_failed: ...".
+    spdlog::warn(
+        "fallback: queue={} cause=at_broker_limit: {}: {}; {} ({} similar lines "
+        "suppressed)",
+        printable(queue), cause, printable(detail), outcome, suppressed);
+    return;
+  }
   spdlog::warn("fallback: queue={} cause={}: {}; {} ({} similar lines suppressed)",
                printable(queue), cause, printable(detail), outcome, suppressed);
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "proxy/retry/guard_context.hpp"
@@ -20,7 +21,7 @@ class LogListener : public retry::GuardListener {
  public:
   void on_dead_letter(std::string_view queue, std::string_view identity, std::uint32_t returns,
                       retry::DeadLetterReason reason) override;
-  void on_fallback(std::string_view queue, std::string_view cause,
+  void on_fallback(std::string_view queue, retry::Fallback fallback,
                    std::string_view detail) override;
   void on_outage(std::string_view queue, bool started, double ratio) override;
   void on_notice(std::string_view queue, std::string_view what) override;
@@ -36,7 +37,8 @@ class LogListener : public retry::GuardListener {
     std::uint64_t suppressed = 0;
   };
   std::mutex mutex_;
-  std::map<std::pair<std::string, std::string>, Repeats> fallbacks_;
+  // By queue and reported cause (at the broker's limit, one whatever the cause under it).
+  std::map<std::tuple<std::string, bool, retry::FallbackCause>, Repeats> fallbacks_;
 };
 
 }  // namespace nackguard::net

@@ -16,6 +16,7 @@
 
 #include "proxy/retry/body_budget.hpp"
 #include "proxy/retry/decision.hpp"
+#include "proxy/retry/fallback.hpp"
 #include "proxy/retry/health.hpp"
 #include "proxy/retry/learnt_limits.hpp"
 #include "proxy/retry/policy_set.hpp"
@@ -39,10 +40,10 @@ class GuardListener {
     (void)queue, (void)identity, (void)returns, (void)reason;
   }
   // The proxy could not complete a republish or dead-letter and gave the message back to the
-  // broker as the consumer asked. `cause` is a short label, `detail` says what happened.
-  virtual void on_fallback(std::string_view queue, std::string_view cause,
-                           std::string_view detail) {
-    (void)queue, (void)cause, (void)detail;
+  // broker as the consumer asked. `fallback` says why (never FallbackCause::none), `detail`
+  // what happened.
+  virtual void on_fallback(std::string_view queue, Fallback fallback, std::string_view detail) {
+    (void)queue, (void)fallback, (void)detail;
   }
   virtual void on_outage(std::string_view queue, bool started, double ratio) {
     (void)queue, (void)started, (void)ratio;

@@ -32,7 +32,7 @@ FallbackCause copy_blocked(const Decision& decision, const Circumstances& c) {
     return c.body_skipped ? FallbackCause::body_skipped : FallbackCause::body_not_retained;
   if (!c.proxy_channel) return FallbackCause::no_channel;
   if (c.copies_failing && decision.action != Action::republish) {
-    return FallbackCause::copies_failing;
+    return FallbackCause::republish_failed;
   }
   return FallbackCause::none;
 }
@@ -52,13 +52,16 @@ std::string_view to_string(FallbackCause cause) {
     case FallbackCause::none:
       return "none";
     case FallbackCause::body_not_retained:
-      return "body_not_retained";
     case FallbackCause::body_skipped:
-      return "body_skipped";
+      return "body_not_retained";
     case FallbackCause::no_channel:
       return "no_channel";
-    case FallbackCause::copies_failing:
+    case FallbackCause::malformed_properties:
+      return "malformed_properties";
+    case FallbackCause::republish_failed:
       return "republish_failed";
+    case FallbackCause::encode_failed:
+      return "encode_failed";
   }
   return "unknown";
 }
@@ -80,7 +83,7 @@ Outcome decide_requeue(const Policy& policy, TrackerEntry& entry, const ReturnEv
   }
   if (!needs_copy(d, c)) return out;
   FallbackCause blocked = copy_blocked(d, c);
-  if (blocked == FallbackCause::copies_failing && out.at_broker_limit) {
+  if (blocked == FallbackCause::republish_failed && out.at_broker_limit) {
     // Its DLQ or delay queue is refused: republishing it to its own queue needs neither, and
     // the consumer's requeue would have the broker end it.
     d.action = Action::republish;

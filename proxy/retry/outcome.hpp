@@ -13,19 +13,9 @@
 #include <string_view>
 
 #include "proxy/retry/decision.hpp"
+#include "proxy/retry/fallback.hpp"
 
 namespace nackguard::retry {
-
-// Why a copy that the decision wanted was not made: the consumer's own frame goes to the broker
-// instead (at a crash, the broker's own requeue stands).
-enum class FallbackCause : std::uint8_t {
-  none,
-  body_not_retained,  // the body could not be kept within limits.retained_body_bytes
-  body_skipped,  // a first delivery kept no body by design (guard_body.cpp): no fallback, a forward
-  no_channel,    // the broker's channel_max leaves no channel for the proxy
-  copies_failing,  // copies for this queue failed moments ago
-};
-std::string_view to_string(FallbackCause cause);
 
 // When a queue's delivery limit cannot be known (a RabbitMQ policy, an operator policy or a
 // declaration nackguard never saw may set one, and no frame shows it), nackguard assumes this
@@ -60,8 +50,10 @@ struct Outcome {
   // message over and publishes the copy the decision names (or, for a dead-letter by reject,
   // rejects it), acking the original once the broker confirmed the copy.
   Decision decision;
-  FallbackCause fallback = FallbackCause::none;  // a copy was wanted and cannot be made
-  Action wanted = Action::forward;               // with a fallback: the copy it wanted
+  // A copy was wanted and cannot be made: the consumer's own frame goes to the broker instead
+  // (at a crash, the broker's own requeue stands).
+  FallbackCause fallback = FallbackCause::none;
+  Action wanted = Action::forward;  // with a fallback: the copy it wanted
   // The copy (or the fallback) is about the broker's own delivery limit: one more return
   // forwarded could have the broker drop or dead-letter the message itself.
   bool at_broker_limit = false;

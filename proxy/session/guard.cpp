@@ -19,7 +19,9 @@ Guard::Guard(retry::GuardContext& context, std::uint64_t seed)
           [this](amqp::Bytes frames) {
             actions_.push_back({ObserverAction::Kind::send, std::move(frames), {}});
           },
-          [this](std::uint64_t job, bool ok, const std::string& why) { finish_job(job, ok, why); },
+          [this](std::uint64_t job, retry::FallbackCause failure, const std::string& why) {
+            finish_job(job, failure, why);
+          },
           [this](const std::string& queue, const std::string& why) {
             context_.notice_once(facts_.vhost + '\n' + queue, queue,
                                  "exists with other arguments than nackguard declares; used "
@@ -177,21 +179,19 @@ void Guard::report_fallback(const std::string& queue, const retry::Outcome& outc
     case Cause::no_channel:
       detail = "the broker's channel_max leaves no channel for the proxy";
       break;
-    case Cause::copies_failing:
+    case Cause::republish_failed:
       detail = "copies for this queue failed moments ago (see the earlier fallback line)";
       break;
+    case Cause::malformed_properties:
+    case Cause::encode_failed:
+      return;  // found only while a copy is built (guard_copies.cpp), reported there
   }
-  std::string_view cause = outcome.fallback == Cause::body_skipped
-                               ? to_string(Cause::body_not_retained)
-                               : to_string(outcome.fallback);
   // A republish was to keep the message from the broker's own limit, which this return may
   // now pass: said as a cause of its own, as give_back does.
-  if (outcome.at_broker_limit && outcome.wanted == retry::Action::republish) {
-    context_.listener().on_fallback(queue, "at_broker_limit",
-                                    std::string(cause) + ": " + std::string(detail));
-  } else {
-    context_.listener().on_fallback(queue, cause, detail);
-  }
+  const bool at_limit = outcome.at_broker_limit && outcome.wanted == retry::Action::republish;
+  const Cause cause =
+      outcome.fallback == Cause::body_skipped ? Cause::body_not_retained : outcome.fallback;
+  context_.listener().on_fallback(queue, {cause, at_limit}, detail);
 }
 
 ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {

@@ -44,7 +44,7 @@ class Guard final : public SessionObserver {
   void on_settled(const Delivery& delivery, SettleKind kind) override;
   ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) override;
   ObserverActions on_taken_over(const Delivery& delivery) override;
-  void on_settle_applied(const Settle& settle, bool sent) override;
+  void on_settle_written(const Settle& settle, bool written) override;
   void on_takeover_dropped(const Delivery& delivery) override;
   ReturnAction on_returned(const Delivery& delivery, ReturnCause cause,
                            const ReturnContext& context) override;
@@ -73,7 +73,7 @@ class Guard final : public SessionObserver {
     // The delivery's content header as the decision decoded it, until build_copy takes it.
     std::optional<RawProperties> props;
     // The ack after the copy's confirm (or the reject of `via: reject`) is asked for: the
-    // outcome is recorded once on_settle_applied says it went out.
+    // outcome is recorded once on_settle_written says it went out.
     bool settling = false;
   };
 
@@ -111,9 +111,9 @@ class Guard final : public SessionObserver {
   static bool body_hash_needed(const Delivery& delivery, const retry::Policy& policy,
                                const RawProperties* decoded);
   // The copy of a taken-over delivery that `intent` asks for; false if it cannot be built
-  // (`why` then names the fallback cause).
+  // (`cause` and `detail` then say why).
   bool build_copy(const Delivery& delivery, Intent& intent, PublishRequest& request,
-                  const char*& cause, const char*& detail);
+                  retry::FallbackCause& cause, const char*& detail);
   // The two kinds of copy build_copy makes, each with its own headers and address: a
   // dead-letter (to the policy's exchange, or its dead-letter queue, declared if missing), and
   // a delayed copy (to the delay queue of the policy's backoff, declared if missing).
@@ -125,7 +125,7 @@ class Guard final : public SessionObserver {
   // cannot be made (`cause` and `detail` then say why).
   bool build_copy_header(const Delivery& delivery, RawProperties& props,
                          const std::vector<HeaderEdit>& edits, PublishRequest& request,
-                         const char*& cause, const char*& detail);
+                         retry::FallbackCause& cause, const char*& detail);
   bool identify(const Delivery& delivery, Identified& out);
   // What plan_delivery learnt of a delivery besides its plan.
   struct DeliveryReading {
@@ -164,12 +164,12 @@ class Guard final : public SessionObserver {
   // delivery's body skipped by design, unless the copy was for the broker's limit).
   void report_fallback(const std::string& queue, const retry::Outcome& outcome);
   void execute(const Delivery& delivery);
-  void finish_job(std::uint64_t job, bool ok, const std::string& why);
+  void finish_job(std::uint64_t job, retry::FallbackCause failure, const std::string& why);
   // Asks the session to settle a taken-over delivery (an ObserverAction::settle).
   void settle(const DeliveryKey& key, SettleKind kind, bool requeue);
   // The actions gathered since the last call, for an entry point to return.
   ObserverActions take_actions() { return std::exchange(actions_, {}); }
-  void give_back(const DeliveryKey& key, const Intent& intent, std::string_view cause,
+  void give_back(const DeliveryKey& key, const Intent& intent, retry::FallbackCause cause,
                  std::string_view detail);
   static bool needs_copy(const Intent& intent);
 

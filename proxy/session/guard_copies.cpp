@@ -88,7 +88,7 @@ bool Guard::needs_copy(const Intent& intent) {
 }
 
 bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& request,
-                       const char*& cause, const char*& detail) {
+                       retry::FallbackCause& cause, const char*& detail) {
   const retry::Policy& policy = *intent.policy;
   request.job = intent.job = ++next_job_;
   request.body = d.body;
@@ -100,7 +100,7 @@ bool Guard::build_copy(const Delivery& d, Intent& intent, PublishRequest& reques
     props = std::move(*intent.props);
     intent.props.reset();
   } else if (!decode_properties(d.header_payload, props)) {
-    cause = "malformed_properties";
+    cause = retry::FallbackCause::malformed_properties;
     detail = "the message's properties could not be decoded";
     return false;
   }
@@ -186,7 +186,7 @@ void Guard::build_delayed(const Intent& intent, PublishRequest& request, retry::
 
 bool Guard::build_copy_header(const Delivery& d, RawProperties& props,
                               const std::vector<HeaderEdit>& edits, PublishRequest& request,
-                              const char*& cause, const char*& detail) {
+                              retry::FallbackCause& cause, const char*& detail) {
   request.header = std::move(props.header);
   if (!props.opaque) {
     amqp::BasicProperties& properties = request.header.properties;
@@ -200,7 +200,7 @@ bool Guard::build_copy_header(const Delivery& d, RawProperties& props,
   if (!copy_properties(d.header_payload, props, edits, request.raw_properties) ||
       (facts_.frame_max != 0 &&
        kHeaderFixed + request.raw_properties.size() + amqp::kFrameOverhead > facts_.frame_max)) {
-    cause = "malformed_properties";
+    cause = retry::FallbackCause::malformed_properties;
     detail = "the message's properties could not be copied into one content header frame";
     return false;
   }
@@ -215,19 +215,19 @@ void Guard::execute(const Delivery& d) {
   bool dead_letter = intent.decision.action == retry::Action::dead_letter;
 
   if (dead_letter && intent.policy->dead_letter.via == retry::DeadLetter::Via::reject) {
-    // The broker's own dead-lettering: recorded once the reject went out (on_settle_applied).
+    // The broker's own dead-lettering: recorded once the reject went out (on_settle_written).
     intent.settling = true;
     settle(dkey, SettleKind::reject, false);
     return;
   }
   if (!d.body || d.body->bytes.size() != d.body_size) {
-    give_back(dkey, intent, "body_not_retained",
+    give_back(dkey, intent, retry::FallbackCause::body_not_retained,
               "the body could not be kept within limits.retained_body_bytes");
     return;
   }
   PublishRequest request;
-  const char* cause = nullptr;
-  const char* detail = nullptr;
+  retry::FallbackCause cause = retry::FallbackCause::none;
+  const char* detail = "";
   if (!build_copy(d, intent, request, cause, detail)) {
     give_back(dkey, intent, cause, detail);
     return;
@@ -236,7 +236,7 @@ void Guard::execute(const Delivery& d) {
   proxy_.publish(std::move(request), context_.steady_ms());
 }
 
-void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
+void Guard::finish_job(std::uint64_t job, retry::FallbackCause failure, const std::string& why) {
   auto job_it = jobs_.find(job);
   if (job_it == jobs_.end()) return;
   DeliveryKey dkey = job_it->second;
@@ -244,18 +244,16 @@ void Guard::finish_job(std::uint64_t job, bool ok, const std::string& why) {
   auto it = intents_.find(dkey);
   if (it == intents_.end() || it->second.job != job) return;
   Intent& intent = it->second;
-  if (!ok && why.starts_with(kEncodeFailed)) {
-    // Nothing of the copy reached the broker, and the broker is not failing: no pause.
-    give_back(dkey, intent, kEncodeFailed, why);
-    return;
-  }
-  if (!ok) {
-    context_.mark_copies_failing(intent.queue, context_.steady_ms() + kCopiesFailingMs);
-    give_back(dkey, intent, "republish_failed", why);
+  if (failure != retry::FallbackCause::none) {
+    // An encode failure sent nothing of the copy, and the broker is not failing: no pause.
+    if (failure == retry::FallbackCause::republish_failed) {
+      context_.mark_copies_failing(intent.queue, context_.steady_ms() + kCopiesFailingMs);
+    }
+    give_back(dkey, intent, failure, why);
     return;
   }
   // The copy is the broker's: the original is acked, and the outcome recorded once the ack
-  // went out (on_settle_applied).
+  // went out (on_settle_written).
   intent.settling = true;
   settle(dkey, SettleKind::ack, false);
 }
@@ -264,13 +262,14 @@ void Guard::settle(const DeliveryKey& key, SettleKind kind, bool requeue) {
   actions_.push_back({ObserverAction::Kind::settle, {}, {key.first, key.second, kind, requeue}});
 }
 
-void Guard::on_settle_applied(const Settle& s, bool sent) {
+void Guard::on_settle_written(const Settle& s, bool written) {
   auto it = intents_.find({s.channel, s.broker_tag});
   if (it == intents_.end() || !it->second.settling) return;  // a give_back's: recorded there
   const Intent& intent = it->second;
-  // Not sent (the connection is closing, say): the broker delivers the original again, so it
-  // was not dead-lettered, a copy confirmed is a duplicate, and the count stays.
-  if (sent) {
+  // Not written (the connection is closing, or the broker closed the channel while the
+  // settlement waited for a client's content to end): the broker delivers the original again,
+  // so it was not dead-lettered, a copy confirmed is a duplicate, and the count stays.
+  if (written) {
     context_.listener().on_requeue(intent.queue, intent.decision.action);
     if (intent.decision.action == retry::Action::dead_letter) {
       context_.tracker().erase(intent.key);
@@ -281,17 +280,13 @@ void Guard::on_settle_applied(const Settle& s, bool sent) {
   intents_.erase(it);
 }
 
-void Guard::give_back(const DeliveryKey& dkey, const Intent& intent, std::string_view cause,
+void Guard::give_back(const DeliveryKey& dkey, const Intent& intent, retry::FallbackCause cause,
                       std::string_view detail) {
   settle(dkey, intent.fallback, true);
-  if (intent.decision.action == retry::Action::republish) {
-    // The republish was to keep the message from the broker's own limit, which this return
-    // may now pass: said as a cause of its own.
-    std::string why = std::string(cause) + ": " + std::string(detail);
-    context_.listener().on_fallback(intent.queue, "at_broker_limit", why);
-  } else {
-    context_.listener().on_fallback(intent.queue, cause, detail);
-  }
+  // A republish was to keep the message from the broker's own limit, which this return may
+  // now pass: said as a cause of its own.
+  const bool at_limit = intent.decision.action == retry::Action::republish;
+  context_.listener().on_fallback(intent.queue, {cause, at_limit}, detail);
   context_.listener().on_requeue(intent.queue, retry::Action::forward);
   intents_.erase(dkey);
 }

@@ -37,7 +37,7 @@ struct ObserverAction {
   enum class Kind : std::uint8_t { send, settle };
   Kind kind = Kind::send;
   amqp::Bytes frames;  // send: whole frames for the broker, on the proxy's channel
-  Settle settle;       // settle: whether it went out is told to on_settle_applied
+  Settle settle;       // settle: whether it went out is told to on_settle_written
 };
 using ObserverActions = std::vector<ObserverAction>;
 
@@ -85,9 +85,14 @@ class SessionObserver {
     (void)delivery;
     return {};
   }
-  // A Settle action was applied: `sent` is false when the session could not send it (the
-  // channel or the connection is closing, or the delivery is no longer taken over).
-  virtual void on_settle_applied(const Settle& settle, bool sent) { (void)settle, (void)sent; }
+  // Once per Settle action: `written` when its frame went into the broker's outbox (a
+  // settlement waits for the end of a content sequence the client is sending); false when it
+  // never will be: refused at once (the channel or the connection is closing, or the delivery
+  // is no longer taken over), or dropped while it waited (the broker closed the channel, the
+  // connection ended). Dropped, it settles nothing: the broker requeues the delivery.
+  virtual void on_settle_written(const Settle& settle, bool written) {
+    (void)settle, (void)written;
+  }
   // On a channel in transaction mode, a requeue taken over (on_client_return) is carried out
   // only at the client's tx.commit (on_taken_over then follows). A tx.rollback first drops it:
   // the delivery is the client's, unacked, again.

@@ -23,10 +23,6 @@ void send_fixed(const ProxyChannel::Send& send, std::uint16_t channel, const M& 
   amqp::Bytes out;
   if (amqp::append_method_frame(out, channel, method)) send(std::move(out));
 }
-
-std::string encode_failure(std::string_view what) {
-  return std::string(kEncodeFailed) + ": " + std::string(what);
-}
 }  // namespace
 
 void ProxyChannel::configure(std::optional<std::uint16_t> channel, std::uint32_t frame_max) {
@@ -34,13 +30,14 @@ void ProxyChannel::configure(std::optional<std::uint16_t> channel, std::uint32_t
   frame_max_ = std::max<std::uint32_t>(frame_max == 0 ? 131072 : frame_max, amqp::kFrameMinSize);
 }
 
-void ProxyChannel::finish(std::uint64_t job, bool ok, const std::string& why) {
-  done_(job, ok, why);
+void ProxyChannel::finish(std::uint64_t job, retry::FallbackCause failure, const std::string& why) {
+  done_(job, failure, why);
 }
 
 void ProxyChannel::publish(PublishRequest request, std::int64_t now_ms) {
   if (!channel_) {
-    finish(request.job, false, "no channel left for the proxy (the broker's channel_max is 1)");
+    finish(request.job, retry::FallbackCause::no_channel,
+           "no channel left for the proxy (the broker's channel_max is 1)");
     return;
   }
   waiting_.push_back(std::move(request));
@@ -62,7 +59,7 @@ void ProxyChannel::pump(std::int64_t now_ms) {
       if (info.status == QueueStatus::failed && now_ms < info.failed_until_ms) {
         PublishRequest failed = std::move(head);
         waiting_.pop_front();
-        finish(failed.job, false,
+        finish(failed.job, retry::FallbackCause::republish_failed,
                "cannot declare queue " + failed.ensure->name + ": " + info.failure);
         continue;
       }
@@ -71,7 +68,7 @@ void ProxyChannel::pump(std::int64_t now_ms) {
         if (why.empty()) return;
         PublishRequest failed = std::move(head);
         waiting_.pop_front();
-        finish(failed.job, false, why);
+        finish(failed.job, retry::FallbackCause::encode_failed, why);
         continue;
       }
     }
@@ -113,8 +110,8 @@ bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms, std:
   amqp::Bytes out;
   if (!amqp::append_method_frame(out, *channel_, declare)) {
     // Nothing was sent, so no declare-ok is awaited: the next one belongs to another queue.
-    why = encode_failure("the queue.declare of \"" + spec.name +
-                         "\" does not encode (a name over 255 bytes, or its arguments)");
+    why = "the queue.declare of \"" + spec.name +
+          "\" does not encode (a name over 255 bytes, or its arguments)";
     return false;
   }
   send_(std::move(out));
@@ -132,10 +129,9 @@ void ProxyChannel::send_publish(PublishRequest& request) {
   publish.routing_key = request.routing_key;
   publish.mandatory = true;  // an unroutable copy comes back as basic.return, never vanishes
   if (!amqp::append_method_frame(out, *channel_, publish)) {
-    finish(request.job, false,
-           encode_failure("the basic.publish to exchange \"" + request.exchange +
-                          "\" with routing key \"" + request.routing_key +
-                          "\" does not encode (a name over 255 bytes)"));
+    finish(request.job, retry::FallbackCause::encode_failed,
+           "the basic.publish to exchange \"" + request.exchange + "\" with routing key \"" +
+               request.routing_key + "\" does not encode (a name over 255 bytes)");
     return;
   }
   const amqp::Bytes empty;
@@ -155,9 +151,9 @@ void ProxyChannel::send_publish(PublishRequest& request) {
     amqp::append_frame(out, amqp::FrameType::header, *channel_, payload);
   }
   if (!header_ok || out.size() - method_bytes > frame_max_) {
-    finish(request.job, false,
-           encode_failure(header_ok ? "the copy's content header is larger than frame_max"
-                                    : "the copy's properties do not encode"));
+    finish(request.job, retry::FallbackCause::encode_failed,
+           header_ok ? "the copy's content header is larger than frame_max"
+                     : "the copy's properties do not encode");
     return;
   }
   std::size_t chunk = frame_max_ - amqp::kFrameOverhead;
@@ -278,16 +274,17 @@ void ProxyChannel::confirm(std::uint64_t tag, bool multiple, bool ack) {
   in_flight_.erase(begin, end);
   for (const InFlight& flight : settled) {
     if (!ack) {
-      finish(flight.job, false, "the broker refused the copy (basic.nack)");
+      finish(flight.job, retry::FallbackCause::republish_failed,
+             "the broker refused the copy (basic.nack)");
     } else if (flight.returned) {
       // The queue it was declared for is gone (deleted by hand): declare it again next time.
       if (!flight.ensured_queue.empty())
         queues_[flight.ensured_queue].status = QueueStatus::unknown;
-      finish(flight.job, false,
+      finish(flight.job, retry::FallbackCause::republish_failed,
              "the copy was unroutable: exchange \"" + flight.exchange + "\" has no binding for \"" +
                  flight.routing_key + "\"");
     } else {
-      finish(flight.job, true, "");
+      finish(flight.job, retry::FallbackCause::none, "");
     }
   }
 }
@@ -320,7 +317,8 @@ void ProxyChannel::on_channel_closed(std::uint16_t code, const std::string& text
   std::map<std::uint64_t, InFlight> lost = std::move(in_flight_);
   in_flight_.clear();
   for (const auto& [seq, flight] : lost) {
-    finish(flight.job, false, "the proxy's channel was closed: " + text);
+    finish(flight.job, retry::FallbackCause::republish_failed,
+           "the proxy's channel was closed: " + text);
   }
   pump(now_ms);
 }
@@ -335,12 +333,14 @@ void ProxyChannel::on_tick(std::int64_t now_ms) {
       ++it;
     }
   }
-  for (std::uint64_t job : expired) finish(job, false, "no publisher confirm in time");
+  for (std::uint64_t job : expired)
+    finish(job, retry::FallbackCause::republish_failed, "no publisher confirm in time");
   if (!expired.empty() && state_ == State::ready) pump(now_ms);
   while (!waiting_.empty() && now_ms >= waiting_.front().deadline_ms) {
     std::uint64_t job = waiting_.front().job;
     waiting_.pop_front();
-    finish(job, false, "the proxy's channel or queue declaration did not complete in time");
+    finish(job, retry::FallbackCause::republish_failed,
+           "the proxy's channel or queue declaration did not complete in time");
   }
 }
 
@@ -349,8 +349,10 @@ void ProxyChannel::fail_all(const std::string& why) {
   waiting_.clear();
   std::map<std::uint64_t, InFlight> in_flight = std::move(in_flight_);
   in_flight_.clear();
-  for (const auto& request : waiting) finish(request.job, false, why);
-  for (const auto& [seq, flight] : in_flight) finish(flight.job, false, why);
+  for (const auto& request : waiting)
+    finish(request.job, retry::FallbackCause::republish_failed, why);
+  for (const auto& [seq, flight] : in_flight)
+    finish(flight.job, retry::FallbackCause::republish_failed, why);
   state_ = State::closed;
 }
 

@@ -17,6 +17,7 @@
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/properties.hpp"
 #include "proxy/retry/body_budget.hpp"
+#include "proxy/retry/fallback.hpp"
 
 namespace nackguard::session {
 
@@ -44,15 +45,15 @@ struct PublishRequest {
   std::int64_t deadline_ms = 0;  // no confirm by then: failed
 };
 
-// How the `why` of a publish starts when a frame of it could not be encoded (a name over 255
-// bytes, a content header larger than frame_max): nothing of it was sent.
-inline constexpr std::string_view kEncodeFailed = "encode_failed";
-
 class ProxyChannel {
  public:
   using Send = std::function<void(amqp::Bytes)>;
-  // ok = the broker confirmed the copy and routed it; otherwise `why` says what failed.
-  using Done = std::function<void(std::uint64_t job, bool ok, const std::string& why)>;
+  // `failure` none: the broker confirmed the copy and routed it. encode_failed: a frame of it
+  // could not be encoded (a name over 255 bytes, a content header larger than frame_max), and
+  // nothing of it was sent. republish_failed: anything else (refused, unroutable, no confirm
+  // in time, the channel or connection gone). `why` says what failed.
+  using Done =
+      std::function<void(std::uint64_t job, retry::FallbackCause failure, const std::string& why)>;
 
   // A queue that exists with other arguments than asked for is used as it is: `notice` hears
   // of it once per channel and queue, with the broker's reply text.
@@ -104,7 +105,7 @@ class ProxyChannel {
   void on_return(const amqp::Frame& frame);
   void on_channel_closed(std::uint16_t code, const std::string& text, std::int64_t now_ms);
   void confirm(std::uint64_t tag, bool multiple, bool ack);
-  void finish(std::uint64_t job, bool ok, const std::string& why);
+  void finish(std::uint64_t job, retry::FallbackCause failure, const std::string& why);
 
   Send send_;
   Done done_;

@@ -235,7 +235,9 @@ bool Session::settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag,
       amqp::append_fixed_method_frame(frame, channel, amqp::BasicReject{broker_tag, requeue});
       break;
   }
-  io(Side::broker).injections.push_back(Injection{std::move(frame), channel, broker_tag});
+  io(Side::broker)
+      .injections.push_back(
+          Injection{std::move(frame), channel, Settle{channel, broker_tag, kind, requeue}});
   tx_settlement_queued(it->second, channel, broker_tag);
   flush_injections(Side::broker);
   return true;

@@ -115,8 +115,10 @@ class Session {
   // content sequence of any channel in that direction. The observer's frames come this way
   // (ObserverAction::send).
   void inject(Side to, amqp::Bytes frames);
-  // Acks, nacks or rejects a delivery the proxy took over (ObserverAction::
-  // settle). False if unknown, already settling, or its channel or the connection is closing.
+  // Acks, nacks or rejects a delivery the proxy took over (ObserverAction::settle): queued
+  // (false if unknown, already settling, or its channel or the connection is closing), then
+  // written at the next frame boundary, or dropped if its channel or the connection closes
+  // first. Session::apply tells the observer which (on_settle_written).
   bool settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
                          bool requeue);
 
@@ -144,8 +146,9 @@ class Session {
     amqp::Bytes frames;
     std::uint16_t channel = 0;  // 0: not tied to a client channel
     // A taken-over delivery this settles: it stays taken over (so a client's multiple ack keeps
-    // around it, and a connection lost first reports it) until the frame is written.
-    std::optional<std::uint64_t> settles_broker_tag;
+    // around it, and a connection lost first reports it) until the frame is written. The
+    // observer hears on_settle_written once: when it is written, or dropped unwritten.
+    std::optional<Settle> settles;
     bool tx_commit = false;  // a client's tx.commit the proxy held (transaction.hpp)
     bool tx_resend = false;  // a proxy settlement written again after the client's rollback
   };
@@ -288,6 +291,10 @@ class Session {
   // Drops queued injections for a channel that is closing: the broker requeues what they
   // would have settled, and frames on a closed channel would be a connection error.
   void drop_injections(std::uint16_t channel);
+  // Drops every injection queued for `to`: the connection is ending.
+  void drop_all_injections(Side to);
+  // Tells the observer that the settlements among `dropped` were never written.
+  void report_unwritten(const std::vector<Injection>& dropped, std::size_t from = 0);
   // The client closes a channel on which a delivery is taken over and not yet settled (its
   // copy awaits the broker's confirm): the close waits, so that the settlement goes first. Not
   // in a transaction, which the close rolls back anyway. False if it need not wait.

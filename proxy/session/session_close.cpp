@@ -26,8 +26,9 @@ void Session::close_both_after_flush() {
   for (auto& side : io_) {
     side.out.close();
     side.input_closed = true;
-    side.injections.clear();
   }
+  drop_all_injections(Side::client);
+  drop_all_injections(Side::broker);
   phase_ = Phase::closed;
 }
 
@@ -35,7 +36,7 @@ void Session::close_broker_await_client() {
   SideIo& broker = io(Side::broker);
   broker.out.close();
   broker.input_closed = true;
-  broker.injections.clear();
+  drop_all_injections(Side::broker);
   phase_ = Phase::closed;
   // What the client sends now is dropped (process()); its EOF closes its side (on_eof), or
   // kClientCloseGraceMs do (on_tick). Closed at once, the socket would end under a client

@@ -145,7 +145,7 @@ void Session::end_gone_client() {
   }
   io(Side::client).out.close();
   io(Side::client).input_closed = true;
-  io(Side::broker).injections.clear();  // none wait: no content is in progress
+  drop_all_injections(Side::broker);  // none wait: no content is in progress
   emit_connection_close(Side::broker, amqp::reply::success,
                         "nackguard: the client connection ended");
   proxy_close_ = ProxyClose::awaiting_broker;

@@ -20,9 +20,12 @@ void Session::apply(ObserverActions actions) {
       inject(Side::broker, std::move(action.frames));
       continue;
     }
+    // Queued: the observer hears when it is written or dropped (flush_injections,
+    // drop_injections).
     const Settle& s = action.settle;
-    bool sent = settle_taken_over(s.channel, s.broker_tag, s.kind, s.requeue);
-    observer_->on_settle_applied(s, sent);
+    if (!settle_taken_over(s.channel, s.broker_tag, s.kind, s.requeue)) {
+      observer_->on_settle_written(s, false);
+    }
   }
 }
 
@@ -31,18 +34,23 @@ void Session::flush_injections(Side to) {
   if (out.injections.empty() || content_in_progress(to)) return;
   std::vector<Injection> ready = std::move(out.injections);
   out.injections.clear();
-  for (Injection& injection : ready) {
+  for (std::size_t i = 0; i < ready.size(); ++i) {
+    Injection& injection = ready[i];
     emit(to, injection.frames);
     if (injection.tx_commit) tx_commit_written(injection.channel);
-    if (!injection.settles_broker_tag && !injection.tx_resend) continue;
+    if (injection.settles) observer_->on_settle_written(*injection.settles, true);
+    if (!injection.settles && !injection.tx_resend) continue;
     auto it = channels_.find(injection.channel);
     if (it == channels_.end()) continue;
-    if (injection.settles_broker_tag) {
-      it->second.remove_taken_over(*injection.settles_broker_tag);
+    if (injection.settles) {
+      it->second.remove_taken_over(injection.settles->broker_tag);
       release_held_close(it->second);
       release_crash_holds(false);
       // A gone client's connection ended, or its close went out: nothing may follow.
-      if (phase_ == Phase::closed || gone_close_sent_) return;
+      if (phase_ == Phase::closed || gone_close_sent_) {
+        report_unwritten(ready, i + 1);
+        return;
+      }
     }
     // In the client's transaction: dropped by a rollback, written again after it.
     if (it->second.tx.active) it->second.tx.proxy_settles.push_back(std::move(injection.frames));
@@ -51,7 +59,25 @@ void Session::flush_injections(Side to) {
 
 void Session::drop_injections(std::uint16_t channel) {
   auto& queued = io(Side::broker).injections;
-  std::erase_if(queued, [channel](const Injection& i) { return i.channel == channel; });
+  const auto on_channel = [channel](const Injection& i) { return i.channel == channel; };
+  std::vector<Injection> dropped;
+  for (Injection& injection : queued) {
+    if (on_channel(injection)) dropped.push_back(std::move(injection));
+  }
+  std::erase_if(queued, on_channel);
+  report_unwritten(dropped);
+}
+
+void Session::drop_all_injections(Side to) {
+  std::vector<Injection> dropped = std::move(io(to).injections);
+  io(to).injections.clear();
+  report_unwritten(dropped);
+}
+
+void Session::report_unwritten(const std::vector<Injection>& dropped, std::size_t from) {
+  for (std::size_t i = from; i < dropped.size(); ++i) {
+    if (dropped[i].settles) observer_->on_settle_written(*dropped[i].settles, false);
+  }
 }
 
 bool Session::hold_client_close(ChannelState& ch, const amqp::Frame& close) {

@@ -100,7 +100,7 @@ EXPECTED_TYPES = {
 DIRECTIONS = ("client_to_broker", "broker_to_client")
 ACTIONS = ("forwarded", "delayed", "dead_lettered")
 CAUSES = ("body_not_retained", "no_channel", "malformed_properties", "republish_failed",
-          "other")
+          "at_broker_limit", "encode_failed")
 SHUTDOWN_TEXT = "CONNECTION_FORCED - nackguard is shutting down"
 
 

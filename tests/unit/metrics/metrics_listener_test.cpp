@@ -20,9 +20,10 @@ class RecordingListener : public retry::GuardListener {
     events.push_back("dead_letter " + s(queue) + " " + s(identity) + " " + std::to_string(returns) +
                      " " + s(retry::to_string(reason)));
   }
-  void on_fallback(std::string_view queue, std::string_view cause,
+  void on_fallback(std::string_view queue, retry::Fallback fallback,
                    std::string_view detail) override {
-    events.push_back("fallback " + s(queue) + " " + s(cause) + " " + s(detail));
+    events.push_back("fallback " + s(queue) + " " + s(retry::to_string(fallback.cause)) +
+                     (fallback.at_broker_limit ? " at_broker_limit " : " ") + s(detail));
   }
   void on_outage(std::string_view queue, bool started, double ratio) override {
     events.push_back("outage " + s(queue) + " " + (started ? "start " : "end ") +
@@ -44,7 +45,8 @@ void send_every_event(retry::GuardListener& listener) {
   listener.on_return("orders");
   listener.on_requeue("orders", retry::Action::delay);
   listener.on_dead_letter("orders", "msg-1", 6, retry::DeadLetterReason::crash_loop);
-  listener.on_fallback("orders", "republish_failed", "the broker nacked the copy");
+  listener.on_fallback("orders", {retry::FallbackCause::republish_failed, false},
+                       "the broker nacked the copy");
   listener.on_outage("orders", true, 0.75);
 }
 

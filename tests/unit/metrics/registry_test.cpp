@@ -47,7 +47,7 @@ TEST(Registry, RendersEveryMetricInDeclaredOrder) {
   registry.requeue("orders", Action::forward);
   registry.requeue("orders", Action::dead_letter);
   registry.dead_letter("orders", DeadLetterReason::max_redeliveries, 4);
-  registry.fallback("orders", "no_channel");
+  registry.fallback("orders", {retry::FallbackCause::no_channel, false});
   registry.outage("orders", true);
   registry.policy_reload(true);
   registry.management_lookup(LookupResult::ok);
@@ -110,7 +110,6 @@ nackguard_fallbacks_total{queue="orders",cause="malformed_properties"} 0
 nackguard_fallbacks_total{queue="orders",cause="republish_failed"} 0
 nackguard_fallbacks_total{queue="orders",cause="at_broker_limit"} 0
 nackguard_fallbacks_total{queue="orders",cause="encode_failed"} 0
-nackguard_fallbacks_total{queue="orders",cause="other"} 0
 # HELP nackguard_ack_timeouts_total Channels nackguard closed because a delivery stayed unacked past its policy's ack_timeout; each counts one return of that delivery.
 # TYPE nackguard_ack_timeouts_total counter
 nackguard_ack_timeouts_total{queue="orders"} 0
@@ -267,12 +266,11 @@ TEST(Registry, HistogramBucketsAreCumulativeWithSumAndCount) {
   EXPECT_EQ(page.at(R"(nackguard_dead_letters_total{queue="q",reason="max_redeliveries"})"), "10");
 }
 
-TEST(Registry, DeadLetterReasonsAndUnknownFallbackCauses) {
+TEST(Registry, DeadLetterReasonsAndFallbackCauses) {
   Registry registry;
   registry.dead_letter("q", DeadLetterReason::crash_loop, 3);
   registry.dead_letter("q", DeadLetterReason::none, 3);
-  registry.fallback("q", "something_new");
-  registry.fallback("q", "republish_failed");
+  registry.fallback("q", {retry::FallbackCause::republish_failed, false});
   const auto page = samples(registry.render());
   EXPECT_EQ(page.at(R"(nackguard_dead_letters_total{queue="q",reason="crash_loop"})"), "1");
   EXPECT_EQ(page.at(R"(nackguard_dead_letters_total{queue="q",reason="max_redeliveries"})"), "1");
@@ -282,8 +280,34 @@ TEST(Registry, DeadLetterReasonsAndUnknownFallbackCauses) {
   EXPECT_EQ(later.at(R"(nackguard_dead_letters_total{queue="q",reason="broker_delivery_limit"})"),
             "1");
   EXPECT_EQ(later.at(R"(nackguard_requeues_total{queue="q",action="republished"})"), "1");
-  EXPECT_EQ(page.at(R"(nackguard_fallbacks_total{queue="q",cause="other"})"), "1");
   EXPECT_EQ(page.at(R"(nackguard_fallbacks_total{queue="q",cause="republish_failed"})"), "1");
+}
+
+// Each cause is counted under the label its log line names (retry::to_string), and a fallback at
+// the broker's limit under at_broker_limit whatever its cause; none is no fallback.
+TEST(Registry, EveryFallbackCauseHasTheLabelItsLogLineNames) {
+  using retry::FallbackCause;
+  const std::vector<FallbackCause> causes{
+      FallbackCause::body_not_retained, FallbackCause::body_skipped,
+      FallbackCause::no_channel,        FallbackCause::malformed_properties,
+      FallbackCause::republish_failed,  FallbackCause::encode_failed};
+  for (FallbackCause cause : causes) {
+    Registry registry;
+    registry.fallback("q", {cause, false});
+    registry.fallback("q", {FallbackCause::none, false});
+    const auto page = samples(registry.render());
+    const std::string label(retry::to_string(cause));
+    for (std::string_view value : kCauseValues) {
+      EXPECT_EQ(
+          page.at(R"(nackguard_fallbacks_total{queue="q",cause=")" + std::string(value) + R"("})"),
+          value == label ? "1" : "0")
+          << label;
+    }
+    registry.fallback("q", {cause, true});
+    EXPECT_EQ(samples(registry.render())
+                  .at(R"(nackguard_fallbacks_total{queue="q",cause="at_broker_limit"})"),
+              "1");
+  }
 }
 
 TEST(Registry, SourcesAreReadAtEveryScrape) {

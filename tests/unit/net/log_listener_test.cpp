@@ -43,5 +43,26 @@ TEST_F(LogListenerTest, DeadLetterAndAckTimeoutLinesCarryTheShortId) {
                 "closed (406) and the delivery counts one return\n");
 }
 
+// One line per queue and cause every 10 s: a fallback at the broker's limit names its cause
+// under it, and counts as one cause whatever that is.
+TEST_F(LogListenerTest, FallbackLinesNameTheCauseAndRepeatsAreSuppressed) {
+  LogListener listener;
+  using retry::FallbackCause;
+  listener.on_fallback("orders", {FallbackCause::republish_failed, false}, "no confirm");
+  listener.on_fallback("orders", {FallbackCause::republish_failed, false}, "no confirm");
+  listener.on_fallback("orders", {FallbackCause::encode_failed, false}, "a name over 255 bytes");
+  listener.on_fallback("orders", {FallbackCause::body_not_retained, true}, "over the budget");
+  listener.on_fallback("orders", {FallbackCause::republish_failed, true}, "no confirm");
+  const std::string forwarded =
+      "; the message went back to the broker as the consumer asked, nothing is lost (0 similar "
+      "lines suppressed)\n";
+  EXPECT_EQ(out_.str(),
+            "fallback: queue=orders cause=republish_failed: no confirm" + forwarded +
+                "fallback: queue=orders cause=encode_failed: a name over 255 bytes" + forwarded +
+                "fallback: queue=orders cause=at_broker_limit: body_not_retained: over the "
+                "budget; the message went back to the broker, whose own delivery limit may now "
+                "dead-letter or drop it (0 similar lines suppressed)\n");
+}
+
 }  // namespace
 }  // namespace nackguard::net

@@ -128,7 +128,7 @@ TEST_F(OutcomeTest, CopiesFailingStopDelaysButNotARepublishIntoTheQueue) {
   c.copies_failing = true;
   Outcome out = decide_requeue(policy, entry, requeue({}), c, rng);
   EXPECT_EQ(out.decision.action, Action::forward);
-  EXPECT_EQ(out.fallback, FallbackCause::copies_failing);
+  EXPECT_EQ(out.fallback, FallbackCause::republish_failed);
   // At the broker's limit a republish needs no DLQ nor delay queue: it goes ahead.
   c.broker_limit = 20;
   TrackerEntry second;
@@ -303,7 +303,7 @@ TEST_F(OutcomeTest, ADeliveryNearTheBrokersLimitIsRepublishedWithItsCount) {
 TEST(FallbackCauseNames, AsTheMetricsLabelThem) {
   EXPECT_EQ(to_string(FallbackCause::body_not_retained), "body_not_retained");
   EXPECT_EQ(to_string(FallbackCause::no_channel), "no_channel");
-  EXPECT_EQ(to_string(FallbackCause::copies_failing), "republish_failed");
+  EXPECT_EQ(to_string(FallbackCause::republish_failed), "republish_failed");
 }
 
 }  // namespace

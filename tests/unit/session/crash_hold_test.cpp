@@ -57,7 +57,7 @@ TEST_F(SessionCrashHold, EofWithATakeoverKeepsTheBrokerSideUntilItIsSettled) {
   link.broker(cancel_ok("c1"));
   ends_with_close();
   EXPECT_EQ(link.observer.take_events(),
-            (Events{"delivery ch1 b2", "proxy-frame ch2047 type1", "settle-applied ch1 b1 sent",
+            (Events{"delivery ch1 b2", "proxy-frame ch2047 type1", "settle-written ch1 b1 written",
                     "returned ch1 b2 unseen"}));
 }
 

@@ -286,7 +286,7 @@ TEST_F(GuardBody, ALimitOfOneLearntAfterTheDeliveryFallsBackAndSaysWhy) {
   EXPECT_TRUE(kept(2));
   client_passes(nack(1));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
-  EXPECT_EQ(listener.fallbacks[0].cause, "at_broker_limit");
+  EXPECT_TRUE(listener.fallbacks[0].at_broker_limit);
   EXPECT_NE(
       listener.fallbacks[0].detail.find("set broker_delivery_limit to it in the queue's policy"),
       std::string::npos)

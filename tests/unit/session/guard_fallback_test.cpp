@@ -23,7 +23,7 @@ class GuardFallback : public GuardTest {
     return to_broker();
   }
 
-  void expect_one_fallback(const std::string& cause, const std::string& detail) {
+  void expect_one_fallback(retry::FallbackCause cause, const std::string& detail) {
     ASSERT_EQ(listener.fallbacks.size(), 1u);
     EXPECT_EQ(listener.fallbacks[0].queue, "q");
     EXPECT_EQ(listener.fallbacks[0].cause, cause);
@@ -38,7 +38,8 @@ TEST_F(GuardFallback, RefusedCopyGivesTheConsumersNackToTheBroker) {
   EXPECT_EQ(take_copy(sent).frames, sent.size());
   refuse(1);
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
-  expect_one_fallback("republish_failed", "the broker refused the copy (basic.nack)");
+  expect_one_fallback(retry::FallbackCause::republish_failed,
+                      "the broker refused the copy (basic.nack)");
   EXPECT_TRUE(client_bytes().empty());
   // The count stays: it was not dead-lettered.
   ASSERT_TRUE(tracked("m1"));
@@ -73,7 +74,8 @@ TEST_F(GuardFallback, AccessRefusedOnTheDeclareFallsBack) {
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ConfirmSelect{})}));
   broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
-  expect_one_fallback("republish_failed", "cannot declare queue q.dlq: " + refused);
+  expect_one_fallback(retry::FallbackCause::republish_failed,
+                      "cannot declare queue q.dlq: " + refused);
 
   // For 30 s the queue's copies are known to fail: the next return over the limit is not
   // taken over at all, and its nack passes as the client sent it.
@@ -81,7 +83,7 @@ TEST_F(GuardFallback, AccessRefusedOnTheDeclareFallsBack) {
   now += 29999;
   client_passes(nack(2));
   ASSERT_EQ(listener.fallbacks.size(), 2u);
-  EXPECT_EQ(listener.fallbacks[1].cause, "republish_failed");
+  EXPECT_EQ(listener.fallbacks[1].cause, retry::FallbackCause::republish_failed);
   EXPECT_EQ(listener.fallbacks[1].detail,
             "copies for this queue failed moments ago (see the earlier fallback line)");
 
@@ -119,7 +121,7 @@ TEST_F(GuardFallback, NoConfirmWithinTheTimeoutFallsBackAndALateConfirmDoesNothi
   now += 1;
   conn->session.on_tick(now);
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
-  expect_one_fallback("republish_failed", "no publisher confirm in time");
+  expect_one_fallback(retry::FallbackCause::republish_failed, "no publisher confirm in time");
 
   // The confirm comes after all: the original was given back already; nothing is acked.
   confirm(1);
@@ -136,7 +138,7 @@ TEST_F(GuardFallback, ChannelNeverOpeningTimesOutToo) {
   now += 30000;
   conn->session.on_tick(now);
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
-  expect_one_fallback("republish_failed",
+  expect_one_fallback(retry::FallbackCause::republish_failed,
                       "the proxy's channel or queue declaration did not complete in time");
 }
 
@@ -146,7 +148,7 @@ TEST_F(GuardFallback, ChannelClosedWithTheCopyInFlightFallsBack) {
   broker(channel_close(406, "PRECONDITION_FAILED - something", 60, 40));
   // Close-ok first, then the nack; nothing else waits, so the channel stays closed.
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelCloseOk{}), nack(1, true)}));
-  expect_one_fallback("republish_failed",
+  expect_one_fallback(retry::FallbackCause::republish_failed,
                       "the proxy's channel was closed: PRECONDITION_FAILED - something");
   // A later confirm with the old number means nothing.
   confirm(1);
@@ -195,7 +197,7 @@ TEST_F(GuardFallback, UnroutableCopyFallsBack) {
   EXPECT_TRUE(client_bytes().empty());
   confirm(1);
   EXPECT_EQ(to_broker(), frames({nack(1, true)}));
-  expect_one_fallback("republish_failed",
+  expect_one_fallback(retry::FallbackCause::republish_failed,
                       "the copy was unroutable: exchange \"dlx\" has no binding for \"q.dlq\"");
 }
 
@@ -214,7 +216,7 @@ TEST_F(GuardFallback, BodyOverTheBudgetIsNotRetainedAndTheNackPasses) {
   deliver_passes(delivery(1, with_big_body(message("m1"))));
   client_passes(nack(1));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
-  EXPECT_EQ(listener.fallbacks[0].cause, "body_not_retained");
+  EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::body_not_retained);
   EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::forward});
   EXPECT_TRUE(listener.dead_letters.empty());
   EXPECT_GE(context->budget().refusals(), 1u);
@@ -232,9 +234,10 @@ TEST_F(GuardFallback, RepublishAtTheBrokersLimitWithoutItsBodyFallsBackAsAtBroke
   deliver_passes(delivery(1, with_big_body(message("m1"))));
   client_passes(nack(1));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
-  EXPECT_EQ(listener.fallbacks[0].cause, "at_broker_limit");
+  EXPECT_TRUE(listener.fallbacks[0].at_broker_limit);
+  EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::body_not_retained);
   EXPECT_EQ(listener.fallbacks[0].detail,
-            "body_not_retained: the body could not be kept within limits.retained_body_bytes");
+            "the body could not be kept within limits.retained_body_bytes");
   EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::forward});
 }
 
@@ -257,7 +260,7 @@ TEST_F(GuardFallback, BrokerWithOneChannelLeavesNoneForTheProxy) {
   deliver_passes(delivery(1, message("m1")));
   client_passes(nack(1));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
-  EXPECT_EQ(listener.fallbacks[0].cause, "no_channel");
+  EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::no_channel);
   EXPECT_EQ(listener.fallbacks[0].detail,
             "the broker's channel_max leaves no channel for the proxy");
 }

@@ -26,7 +26,8 @@ class RecordingListener : public retry::GuardListener {
   };
   struct Fallback {
     std::string queue;
-    std::string cause;
+    retry::FallbackCause cause;
+    bool at_broker_limit;
     std::string detail;
   };
   struct Outage {
@@ -54,9 +55,10 @@ class RecordingListener : public retry::GuardListener {
                       retry::DeadLetterReason reason) override {
     dead_letters.push_back({std::string(queue), std::string(identity), count, reason});
   }
-  void on_fallback(std::string_view queue, std::string_view cause,
+  void on_fallback(std::string_view queue, retry::Fallback fallback,
                    std::string_view detail) override {
-    fallbacks.push_back({std::string(queue), std::string(cause), std::string(detail)});
+    fallbacks.push_back(
+        {std::string(queue), fallback.cause, fallback.at_broker_limit, std::string(detail)});
   }
   void on_outage(std::string_view queue, bool started, double ratio) override {
     outages.push_back({std::string(queue), started, ratio});

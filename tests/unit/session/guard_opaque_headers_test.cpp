@@ -307,7 +307,7 @@ TEST_F(GuardOpaqueHeaders, CopyPastFrameMaxFallsBackToTheConsumersRequeue) {
   client(nack(1));
   EXPECT_EQ(to_broker(), frames({nack(1)}));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
-  EXPECT_EQ(listener.fallbacks[0].cause, "malformed_properties");
+  EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::malformed_properties);
   EXPECT_TRUE(listener.dead_letters.empty());
 }
 

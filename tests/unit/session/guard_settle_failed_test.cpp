@@ -1,6 +1,7 @@
 // A copy confirmed when its original can no longer be acked (the proxy is closing the
-// connection): the broker keeps the original and delivers it again, so nothing may be recorded
-// as dead-lettered and the message's count must stay.
+// connection, or the broker closes the channel while the ack waits for the end of a client's
+// publish): the broker keeps the original and delivers it again, so nothing may be recorded as
+// dead-lettered and the message's count must stay.
 
 #include <gtest/gtest.h>
 
@@ -27,6 +28,31 @@ TEST_F(GuardSettleFailed, ConfirmAfterTheShutdownCloseRecordsNoDeadLetter) {
   client_bytes();
   confirm(1);
   EXPECT_TRUE(to_broker().empty());  // no ack of the original
+  EXPECT_TRUE(listener.dead_letters.empty());
+  EXPECT_TRUE(listener.requeues.empty());
+  ASSERT_TRUE(tracked("m1"));
+  EXPECT_EQ(tracked("m1")->returns, 1u);
+}
+
+TEST_F(GuardSettleFailed, AckDroppedByTheBrokersChannelCloseRecordsNoDeadLetter) {
+  start(policy(0));
+  deliver_passes(delivery(1, message("m1")));
+  now += 1000;
+  client(nack(1));
+  open_proxy_channel();
+  broker(declare_ok("q.dlq"));
+  to_broker();
+  // The client is in the middle of a publish on channel 1 when the confirm comes: the ack of
+  // the original waits for its last body frame.
+  amqp::BasicPublish publish;
+  publish.routing_key = "elsewhere";
+  client_passes(cat({method(kCh, publish), content_header(kCh, 6, {}), body_frame(kCh, "abc")}));
+  confirm(1);
+  EXPECT_TRUE(broker_bytes().empty());
+  EXPECT_TRUE(listener.dead_letters.empty());
+
+  // The broker closes the channel first: the ack is dropped, the original goes back.
+  broker(channel_close(406, "PRECONDITION_FAILED - unknown delivery tag 9", 60, 80, kCh));
   EXPECT_TRUE(listener.dead_letters.empty());
   EXPECT_TRUE(listener.requeues.empty());
   ASSERT_TRUE(tracked("m1"));

@@ -94,7 +94,7 @@ TEST_F(GuardTx, RefusedCopyFallsBackToTheClientsNackBeforeTheCommit) {
   EXPECT_EQ(to_broker(), frames({nack(1), tx_commit()}));
   EXPECT_TRUE(listener.dead_letters.empty());
   ASSERT_EQ(listener.fallbacks.size(), 1u);
-  EXPECT_EQ(listener.fallbacks[0].cause, "republish_failed");
+  EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::republish_failed);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "session/tracking_fixture.hpp"
 
 namespace nackguard::session::test {
@@ -36,7 +38,7 @@ TEST_F(SessionObserverActions, ATakeoverSendsAndSettlesInTheOrderReturned) {
   EXPECT_EQ(link.to_broker(), frames({method(kReserved, amqp::ChannelOpen{}), ack(1, 1)}));
   EXPECT_EQ(link.observer.take_events(),
             (Events{"client-return ch1 b1 c1 nack", "taken-over ch1 b1 <no body>",
-                    "settle-applied ch1 b1 sent"}));
+                    "settle-written ch1 b1 written"}));
   EXPECT_EQ(link.session.channel(1)->taken_over_count(), 0u);
   // The client's other delivery is untouched: its tag is still its own.
   client_passes(ack(1, 2));
@@ -53,8 +55,8 @@ TEST_F(SessionObserverActions, ASettleTheSessionCannotSendIsToldAsNotSent) {
   EXPECT_EQ(link.to_broker(), frames({reject(1, 1, false)}));
   EXPECT_EQ(link.observer.take_events(),
             (Events{"client-return ch1 b1 c1 nack", "taken-over ch1 b1 <no body>",
-                    "settle-applied ch1 b1 sent", "settle-applied ch1 b1 not sent",
-                    "settle-applied ch1 b9 not sent"}));
+                    "settle-written ch1 b1 written", "settle-written ch1 b1 not written",
+                    "settle-written ch1 b9 not written"}));
 }
 
 TEST_F(SessionObserverActions, FramesFromTheProxyChannelsHandlerGoToTheBroker) {
@@ -63,6 +65,48 @@ TEST_F(SessionObserverActions, FramesFromTheProxyChannelsHandlerGoToTheBroker) {
   EXPECT_EQ(link.to_broker(), frames({method(kReserved, amqp::ConfirmSelect{false})}));
   EXPECT_TRUE(link.to_client().empty());
   EXPECT_TRUE(link.observer.actions.empty());
+}
+
+// A settlement returned while the client is in the middle of a publish waits for its last body
+// frame: the observer hears that it was written only then.
+class SessionSettleInContent : public SessionObserverActions {
+ protected:
+  void SetUp() override {
+    SessionObserverActions::SetUp();
+    link.observer.take_over = {{1, 1}};
+    deliveries(1, "c1", 1, 1);
+    link.client(nack(1, 1, false, true));
+    amqp::BasicPublish publish;
+    publish.routing_key = "elsewhere";
+    client_passes(cat({method(1, publish), header(1, 6), body(1, "abc")}));
+    link.observer.take_events();
+    // The guard's ack of the original, once the broker confirmed its copy.
+    link.observer.actions = {settle(1, SettleKind::ack)};
+    link.broker(method(kReserved, amqp::ChannelOpenOk{}));
+    EXPECT_TRUE(link.to_broker().empty());
+    EXPECT_EQ(link.observer.take_events(), Events{"proxy-frame ch2047 type1"});
+  }
+};
+
+TEST_F(SessionSettleInContent, IsWrittenAfterTheClientsLastBodyFrame) {
+  link.client(body(1, "def"));
+  EXPECT_EQ(link.to_broker(), frames({body(1, "def"), ack(1, 1)}));
+  EXPECT_EQ(link.observer.take_events(), Events{"settle-written ch1 b1 written"});
+}
+
+// The broker closes the channel first: the ack is dropped, and the broker requeues the original.
+// Booked as written, it would have counted a dead-letter that never happened.
+TEST_F(SessionSettleInContent, ABrokerChannelCloseDropsItAndTellsTheObserver) {
+  amqp::ChannelClose close;
+  close.reply_code = 406;
+  close.reply_text = "PRECONDITION_FAILED - unknown delivery tag 7";
+  link.broker(method(1, close));
+  const std::vector<std::string> events = link.observer.take_events();
+  EXPECT_EQ(std::count(events.begin(), events.end(), "settle-written ch1 b1 not written"), 1)
+      << ::testing::PrintToString(events);
+  link.client(body(1, "def"));
+  EXPECT_EQ(link.to_broker(), frames({body(1, "def")}));
+  EXPECT_TRUE(link.observer.take_events().empty());
 }
 
 }  // namespace

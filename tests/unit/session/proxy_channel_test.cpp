@@ -1,132 +1,16 @@
 // The proxy's own channel, alone: frames out through `send`, broker frames in through
-// on_frame, and exactly one `done` per publish.
+// on_frame, and exactly one `done` per publish. Publishes, confirms and declarations;
+// proxy_channel_limits_test.cpp has frame sizes, deadlines and encoding.
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
-#include "proxy/session/proxy_channel.hpp"
-#include "session/guard_script.hpp"
+#include "session/proxy_channel_fixture.hpp"
 
 namespace nackguard::session::guard_test {
 namespace {
-
-struct Done {
-  std::uint64_t job = 0;
-  bool ok = false;
-  std::string why;
-  bool operator==(const Done&) const = default;
-};
-
-void PrintTo(const Done& d, std::ostream* os) {
-  *os << "{job " << d.job << (d.ok ? ", ok" : ", failed") << (d.why.empty() ? "" : ": ") << d.why
-      << "}";
-}
-
-class ProxyChannelTest : public ::testing::Test {
- protected:
-  ProxyChannelTest()
-      : channel([this](Bytes frames) { sent.insert(sent.end(), frames.begin(), frames.end()); },
-                [this](std::uint64_t job, bool ok, const std::string& why) {
-                  done.push_back({job, ok, why});
-                },
-                [this](const std::string& queue, const std::string& why) {
-                  notices.emplace_back(queue, why);
-                }) {
-    channel.configure(kProxyChannel, 131072);
-  }
-
-  // A request for `job`, its body `body`, to the default exchange and queue `queue`, which
-  // the channel is to declare itself (arguments: one TTL).
-  PublishRequest request(std::uint64_t job, const std::string& queue = "dq",
-                         std::string_view body = "copy") {
-    PublishRequest r;
-    r.job = job;
-    r.exchange = "";
-    r.routing_key = queue;
-    QueueSpec spec;
-    spec.name = queue;
-    spec.arguments.set("x-message-ttl", amqp::FieldValue::i64(1000));
-    r.ensure = std::move(spec);
-    r.header.properties.message_id = "m" + std::to_string(job);
-    r.body = retry::RetainedBody::make(nullptr, body.size());
-    ByteView view = amqp::as_bytes(body);
-    r.body->bytes.assign(view.begin(), view.end());
-    r.deadline_ms = now + 30000;
-    return r;
-  }
-  // A request to exchange "x" with routing key `key`, nothing to declare.
-  PublishRequest to_exchange(std::uint64_t job, const std::string& key) {
-    PublishRequest r = request(job);
-    r.ensure.reset();
-    r.exchange = "x";
-    r.routing_key = key;
-    return r;
-  }
-
-  void publish(PublishRequest r) { channel.publish(std::move(r), now); }
-  // Every frame of `bytes` through on_frame, at the current time.
-  void feed(const Bytes& bytes) {
-    amqp::FrameDecoder decoder(1u << 30);
-    ByteView rest(bytes);
-    while (!rest.empty()) {
-      amqp::FrameResult r = decoder.decode(rest);
-      ASSERT_EQ(r.status, amqp::FrameResult::Status::frame);
-      channel.on_frame(r.frame, now);
-      rest = rest.subspan(r.frame.raw.size());
-    }
-  }
-  std::vector<Wire> take_sent() {
-    std::vector<Wire> out = decode_frames(sent);
-    sent.clear();
-    return out;
-  }
-  std::vector<Done> take_done() {
-    std::vector<Done> out;
-    out.swap(done);
-    return out;
-  }
-  // Answers channel.open and confirm.select, checking that both were asked for.
-  void open() {
-    EXPECT_EQ(take_sent(), frames({method(kProxyChannel, amqp::ChannelOpen{})}));
-    feed(method(kProxyChannel, amqp::ChannelOpenOk{}));
-    EXPECT_EQ(take_sent(), frames({method(kProxyChannel, amqp::ConfirmSelect{})}));
-    feed(method(kProxyChannel, amqp::ConfirmSelectOk{}));
-  }
-  // The frames of publishing `r` as publish-sequence-independent bytes.
-  static Bytes publish_frames(const PublishRequest& r, std::uint32_t frame_max = 131072) {
-    amqp::BasicPublish p;
-    p.exchange = r.exchange;
-    p.routing_key = r.routing_key;
-    p.mandatory = true;
-    amqp::ContentHeader h = r.header;
-    h.body_size = r.body->bytes.size();
-    Bytes out = method(kProxyChannel, p);
-    EXPECT_TRUE(amqp::append_content_header_frame(out, kProxyChannel, h));
-    const std::size_t chunk = frame_max - amqp::kFrameOverhead;
-    const Bytes& body = r.body->bytes;
-    for (std::size_t at = 0; at < body.size(); at += chunk) {
-      amqp::append_frame(out, FrameType::body, kProxyChannel,
-                         ByteView(body).subspan(at, std::min(chunk, body.size() - at)));
-    }
-    return out;
-  }
-  static Bytes declare(const PublishRequest& r) {
-    return method(kProxyChannel, durable_declare(r.ensure->name, r.ensure->arguments));
-  }
-
-  std::int64_t now = kT0;
-  Bytes sent;
-  std::vector<Done> done;
-  std::vector<std::pair<std::string, std::string>> notices;
-  ProxyChannel channel;
-};
-
-Done ok(std::uint64_t job) {
-  return {job, true, ""};
-}
 
 TEST_F(ProxyChannelTest, OpensSelectsAndDeclaresBeforeTheFirstPublish) {
   PublishRequest first = request(1), second = request(2);
@@ -187,7 +71,7 @@ TEST_F(ProxyChannelTest, MultipleNackFailsEveryJobUpToIt) {
   EXPECT_EQ(take_sent().size(), 3u * 3u);
   feed(method(kProxyChannel, amqp::BasicNack{2, true, false}));
   const std::string why = "the broker refused the copy (basic.nack)";
-  EXPECT_EQ(take_done(), (std::vector<Done>{{1, false, why}, {2, false, why}}));
+  EXPECT_EQ(take_done(), (std::vector<Done>{failed(1, why), failed(2, why)}));
   feed(method(kProxyChannel, amqp::BasicAck{3, false}));
   EXPECT_EQ(take_done(), std::vector<Done>{ok(3)});
 }
@@ -208,11 +92,10 @@ TEST_F(ProxyChannelTest, ReturnBeforeTheAckFailsThatJobAsUnroutable) {
   feed(cat({method(kProxyChannel, returned), content_header(kProxyChannel, 4, props),
             body_frame(kProxyChannel, "co"), body_frame(kProxyChannel, "py"),
             method(kProxyChannel, amqp::BasicAck{2, true})}));
-  EXPECT_EQ(
-      take_done(),
-      (std::vector<Done>{
-          {1, false, "the copy was unroutable: exchange \"x\" has no binding for \"nowhere\""},
-          ok(2)}));
+  EXPECT_EQ(take_done(),
+            (std::vector<Done>{
+                failed(1, "the copy was unroutable: exchange \"x\" has no binding for \"nowhere\""),
+                ok(2)}));
   EXPECT_TRUE(take_sent().empty());
 }
 
@@ -237,10 +120,10 @@ TEST_F(ProxyChannelTest, OneReturnFailsOnlyTheOldestPublishToThatAddress) {
   const std::string unroutable = "the copy was unroutable: exchange \"x\" has no binding for \"k\"";
   feed(cat({returned_content, method(kProxyChannel, amqp::BasicAck{1, false}),
             method(kProxyChannel, amqp::BasicAck{2, false})}));
-  EXPECT_EQ(take_done(), (std::vector<Done>{{1, false, unroutable}, ok(2)}));
+  EXPECT_EQ(take_done(), (std::vector<Done>{failed(1, unroutable), ok(2)}));
   // The third is returned too, then acked: that return is its own.
   feed(cat({returned_content, method(kProxyChannel, amqp::BasicAck{3, false})}));
-  EXPECT_EQ(take_done(), (std::vector<Done>{{3, false, unroutable}}));
+  EXPECT_EQ(take_done(), (std::vector<Done>{failed(3, unroutable)}));
 }
 
 // A queue the channel declared (or found) once is taken to exist for the channel's life. If
@@ -265,7 +148,7 @@ TEST_F(ProxyChannelTest, UnroutableCopyToAnEnsuredQueueDeclaresItAgain) {
   feed(cat({method(kProxyChannel, returned), content_header(kProxyChannel, 4, r.header.properties),
             body_frame(kProxyChannel, "copy"), method(kProxyChannel, amqp::BasicAck{1, false})}));
   ASSERT_EQ(done.size(), 1u);
-  EXPECT_FALSE(take_done()[0].ok);
+  EXPECT_EQ(take_done()[0].failure, retry::FallbackCause::republish_failed);
 
   PublishRequest next = request(2, "q.dlq");
   next.ensure->use_existing = true;
@@ -283,7 +166,7 @@ TEST_F(ProxyChannelTest, ChannelCloseFailsEveryJobInFlightAndTheNextJobReopens) 
   EXPECT_EQ(take_sent(), frames({method(kProxyChannel, amqp::ChannelCloseOk{})}));
   const std::string why =
       "the proxy's channel was closed: PRECONDITION_FAILED - fast reply consumer does not exist";
-  EXPECT_EQ(take_done(), (std::vector<Done>{{1, false, why}, {2, false, why}}));
+  EXPECT_EQ(take_done(), (std::vector<Done>{failed(1, why), failed(2, why)}));
   EXPECT_EQ(channel.outstanding(), 0u);
 
   // Nothing waits: the channel stays closed until the next job.
@@ -422,12 +305,12 @@ TEST_F(ProxyChannelTest, FailedQueueIsNotTriedAgainFor30Seconds) {
   feed(method(kProxyChannel, amqp::ChannelOpenOk{}));
   feed(method(kProxyChannel, amqp::ConfirmSelectOk{}));
   take_sent();
-  EXPECT_EQ(take_done(), (std::vector<Done>{{1, false, "cannot declare queue dq: " + refused}}));
+  EXPECT_EQ(take_done(), (std::vector<Done>{failed(1, "cannot declare queue dq: " + refused)}));
 
   // Another job for it within 30 s fails at once, without a frame; others go on.
   now += 29999;
   publish(request(2));
-  EXPECT_EQ(take_done(), (std::vector<Done>{{2, false, "cannot declare queue dq: " + refused}}));
+  EXPECT_EQ(take_done(), (std::vector<Done>{failed(2, "cannot declare queue dq: " + refused)}));
   EXPECT_TRUE(take_sent().empty());
   PublishRequest other = request(3, "other");
   publish(other);
@@ -442,95 +325,6 @@ TEST_F(ProxyChannelTest, FailedQueueIsNotTriedAgainFor30Seconds) {
   EXPECT_EQ(take_done(), std::vector<Done>{ok(3)});
   EXPECT_EQ(take_sent(), frames({declare(again)}));
   EXPECT_TRUE(done.empty());
-}
-
-TEST_F(ProxyChannelTest, LargeBodyIsSplitByFrameMax) {
-  channel.configure(kProxyChannel, 4096);
-  std::string body(10000, '\0');
-  for (std::size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>(i * 7);
-  PublishRequest r = to_exchange(1, "big");
-  r.body = retry::RetainedBody::make(nullptr, body.size());
-  ByteView view = amqp::as_bytes(body);
-  r.body->bytes.assign(view.begin(), view.end());
-  publish(r);
-  open();
-  Bytes raw = sent;
-  std::vector<Wire> got = take_sent();
-  ASSERT_EQ(got.size(), 2u + 3u);
-  // 4096-byte frames carry 4088 bytes of body: 4088 + 4088 + 1824.
-  EXPECT_EQ(got[2].payload.size(), 4088u);
-  EXPECT_EQ(got[3].payload.size(), 4088u);
-  EXPECT_EQ(got[4].payload.size(), 1824u);
-  Copy copy = take_copy(got);
-  EXPECT_EQ(copy.header.body_size, 10000u);
-  EXPECT_EQ(copy.body, bytes_of(body));
-  EXPECT_EQ(raw, publish_frames(r, 4096));
-}
-
-TEST_F(ProxyChannelTest, FrameMaxBelowTheMinimumIsRaisedToIt) {
-  channel.configure(kProxyChannel, 512);
-  PublishRequest r = to_exchange(1, "big");
-  std::string body(5000, 'b');
-  r.body = retry::RetainedBody::make(nullptr, body.size());
-  ByteView view = amqp::as_bytes(body);
-  r.body->bytes.assign(view.begin(), view.end());
-  publish(r);
-  open();
-  std::vector<Wire> got = take_sent();
-  ASSERT_EQ(got.size(), 2u + 2u);
-  EXPECT_EQ(got[2].payload.size(), 4088u);
-}
-
-TEST_F(ProxyChannelTest, FailAllFailsWaitingAndInFlightJobsAndCloses) {
-  publish(to_exchange(1, "a"));
-  open();
-  take_sent();
-  publish(request(2));  // waits for its declaration
-  take_sent();
-  channel.fail_all("the connection closed");
-  EXPECT_EQ(take_done(), (std::vector<Done>{{2, false, "the connection closed"},
-                                            {1, false, "the connection closed"}}));
-  EXPECT_EQ(channel.outstanding(), 0u);
-  EXPECT_TRUE(take_sent().empty());
-  // A late confirm means nothing; a new job opens the channel again.
-  feed(method(kProxyChannel, amqp::BasicAck{1, false}));
-  EXPECT_TRUE(done.empty());
-  publish(to_exchange(3, "a"));
-  EXPECT_EQ(take_sent(), frames({method(kProxyChannel, amqp::ChannelOpen{})}));
-}
-
-TEST_F(ProxyChannelTest, WithoutAChannelEveryPublishFailsAtOnce) {
-  channel.configure(std::nullopt, 131072);
-  publish(request(1));
-  EXPECT_EQ(take_done(),
-            (std::vector<Done>{
-                {1, false, "no channel left for the proxy (the broker's channel_max is 1)"}}));
-  EXPECT_TRUE(take_sent().empty());
-  EXPECT_EQ(channel.outstanding(), 0u);
-}
-
-TEST_F(ProxyChannelTest, TickFailsJobsPastTheirDeadlineOnly) {
-  publish(to_exchange(1, "a"));
-  open();
-  take_sent();
-  now += 1000;
-  publish(to_exchange(2, "a"));  // deadline kT0 + 31000
-  take_sent();
-  channel.on_tick(kT0 + 29999);
-  EXPECT_TRUE(done.empty());
-  channel.on_tick(kT0 + 30000);
-  EXPECT_EQ(take_done(), (std::vector<Done>{{1, false, "no publisher confirm in time"}}));
-  feed(method(kProxyChannel, amqp::BasicAck{2, true}));  // covers 1 too: only 2 is left
-  EXPECT_EQ(take_done(), std::vector<Done>{ok(2)});
-}
-
-TEST_F(ProxyChannelTest, TickFailsAJobStillWaitingForItsChannel) {
-  publish(request(1));
-  take_sent();
-  channel.on_tick(kT0 + 30000);
-  EXPECT_EQ(take_done(),
-            (std::vector<Done>{
-                {1, false, "the proxy's channel or queue declaration did not complete in time"}}));
 }
 
 }  // namespace

@@ -106,9 +106,9 @@ class RecordingObserver : public SessionObserver {
     events.push_back("taken-over " + name(d) + " " + body);
     return std::exchange(actions, {});
   }
-  void on_settle_applied(const Settle& s, bool sent) override {
-    events.push_back("settle-applied ch" + std::to_string(s.channel) + " b" +
-                     std::to_string(s.broker_tag) + (sent ? " sent" : " not sent"));
+  void on_settle_written(const Settle& s, bool written) override {
+    events.push_back("settle-written ch" + std::to_string(s.channel) + " b" +
+                     std::to_string(s.broker_tag) + (written ? " written" : " not written"));
   }
   ReturnAction on_returned(const Delivery& d, ReturnCause cause,
                            const ReturnContext& context) override {
