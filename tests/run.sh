@@ -43,7 +43,7 @@
 #                             tests of one broker version, 3.10 unless not wanted, built with
 #                             AddressSanitizer and UndefinedBehaviorSanitizer), tsan (tracker and session
 #                             tests under ThreadSanitizer), fuzz (each libFuzzer target for
-#                             NACKGUARD_FUZZ_SECONDS, default 60, from the committed corpus).
+#                             NACKGUARD_FUZZ_SECONDS, default 40, from the committed corpus).
 #                             Default: asan,tsan,fuzz when ctest arguments are not given,
 #                             none when they are (tests/run.sh -L unit runs only that).
 #
@@ -211,7 +211,7 @@ build_extras() {
   if wants fuzz; then
     build_extra "$fuzz_dir" fuzz_targets -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER=clang++ -DNACKGUARD_FUZZ=ON \
-      -DNACKGUARD_FUZZ_SECONDS="${NACKGUARD_FUZZ_SECONDS:-60}"
+      -DNACKGUARD_FUZZ_SECONDS="${NACKGUARD_FUZZ_SECONDS:-40}"
   fi
 }
 if [[ -n $extra_checks ]]; then
@@ -371,7 +371,7 @@ if wants tsan; then
 fi
 
 if wants fuzz; then
-  step "libFuzzer: each target for ${NACKGUARD_FUZZ_SECONDS:-60} s from the committed corpus, two at a time"
+  step "libFuzzer: each target for ${NACKGUARD_FUZZ_SECONDS:-40} s from the committed corpus, two at a time"
   if built "$fuzz_dir"; then
     run_ctest "$fuzz_dir" -j2 -L fuzz  # each target is one process on one core
   fi

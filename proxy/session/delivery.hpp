@@ -106,6 +106,11 @@ std::string_view to_string(ReturnCause cause);
 
 enum class SettleKind { ack, nack, reject };
 
+// Appends the basic.ack, basic.nack or basic.reject of `tag` on `channel`: the one writer of a
+// settlement, the client's rewritten ones and the proxy's own alike (settlement.cpp).
+void append_settlement(amqp::Bytes& out, std::uint16_t channel, SettleKind kind, std::uint64_t tag,
+                       bool multiple, bool requeue);
+
 // The observer's choice for a delivery, taken when its content header has arrived or, for
 // need_body, once the whole body has.
 struct DeliveryPlan {

@@ -224,17 +224,7 @@ bool Session::settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag,
   if (!d || d->settling) return false;
   d->settling = true;
   amqp::Bytes frame;
-  switch (kind) {
-    case SettleKind::ack:
-      amqp::append_fixed_method_frame(frame, channel, amqp::BasicAck{broker_tag, false});
-      break;
-    case SettleKind::nack:
-      amqp::append_fixed_method_frame(frame, channel, amqp::BasicNack{broker_tag, false, requeue});
-      break;
-    case SettleKind::reject:
-      amqp::append_fixed_method_frame(frame, channel, amqp::BasicReject{broker_tag, requeue});
-      break;
-  }
+  append_settlement(frame, channel, kind, broker_tag, false, requeue);
   io(Side::broker)
       .injections.push_back(
           Injection{std::move(frame), channel, Settle{channel, broker_tag, kind, requeue}});

@@ -20,21 +20,6 @@ namespace {
 // A tag the broker never issued, so a client's ack of an unknown tag still fails there.
 constexpr std::uint64_t kUnknownTagBit = std::uint64_t{1} << 63;
 
-void append_settle(amqp::Bytes& out, std::uint16_t channel, SettleKind kind, std::uint64_t tag,
-                   bool multiple, bool requeue) {
-  switch (kind) {
-    case SettleKind::ack:
-      amqp::append_fixed_method_frame(out, channel, amqp::BasicAck{tag, multiple});
-      break;
-    case SettleKind::nack:
-      amqp::append_fixed_method_frame(out, channel, amqp::BasicNack{tag, multiple, requeue});
-      break;
-    case SettleKind::reject:
-      amqp::append_fixed_method_frame(out, channel, amqp::BasicReject{tag, requeue});
-      break;
-  }
-}
-
 }  // namespace
 
 void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
@@ -170,7 +155,7 @@ void Session::write_settlement(ChannelState& ch, const Frame& frame, SettleKind 
   const std::uint64_t untracked_tag = found.value_or(0);
   bool untracked_all = multiple && tag == 0 && ch.has_untracked();
   if (!multiple && untracked && settled.empty()) {
-    append_settle(out, frame.channel, kind, untracked_tag, false, requeue);
+    append_settlement(out, frame.channel, kind, untracked_tag, false, requeue);
   } else if (multiple && (untracked || untracked_all)) {
     // One multiple settlement, as the client sent it, if it takes nothing of the proxy's;
     // else the recorded ones alone (the untracked ones stay with the broker, which
@@ -179,30 +164,30 @@ void Session::write_settlement(ChannelState& ch, const Frame& frame, SettleKind 
     std::uint64_t reach = untracked ? untracked_tag : std::numeric_limits<std::uint64_t>::max();
     if (forwarded.size() == settled.size() && !ch.owned_at_or_below(reach) &&
         !ch.unacked_at_or_below(reach)) {
-      append_settle(out, frame.channel, kind, top, true, requeue);
+      append_settlement(out, frame.channel, kind, top, true, requeue);
     } else {
       for (const Delivery* d : forwarded) {
-        append_settle(out, frame.channel, kind, d->broker_tag, false, requeue);
+        append_settlement(out, frame.channel, kind, d->broker_tag, false, requeue);
       }
     }
   } else if (settled.empty()) {
     // Nothing of the client's is outstanding: "all" settles nothing; an unknown tag must
     // still fail at the broker, and must not name a delivery the proxy owns.
     if (!(multiple && tag == 0)) {
-      append_settle(out, frame.channel, kind, kUnknownTagBit | tag, multiple, requeue);
+      append_settlement(out, frame.channel, kind, kUnknownTagBit | tag, multiple, requeue);
     }
   } else if (!forwarded.empty()) {
     std::uint64_t highest = forwarded.back()->broker_tag;
     if (!multiple) {
-      append_settle(out, frame.channel, kind, highest, false, requeue);
+      append_settlement(out, frame.channel, kind, highest, false, requeue);
     } else if (forwarded.size() == settled.size() && !ch.owned_at_or_below(highest) &&
                !ch.unacked_at_or_below(highest)) {
-      append_settle(out, frame.channel, kind, highest, true, requeue);
+      append_settlement(out, frame.channel, kind, highest, true, requeue);
     } else {
       // A multiple settlement would take deliveries the proxy owns, or (after a reorder)
       // ones the client did not name, with it: expand.
       for (const Delivery* d : forwarded) {
-        append_settle(out, frame.channel, kind, d->broker_tag, false, requeue);
+        append_settlement(out, frame.channel, kind, d->broker_tag, false, requeue);
       }
     }
   }

@@ -14,32 +14,14 @@
 #include "amqp/all_methods.hpp"
 #include "amqp/codec_invariants.hpp"
 #include "amqp/codec_test_support.hpp"
+#include "amqp/fuzz_seeds.hpp"
 #include "proxy/amqp/method_name.hpp"
 
 namespace nackguard::amqp {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct Seed {
-  std::string name;
-  Bytes bytes;
-};
-
-std::vector<Seed> seeds_of(const std::string& target) {
-  std::vector<Seed> seeds;
-  fs::path dir = fs::path(NACKGUARD_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / target;
-  if (!fs::is_directory(dir)) return seeds;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (!entry.is_regular_file()) continue;
-    std::ifstream file(entry.path(), std::ios::binary);
-    seeds.push_back(
-        {entry.path().filename().string(), Bytes(std::istreambuf_iterator<char>(file), {})});
-  }
-  std::sort(seeds.begin(), seeds.end(),
-            [](const Seed& a, const Seed& b) { return a.name < b.name; });
-  return seeds;
-}
+using test::Seed;
+using test::seeds_of;
 
 bool captured(const std::string& name) {
   return name.starts_with("broker-") || name.starts_with("client-");

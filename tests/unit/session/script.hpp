@@ -21,6 +21,7 @@
 #include "proxy/amqp/method_codec.hpp"
 #include "proxy/amqp/method_name.hpp"
 #include "proxy/session/session.hpp"
+#include "session/frame_builders.hpp"
 #include "session/recording_observer.hpp"
 
 namespace nackguard::session::test {
@@ -88,111 +89,6 @@ inline void PrintTo(const WireFrame& frame, std::ostream* os) {
 inline std::ostream& operator<<(std::ostream& os, const WireFrame& frame) {
   PrintTo(frame, &os);
   return os;
-}
-
-// ---- building frames to feed ----
-
-inline Bytes cat(std::initializer_list<Bytes> parts) {
-  Bytes out;
-  for (const Bytes& part : parts) out.insert(out.end(), part.begin(), part.end());
-  return out;
-}
-
-inline Bytes frame(FrameType type, std::uint16_t channel, ByteView payload) {
-  Bytes out;
-  amqp::append_frame(out, type, channel, payload);
-  return out;
-}
-
-template <typename M>
-Bytes method(std::uint16_t channel, const M& m) {
-  Bytes out;
-  EXPECT_TRUE(amqp::append_method_frame(out, channel, m));
-  return out;
-}
-
-// A method frame with any class and method ids, followed by `args` as they are.
-inline Bytes raw_method(std::uint16_t channel, std::uint16_t class_id, std::uint16_t method_id,
-                        ByteView args = {}) {
-  Bytes payload;
-  amqp::ByteWriter w(payload);
-  w.u16(class_id);
-  w.u16(method_id);
-  w.bytes(args);
-  return frame(FrameType::method, channel, payload);
-}
-
-inline Bytes header(std::uint16_t channel, std::uint64_t body_size,
-                    const amqp::BasicProperties& properties = {}) {
-  amqp::ContentHeader h;
-  h.body_size = body_size;
-  h.properties = properties;
-  Bytes out;
-  EXPECT_TRUE(amqp::append_content_header_frame(out, channel, h));
-  return out;
-}
-
-inline Bytes body(std::uint16_t channel, std::string_view data) {
-  return frame(FrameType::body, channel, amqp::as_bytes(data));
-}
-
-inline Bytes heartbeat() {
-  Bytes out;
-  amqp::append_heartbeat(out);
-  return out;
-}
-
-// The connection.close the proxy sends the broker once a gone client's connection is done
-// (session_crash.cpp): the broker's close-ok ends it.
-inline Bytes gone_client_close() {
-  amqp::ConnectionClose close;
-  close.reply_code = 200;
-  close.reply_text = "nackguard: the client connection ended";
-  return method(0, close);
-}
-
-// A content header and `data` split into body frames of at most `chunk` bytes.
-inline Bytes content(std::uint16_t channel, std::string_view data,
-                     const amqp::BasicProperties& properties = {}, std::size_t chunk = 1 << 20) {
-  Bytes out = header(channel, data.size(), properties);
-  for (std::size_t at = 0; at < data.size(); at += chunk) {
-    Bytes b = body(channel, data.substr(at, chunk));
-    out.insert(out.end(), b.begin(), b.end());
-  }
-  return out;
-}
-
-inline amqp::BasicDeliver deliver_method(std::string consumer_tag, std::uint64_t tag,
-                                         bool redelivered = false, std::string exchange = "ex",
-                                         std::string routing_key = "rk") {
-  amqp::BasicDeliver m;
-  m.consumer_tag = std::move(consumer_tag);
-  m.delivery_tag = tag;
-  m.redelivered = redelivered;
-  m.exchange = std::move(exchange);
-  m.routing_key = std::move(routing_key);
-  return m;
-}
-
-// basic.deliver, its header and one body frame.
-inline Bytes deliver(std::uint16_t channel, std::string consumer_tag, std::uint64_t tag,
-                     std::string_view data = "payload") {
-  return cat(
-      {method(channel, deliver_method(std::move(consumer_tag), tag)), content(channel, data)});
-}
-
-inline Bytes ack(std::uint16_t channel, std::uint64_t tag, bool multiple = false) {
-  return method(channel, amqp::BasicAck{tag, multiple});
-}
-inline Bytes nack(std::uint16_t channel, std::uint64_t tag, bool multiple, bool requeue) {
-  return method(channel, amqp::BasicNack{tag, multiple, requeue});
-}
-inline Bytes reject(std::uint16_t channel, std::uint64_t tag, bool requeue) {
-  return method(channel, amqp::BasicReject{tag, requeue});
-}
-
-inline Bytes protocol_header() {
-  return Bytes(std::begin(amqp::kProtocolHeader), std::end(amqp::kProtocolHeader));
 }
 
 // ---- reading what a session wrote ----
@@ -271,58 +167,6 @@ class Link {
 };
 
 // ---- the connection handshake ----
-
-struct HandshakeParams {
-  std::uint16_t broker_channel_max = 2047;
-  std::uint32_t broker_frame_max = 131072;
-  std::uint16_t broker_heartbeat = 60;
-  // What the client answers in tune-ok; nullopt takes what the proxy offered.
-  std::optional<std::uint16_t> client_channel_max = std::nullopt;
-  std::optional<std::uint32_t> client_frame_max = std::nullopt;
-  std::optional<std::uint16_t> client_heartbeat = std::nullopt;
-  std::string vhost = "/";
-};
-
-struct HandshakeFrames {
-  Bytes start, start_ok, tune, tune_ok, open, open_ok;
-};
-
-inline HandshakeFrames handshake_frames(const HandshakeParams& p,
-                                        const amqp::ConnectionTune& offered) {
-  HandshakeFrames f;
-  amqp::ConnectionStart start;
-  start.server_properties.set("product", amqp::FieldValue::string("RabbitMQ"));
-  amqp::FieldTable capabilities;
-  capabilities.set("basic.nack", amqp::FieldValue::boolean(true));
-  capabilities.set("consumer_cancel_notify", amqp::FieldValue::boolean(true));
-  start.server_properties.set("capabilities", amqp::FieldValue::table(capabilities));
-  start.mechanisms = "PLAIN AMQPLAIN";
-  start.locales = "en_US";
-  f.start = method(0, start);
-
-  amqp::ConnectionStartOk start_ok;
-  start_ok.client_properties.set("product", amqp::FieldValue::string("test-client"));
-  // A type letter the proxy must not normalise: it forwards the original bytes.
-  start_ok.client_properties.set("x-int", amqp::FieldValue::i16(7));
-  start_ok.mechanism = "PLAIN";
-  start_ok.response = std::string("\0guest\0guest", 12);
-  start_ok.locale = "en_US";
-  f.start_ok = method(0, start_ok);
-
-  f.tune =
-      method(0, amqp::ConnectionTune{p.broker_channel_max, p.broker_frame_max, p.broker_heartbeat});
-  amqp::ConnectionTuneOk tune_ok;
-  tune_ok.channel_max = p.client_channel_max.value_or(offered.channel_max);
-  tune_ok.frame_max = p.client_frame_max.value_or(offered.frame_max);
-  tune_ok.heartbeat = p.client_heartbeat.value_or(offered.heartbeat);
-  f.tune_ok = method(0, tune_ok);
-
-  amqp::ConnectionOpen open;
-  open.virtual_host = p.vhost;
-  f.open = method(0, open);
-  f.open_ok = method(0, amqp::ConnectionOpenOk{});
-  return f;
-}
 
 struct HandshakeResult {
   amqp::ConnectionTune client_saw;    // the tune the proxy wrote to the client

@@ -13,31 +13,6 @@ namespace nackguard::session::test {
 
 using Events = std::vector<std::string>;
 
-inline amqp::BasicConsume consume_method(std::string queue, std::string tag, bool no_ack = false,
-                                         bool no_wait = false) {
-  amqp::BasicConsume m;
-  m.queue = std::move(queue);
-  m.consumer_tag = std::move(tag);
-  m.no_ack = no_ack;
-  m.no_wait = no_wait;
-  return m;
-}
-
-inline amqp::BasicGet get_method(std::string queue, bool no_ack = false) {
-  amqp::BasicGet m;
-  m.queue = std::move(queue);
-  m.no_ack = no_ack;
-  return m;
-}
-
-inline amqp::BasicGetOk get_ok_method(std::uint64_t tag) {
-  amqp::BasicGetOk m;
-  m.delivery_tag = tag;
-  m.exchange = "ex";
-  m.routing_key = "rk";
-  return m;
-}
-
 class SessionTracking : public ::testing::Test {
  protected:
   void SetUp() override { handshake(link); }
