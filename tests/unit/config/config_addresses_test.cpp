@@ -16,18 +16,7 @@ using testing::config_error_of;
 using testing::starts_with;
 using testing::TempTree;
 
-class UpstreamAddresses : public ::testing::Test {
- protected:
-  Config load(std::string_view text) { return load_config(tree_.write(text)); }
-  std::string error_for(std::string_view text) {
-    const fs::path file = tree_.write(text);
-    std::string message = config_error_of([&] { load_config(file); });
-    const std::string path = file.string();
-    if (starts_with(message, path)) message.replace(0, path.size(), "FILE");
-    return message;
-  }
-  TempTree tree_;
-};
+class UpstreamAddresses : public testing::ConfigFileTest {};
 
 bool same(const std::vector<Endpoint>& got, const std::vector<Endpoint>& want) {
   if (got.size() != want.size()) return false;

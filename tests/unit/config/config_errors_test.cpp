@@ -16,35 +16,13 @@ namespace {
 namespace fs = std::filesystem;
 using testing::config_error_of;
 using testing::contains;
+using testing::InDirectory;
 using testing::starts_with;
 using testing::TempTree;
 
 // Loads `text` from conf/nackguard.yaml in a fresh tree and returns the error, with the file's
 // path replaced by "FILE" so that expectations read like the messages a person sees.
-class ConfigErrors : public ::testing::Test {
- protected:
-  std::string error_for(std::string_view text) {
-    const fs::path file = tree_.write(text);
-    std::string message = config_error_of([&] { load_config(file); });
-    const std::string path = file.string();
-    if (starts_with(message, path)) message.replace(0, path.size(), "FILE");
-    return message;
-  }
-
-  TempTree tree_;
-};
-
-// Runs a test from inside the tree so that the file can be named relatively, as people do.
-class InDirectory {
- public:
-  explicit InDirectory(const fs::path& directory) : previous_(fs::current_path()) {
-    fs::current_path(directory);
-  }
-  ~InDirectory() { fs::current_path(previous_); }
-
- private:
-  fs::path previous_;
-};
+class ConfigErrors : public testing::ConfigFileTest {};
 
 TEST_F(ConfigErrors, MessagesReadAsDocumented) {
   tree_.write(R"(listen:

@@ -17,17 +17,12 @@ using testing::contains;
 using testing::starts_with;
 using testing::TempTree;
 
-class ManagementConfig : public ::testing::Test {
+class ManagementConfig : public testing::ConfigFileTest {
  protected:
   ManagementConfig() {
     tree_.write("s3cret\n", "password");
     tree_.write("PEM", "ca.pem");
   }
-
-  Config load(std::string_view text) { return load_config(tree_.write(text)); }
-  std::string error_for(std::string_view text) { return testing::load_error(tree_, text); }
-
-  TempTree tree_;
 };
 
 constexpr const char* kMinimal = R"(upstream:

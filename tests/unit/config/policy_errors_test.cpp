@@ -18,32 +18,7 @@ using testing::contains;
 using testing::starts_with;
 using testing::TempTree;
 
-// Writes policy files into a fresh policies directory and returns load_policies' error with
-// the directory's path taken out, so that expectations read "orders.yaml:3:5: ...".
-class PolicyErrors : public ::testing::Test {
- protected:
-  fs::path dir() const { return tree_.root() / "policies"; }
-
-  void write(std::string_view name, std::string_view text) {
-    std::ofstream(dir() / name, std::ios::binary) << text;
-  }
-
-  std::string load_error() {
-    std::string message = config_error_of([&] { load_policies(dir()); });
-    const std::string prefix = dir().string() + "/";
-    for (auto at = message.find(prefix); at != std::string::npos; at = message.find(prefix)) {
-      message.erase(at, prefix.size());
-    }
-    return message;
-  }
-
-  std::string error_for(std::string_view text) {
-    write("p.yaml", text);
-    return load_error();
-  }
-
-  TempTree tree_;
-};
+class PolicyErrors : public testing::PolicyFileTest {};
 
 // --- the directory and the files ---
 

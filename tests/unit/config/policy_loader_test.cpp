@@ -29,18 +29,7 @@ Policy default_from(const fs::path& file) {
   return policy;
 }
 
-class PolicyFiles : public ::testing::Test {
- protected:
-  fs::path dir() const { return tree_.root() / "policies"; }
-
-  fs::path write(std::string_view name, std::string_view text) {
-    const fs::path path = dir() / name;
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
-  }
-
-  TempTree tree_;
-};
+class PolicyFiles : public testing::PolicyFileTest {};
 
 // --- the shipped files ---
 

@@ -18,26 +18,13 @@ using testing::contains;
 using testing::starts_with;
 using testing::TempTree;
 
-class TlsConfig : public ::testing::Test {
+class TlsConfig : public testing::ConfigFileTest {
  protected:
   TlsConfig() {
     for (const char* name : {"server.pem", "server.key", "ca.pem"}) tree_.write("PEM", name);
   }
 
-  Config load(std::string_view text) { return load_config(tree_.write(text)); }
-
-  // The error, with the config file's path replaced by "FILE".
-  std::string error_for(std::string_view text) {
-    const fs::path file = tree_.write(text);
-    std::string message = config_error_of([&] { load_config(file); });
-    const std::string path = file.string();
-    if (starts_with(message, path)) message.replace(0, path.size(), "FILE");
-    return message;
-  }
-
   fs::path conf(std::string_view name) const { return tree_.root() / "conf" / name; }
-
-  TempTree tree_;
 };
 
 TEST_F(TlsConfig, AbsentMeansPlainTcp) {
