@@ -147,9 +147,7 @@ Decision decide_return(const Policy& policy, TrackerEntry& entry, const ReturnEv
   entry.last_return_ms = event.wall_ms;
   entry.crash_suspect = event.crash;
   // What an earlier crash left pending is spent: this return is decided now.
-  entry.pending_action = 0;
-  entry.pending_reason = 0;
-  entry.pending_delay_ms = 0;
+  clear_pending(entry);
   return decision;
 }
 

@@ -126,12 +126,22 @@ Outcome decide_crash(const Policy& policy, TrackerEntry& entry, const ReturnEven
   // The broker requeues it. A delay or a dead-letter waits for its next delivery through this
   // proxy (decide_delivery); a count the flag cannot carry stays in the entry only.
   if (d.action == Action::delay || d.action == Action::dead_letter) {
-    entry.pending_action = static_cast<std::uint8_t>(d.action);
-    entry.pending_reason = static_cast<std::uint8_t>(d.reason);
+    entry.pending_action = d.action;
+    entry.pending_reason = d.reason;
     entry.pending_delay_ms = static_cast<std::uint32_t>(
         std::min<std::int64_t>(d.delay.count(), std::numeric_limits<std::uint32_t>::max()));
   }
   forward_instead(out, blocked);
+  return out;
+}
+
+Outcome decide_recover(const Policy& policy, TrackerEntry& entry, const ReturnEvent& event,
+                       const Circumstances& c, std::mt19937_64& rng) {
+  Outcome out = decide_crash(policy, entry, event, c, rng);
+  entry.crash_suspect = false;
+  if (entry.pending_reason == DeadLetterReason::crash_loop) {
+    entry.pending_reason = DeadLetterReason::max_redeliveries;
+  }
   return out;
 }
 
@@ -155,10 +165,10 @@ Outcome decide_uncounted_return(const TrackerEntry* entry, const CarriedCount& c
   d.suspect = carried.suspect || (matching && entry->crash_suspect);
   d.action = Action::republish;
   // A decision a crash left pending is carried out now, as at its next delivery.
-  if (matching && (entry->pending_action == static_cast<std::uint8_t>(Action::delay) ||
-                   entry->pending_action == static_cast<std::uint8_t>(Action::dead_letter))) {
-    d.action = static_cast<Action>(entry->pending_action);
-    d.reason = static_cast<DeadLetterReason>(entry->pending_reason);
+  if (matching &&
+      (entry->pending_action == Action::delay || entry->pending_action == Action::dead_letter)) {
+    d.action = entry->pending_action;
+    d.reason = entry->pending_reason;
     d.delay = Millis(entry->pending_delay_ms);
   }
   if (!c.take_over_at_crash || !needs_copy(d, c) || copy_blocked(d, c) != FallbackCause::none) {
@@ -178,14 +188,14 @@ Outcome decide_delivery(const Policy& policy, const TrackerEntry* entry,
   out.suspect = carried.suspect || (matching && entry->crash_suspect);
   d.suspect = out.suspect;
   if (matching) {
-    switch (static_cast<Action>(entry->pending_action)) {
+    switch (entry->pending_action) {
       case Action::delay:
         d.action = Action::delay;
         d.delay = Millis(entry->pending_delay_ms);
         break;
       case Action::dead_letter:
         d.action = Action::dead_letter;
-        d.reason = static_cast<DeadLetterReason>(entry->pending_reason);
+        d.reason = entry->pending_reason;
         break;
       case Action::republish:
       case Action::forward:

@@ -77,6 +77,13 @@ Outcome decide_requeue(const Policy& policy, TrackerEntry& entry, const ReturnEv
 Outcome decide_crash(const Policy& policy, TrackerEntry& entry, const ReturnEvent& event,
                      const Circumstances& circumstances, std::mt19937_64& rng);
 
+// A basic.recover: the consumer is alive and asks for everything again, and the broker
+// requeues it all at once. Decided as decide_crash decides (what the broker's requeue cannot
+// carry waits for the next delivery), but the message is no suspect: the consumer chose to
+// give it back, so a dead-letter left pending is for max_redeliveries, not crash_loop.
+Outcome decide_recover(const Policy& policy, TrackerEntry& entry, const ReturnEvent& event,
+                       const Circumstances& circumstances, std::mt19937_64& rng);
+
 // A return that was not the message's doing: it waited in the proxy behind a suspect, or the
 // broker connection was lost. Nothing is counted; `entry` learns that the redelivered flag
 // the broker will set stands for no return.

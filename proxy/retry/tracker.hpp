@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "proxy/retry/action.hpp"
+
 namespace nackguard::retry {
 
 // 128 bits of XXH3 over the queue name and the identity: the strings themselves are not kept.
@@ -36,10 +38,10 @@ struct TrackerEntry {
   // The message was unacked when its consumer's channel or connection ended: at its next
   // delivery it is handed out alone, so a second crash names the culprit.
   bool crash_suspect = false;
-  // What a crash return decided, carried out at the message's next delivery
-  // (values of retry::Action; 0 = forward).
-  std::uint8_t pending_action = 0;
-  std::uint8_t pending_reason = 0;  // values of retry::DeadLetterReason
+  // What a crash return decided, carried out at the message's next delivery (forward:
+  // nothing pending).
+  Action pending_action = Action::forward;
+  DeadLetterReason pending_reason = DeadLetterReason::none;
   std::uint32_t pending_delay_ms = 0;
   // Deliveries that ended in a return, counted towards the limit or not (x-nackguard-deliveries).
   std::uint32_t deliveries = 0;
@@ -51,6 +53,13 @@ struct TrackerEntry {
   // redelivered flag stands for no return (retry::implied_returns).
   bool uncounted_redelivery = false;
 };
+
+// Spends what a crash left pending: nothing waits for the next delivery any more.
+inline void clear_pending(TrackerEntry& entry) {
+  entry.pending_action = Action::forward;
+  entry.pending_reason = DeadLetterReason::none;
+  entry.pending_delay_ms = 0;
+}
 
 struct TrackerStats {
   std::size_t entries = 0;

@@ -119,18 +119,16 @@ retry::Outcome Guard::count_return(const Delivery& d, const Identified& id, Retu
   circumstances.take_over_at_crash = context.can_take_over;
   retry::Outcome outcome;
   retry::TrackerEntry after = context_.tracker().upsert(key, now, [&](retry::TrackerEntry& e) {
-    if (kind == ReturnKind::requeue) {
-      outcome = retry::decide_requeue(policy, e, event, circumstances, rng_);
-      return;
-    }
-    outcome = retry::decide_crash(policy, e, event, circumstances, rng_);
-    if (kind == ReturnKind::recover) {
-      // The consumer is alive and asked for everything again: what it decided waits for the
-      // next delivery like a crash's, but nothing is suspect.
-      e.crash_suspect = false;
-      if (e.pending_reason == static_cast<std::uint8_t>(retry::DeadLetterReason::crash_loop)) {
-        e.pending_reason = static_cast<std::uint8_t>(retry::DeadLetterReason::max_redeliveries);
-      }
+    switch (kind) {
+      case ReturnKind::requeue:
+        outcome = retry::decide_requeue(policy, e, event, circumstances, rng_);
+        return;
+      case ReturnKind::recover:
+        outcome = retry::decide_recover(policy, e, event, circumstances, rng_);
+        return;
+      case ReturnKind::crash:
+        outcome = retry::decide_crash(policy, e, event, circumstances, rng_);
+        return;
     }
   });
   context_.tracker_names().record(key, d.queue, *id.identity);

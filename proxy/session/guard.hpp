@@ -151,7 +151,7 @@ class Guard final : public SessionObserver {
   // How a return of `delivery` is counted (count_return).
   enum class ReturnKind : std::uint8_t { requeue, crash, recover };
   // Counts a return of `delivery` in the queue's health and the tracker, and takes the final
-  // decision (retry::decide_requeue or decide_crash); fills `intent` for a copy.
+  // decision (retry::decide_requeue, decide_crash or decide_recover); fills `intent` for a copy.
   retry::Outcome count_return(const Delivery& delivery, const Identified& id, ReturnKind kind,
                               const ReturnContext& context, bool consumer_timeout, Intent& intent);
   // A return that was not the message's doing (held back, never seen, a broker's going):

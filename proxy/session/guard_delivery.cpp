@@ -97,12 +97,8 @@ void Guard::take_over_at_delivery(const Delivery& d, const retry::Policy& policy
                                   const std::optional<retry::TrackerEntry>& entry,
                                   const retry::Decision& decision, DeliveryReading& reading) {
   // A crash left this decision pending: carry it out instead of handing the message out.
-  if (entry && entry->pending_action != 0) {
-    context_.tracker().upsert(key, now, [](retry::TrackerEntry& e) {
-      e.pending_action = 0;
-      e.pending_reason = 0;
-      e.pending_delay_ms = 0;
-    });
+  if (entry && entry->pending_action != retry::Action::forward) {
+    context_.tracker().upsert(key, now, retry::clear_pending);
   }
   Intent intent;
   intent.decision = decision;

@@ -73,10 +73,10 @@ json::object next_json(const retry::TrackerEntry& entry, std::string_view queue,
                        retry::GuardContext& guard, const retry::PolicySet& policies,
                        std::string_view policies_dir) {
   const retry::Policy& policy = policies.match(queue);
-  if (entry.pending_action != 0) {
+  if (entry.pending_action != retry::Action::forward) {
     retry::Decision pending;
-    pending.action = static_cast<retry::Action>(entry.pending_action);
-    pending.reason = static_cast<retry::DeadLetterReason>(entry.pending_reason);
+    pending.action = entry.pending_action;
+    pending.reason = entry.pending_reason;
     pending.delay = retry::Millis(entry.pending_delay_ms);
     return decision_json(pending, "next_delivery");
   }

@@ -58,7 +58,7 @@ TEST(DecideReturn, ForwardsUpToMaxThenDeadLetters) {
   EXPECT_EQ(sixth.reason, DeadLetterReason::max_redeliveries);
   EXPECT_EQ(sixth.returns, 6u);
   EXPECT_FALSE(entry.crash_suspect);
-  EXPECT_EQ(entry.pending_action, 0u);
+  EXPECT_EQ(entry.pending_action, Action::forward);
 }
 
 TEST(DecideReturn, CrashReturnsSetSuspect) {
@@ -70,7 +70,7 @@ TEST(DecideReturn, CrashReturnsSetSuspect) {
   EXPECT_TRUE(entry.crash_suspect);
   // What the broker's requeue cannot carry is left pending by decide_crash (outcome.hpp), not
   // here.
-  EXPECT_EQ(entry.pending_action, 0u);
+  EXPECT_EQ(entry.pending_action, Action::forward);
 
   // A nack (the message was delivered and given back normally) clears the suspicion.
   decide_return(policy, entry, nack_at(kT0 + kApart), rng);
@@ -91,10 +91,10 @@ TEST(DecideReturn, ADecisionClearsWhatAnEarlierCrashLeftPending) {
   std::mt19937_64 rng(1);
   TrackerEntry entry;
   decide_return(policy, entry, crash_at(kT0), rng);
-  entry.pending_action = static_cast<std::uint8_t>(Action::delay);
+  entry.pending_action = Action::delay;
   entry.pending_delay_ms = 2000;
   decide_return(policy, entry, nack_at(kT0 + kApart), rng);
-  EXPECT_EQ(entry.pending_action, 0u);
+  EXPECT_EQ(entry.pending_action, Action::forward);
   EXPECT_EQ(entry.pending_delay_ms, 0u);
 }
 

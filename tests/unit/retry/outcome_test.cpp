@@ -216,8 +216,25 @@ TEST_F(OutcomeTest, ACrashThatCannotBeTakenOverLeavesItsDecisionPending) {
   c.take_over_at_crash = false;  // the broker closed the channel itself
   const Outcome out = decide_crash(policy, entry, crash({}, true), c, rng);
   EXPECT_EQ(out.decision.action, Action::forward);
-  EXPECT_EQ(entry.pending_action, static_cast<std::uint8_t>(Action::delay));
+  EXPECT_EQ(entry.pending_action, Action::delay);
   EXPECT_EQ(entry.pending_delay_ms, 1000u);
+}
+
+// A recover past the limit waits for the next delivery like a crash's return, but the
+// consumer gave the message back itself: no suspect, and the reason is max_redeliveries.
+TEST_F(OutcomeTest, ARecoverPastTheLimitLeavesAMaxRedeliveriesDeadLetterPending) {
+  Circumstances c = classic();
+  c.take_over_at_crash = false;  // a recover has the broker requeue everything at once
+  const Outcome out =
+      decide_recover(policy, entry, crash({.nackguard = 3, .copy_id = 4}, true), c, rng);
+  EXPECT_EQ(out.decision.action, Action::forward);
+  EXPECT_EQ(entry.pending_action, Action::dead_letter);
+  EXPECT_EQ(entry.pending_reason, DeadLetterReason::max_redeliveries);
+  EXPECT_FALSE(entry.crash_suspect);
+  TrackerEntry crashed;
+  decide_crash(policy, crashed, crash({.nackguard = 3, .copy_id = 4}, true), c, rng);
+  EXPECT_EQ(crashed.pending_reason, DeadLetterReason::crash_loop);
+  EXPECT_TRUE(crashed.crash_suspect);
 }
 
 TEST_F(OutcomeTest, ACrashUnderDelayedRequeueIsDelayedAtTheCrash) {
@@ -225,7 +242,7 @@ TEST_F(OutcomeTest, ACrashUnderDelayedRequeueIsDelayedAtTheCrash) {
   const Outcome out = decide_crash(policy, entry, crash({}, false), classic(), rng);
   EXPECT_EQ(out.decision.action, Action::delay);
   EXPECT_TRUE(out.decision.suspect);
-  EXPECT_EQ(entry.pending_action, 0u);
+  EXPECT_EQ(entry.pending_action, Action::forward);
 }
 
 TEST_F(OutcomeTest, AReturnThatWasNotTheMessagesDoingCountsNothing) {

@@ -77,7 +77,7 @@ TEST(Tracker, UpsertReturnsCopyAfterUpdate) {
   Tracker tracker(10, hours(1));
   const TrackerEntry copy = tracker.upsert(key(1), kT0, [](TrackerEntry& entry) {
     entry.returns = 7;
-    entry.pending_action = 1;
+    entry.pending_action = Action::delay;
     entry.pending_delay_ms = 2000;
   });
   EXPECT_EQ(copy.returns, 7u);
@@ -85,7 +85,7 @@ TEST(Tracker, UpsertReturnsCopyAfterUpdate) {
   const auto found = tracker.find(key(1), kT0);
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->returns, 7u);
-  EXPECT_EQ(found->pending_action, 1u);
+  EXPECT_EQ(found->pending_action, Action::delay);
   EXPECT_EQ(found->pending_delay_ms, 2000u);
 }
 

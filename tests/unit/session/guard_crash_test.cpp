@@ -221,7 +221,7 @@ TEST_F(GuardCrash, ACrashThatCannotBeTakenOverIsDelayedAtTheNextDelivery) {
   client_bytes();
   client(method(kCh, amqp::ChannelCloseOk{}));
   broker_bytes();
-  EXPECT_EQ(tracked("m1")->pending_action, static_cast<std::uint8_t>(retry::Action::delay));
+  EXPECT_EQ(tracked("m1")->pending_action, retry::Action::delay);
   open_and_consume();
   broker(delivery(1, message("m1"), true));
   EXPECT_TRUE(client_bytes().empty());

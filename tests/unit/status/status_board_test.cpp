@@ -132,7 +132,7 @@ TEST_F(StatusBoardTest, APendingCrashDecisionIsDueAtTheNextDelivery) {
   context->tracker().upsert(retry::make_key("orders", "m"), steady, [](retry::TrackerEntry& e) {
     e.returns = 1;
     e.crash_suspect = true;
-    e.pending_action = static_cast<std::uint8_t>(retry::Action::delay);
+    e.pending_action = retry::Action::delay;
     e.pending_delay_ms = 5000;
   });
   context->tracker_names().record(retry::make_key("orders", "m"), "orders", "m");
