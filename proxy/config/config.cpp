@@ -1,6 +1,5 @@
 #include "proxy/config/config.hpp"
 
-#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -70,20 +69,7 @@ constexpr milliseconds kShortestIdleTtl = std::chrono::seconds(1);
 constexpr milliseconds kLongestIdleTtl = std::chrono::hours(24 * 365);
 
 YAML::Node parse_single_document(const Source& source, std::string_view yaml_text) {
-  std::vector<YAML::Node> documents;
-  try {
-    documents = YAML::LoadAll(std::string(yaml_text));
-  } catch (const YAML::DeepRecursion& error) {
-    // yaml-cpp stops runaway nesting (an attack, or brackets never closed) with "bad file".
-    source.fail(error.mark, "",
-                "invalid YAML: nested deeper than " + std::to_string(error.depth()) +
-                    " levels; nest less deeply, or close the brackets left open");
-  } catch (const YAML::Exception& error) {
-    source.fail(error.mark, "",
-                "invalid YAML: " + error.msg +
-                    "; fix the syntax at that spot (indent with spaces, not tabs; close every "
-                    "bracket and quote)");
-  }
+  const std::vector<YAML::Node> documents = load_documents(source, yaml_text);
   if (documents.empty()) return YAML::Node();  // empty, or only comments: all defaults
   if (documents.size() > 1) {
     source.fail(documents[1].Mark(), "",

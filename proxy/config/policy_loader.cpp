@@ -1,6 +1,5 @@
 #include "proxy/config/policy_loader.hpp"
 
-#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -275,20 +274,10 @@ ParsedPolicy build_policy(const Source& source, const YAML::Node& document) {
 }
 
 YAML::Node parse_policy_document(const Source& source, std::string_view yaml_text) {
-  std::vector<YAML::Node> documents;
-  try {
-    documents = YAML::LoadAll(std::string(yaml_text));
-  } catch (const YAML::DeepRecursion& error) {
-    source.fail(error.mark, "",
-                "invalid YAML: nested deeper than " + std::to_string(error.depth()) +
-                    " levels; nest less deeply, or close the brackets left open");
-  } catch (const YAML::Exception& error) {
-    source.fail(error.mark, "",
-                "invalid YAML: " + error.msg +
-                    "; fix the syntax at that spot (indent with spaces, not tabs; close every "
-                    "bracket and quote; quote a value that starts with * or {, such as queue: "
-                    "\"*.dlq\" or routing_key: \"{queue}.dlq\")");
-  }
+  const std::vector<YAML::Node> documents = load_documents(
+      source, yaml_text,
+      "; quote a value that starts with * or {, such as queue: \"*.dlq\" or routing_key: "
+      "\"{queue}.dlq\"");
   if (documents.size() > 1) {
     source.fail(documents[1].Mark(), "",
                 "the file holds more than one YAML document (\"---\" starts another); put each "

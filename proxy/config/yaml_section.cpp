@@ -1,5 +1,7 @@
 #include "proxy/config/yaml_section.hpp"
 
+#include <yaml-cpp/depthguard.h>
+
 #include <algorithm>
 
 #include "proxy/config/config.hpp"
@@ -18,6 +20,24 @@ void Source::fail(const YAML::Mark& mark, std::string_view dotted_key,
   if (!dotted_key.empty()) text.append(dotted_key).append(": ");
   text.append(message);
   throw ConfigError(text);
+}
+
+std::vector<YAML::Node> load_documents(const Source& source, std::string_view yaml_text,
+                                       std::string_view syntax_hint) {
+  try {
+    return YAML::LoadAll(std::string(yaml_text));
+  } catch (const YAML::DeepRecursion& error) {
+    // yaml-cpp stops runaway nesting (an attack, or brackets never closed) with "bad file".
+    source.fail(error.mark, "",
+                "invalid YAML: nested deeper than " + std::to_string(error.depth()) +
+                    " levels; nest less deeply, or close the brackets left open");
+  } catch (const YAML::Exception& error) {
+    source.fail(error.mark, "",
+                "invalid YAML: " + error.msg +
+                    "; fix the syntax at that spot (indent with spaces, not tabs; close every "
+                    "bracket and quote" +
+                    std::string(syntax_hint) + ")");
+  }
 }
 
 std::string quote(std::string_view text) {

@@ -31,6 +31,11 @@ class Source {
   std::string file_;
 };
 
+// The YAML documents in `yaml_text`; invalid YAML (runaway nesting included) is a located
+// ConfigError that says how to fix it, with `syntax_hint` added to the advice on syntax.
+std::vector<YAML::Node> load_documents(const Source& source, std::string_view yaml_text,
+                                       std::string_view syntax_hint = "");
+
 // `text` in double quotes for a message; a long value is cut short so that the message still
 // fits on a screen.
 std::string quote(std::string_view text);
