@@ -94,7 +94,7 @@ TEST_F(GuardConsumerTimeout, PoisonIsDeadLetteredAndTheInnocentIsNotCounted) {
   EXPECT_EQ(copy.header_text("x-nackguard-reason"),
             text(amqp::FieldValue::string("consumer_timeout")));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:p", 2, retry::DeadLetterReason::consumer_timeout}}));
@@ -115,8 +115,8 @@ TEST_F(GuardConsumerTimeout, FourDotThreesCancelCountsTheOldestAlone) {
   deliver_passes(method(kCh, amqp::BasicCancel{kConsumer, true}));
   EXPECT_EQ(tracked("p")->returns, 1u);
   EXPECT_TRUE(!tracked("i") || tracked("i")->returns == 0) << "the innocent was counted";
-  client_passes(ack(2));  // void at the broker, and no return here
-  client_passes(close);   // no consumer left to cancel: at once, and nothing taken over
+  client_passes(ack(kCh, 2));  // void at the broker, and no return here
+  client_passes(close);        // no consumer left to cancel: at once, and nothing taken over
   deliver_passes(method(kCh, amqp::ChannelCloseOk{}));
   EXPECT_EQ(listener.returns, 1);
   // Redelivered, alone (a suspect), it times out again: past max_redeliveries 1.
@@ -141,7 +141,7 @@ TEST_F(GuardConsumerTimeout, AnEarlierBrokersCancelCountsNothing) {
   deliver_passes(delivery(1, message("p")));
   deliver_passes(method(kCh, amqp::BasicCancel{kConsumer, true}));
   EXPECT_EQ(listener.returns, 0);
-  client_passes(ack(1));
+  client_passes(ack(kCh, 1));
   EXPECT_FALSE(tracked("p"));
 }
 

@@ -34,7 +34,7 @@ TEST_F(GuardEncode, ATemplateExpandingPast255BytesDeadLettersToTheFittedDlq) {
   const std::string dlq = retry::fit_name(std::string(260, 'd') + "q.dlq", 4);
   ASSERT_EQ(dlq.size(), 255u);
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare(dlq))}));
   broker(declare_ok(dlq));
   std::vector<Wire> sent = to_broker();
@@ -43,7 +43,7 @@ TEST_F(GuardEncode, ATemplateExpandingPast255BytesDeadLettersToTheFittedDlq) {
   EXPECT_EQ(copy.publish.exchange, "");
   EXPECT_EQ(copy.publish.routing_key, dlq);
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   EXPECT_TRUE(listener.fallbacks.empty());
   ASSERT_EQ(listener.dead_letters.size(), 1u);
 }
@@ -53,15 +53,15 @@ TEST_F(GuardEncode, AnExchangeNameThatDoesNotEncodeFallsBackWithNothingHalfSent)
   p.dead_letter.exchange = std::string(256, 'x');  // the loader refuses it; code may not
   start(p);
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   // No header or body frame without its method: only the consumer's own nack.
-  EXPECT_EQ(open_proxy_channel(), frames({nack(1, true)}));
+  EXPECT_EQ(open_proxy_channel(), frames({nack(kCh, 1)}));
   expect_encode_fallback("the basic.publish to exchange \"" + p.dead_letter.exchange +
                          "\" with routing key \"q.dlq\" does not encode (a name over 255 bytes)");
   // The queue's copies are not paused: the next one is tried (and fails the same way).
   deliver_passes(delivery(2, message("m2")));
-  client(nack(2));
-  EXPECT_EQ(to_broker(), frames({nack(2, true)}));
+  client(nack(kCh, 2));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 2)}));
   EXPECT_EQ(listener.fallbacks.size(), 2u);
   EXPECT_EQ(listener.fallbacks[1].cause, retry::FallbackCause::encode_failed);
 }
@@ -75,10 +75,10 @@ TEST_F(GuardEncode, ACopysContentHeaderLargerThanFrameMaxFallsBack) {
   m.properties.headers->set("big", amqp::FieldValue::string(std::string(131072 - 40 - base, 'b')));
   ASSERT_EQ(content_header(kCh, m.body.size(), m.properties).size(), 131072u - 40u);
   deliver_passes(delivery(1, m));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
-  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
   expect_encode_fallback("the copy's content header is larger than frame_max");
 }
 

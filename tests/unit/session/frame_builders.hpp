@@ -114,13 +114,16 @@ inline Bytes deliver(std::uint16_t channel, std::string consumer_tag, std::uint6
       {method(channel, deliver_method(std::move(consumer_tag), tag)), content(channel, data)});
 }
 
+// A client's settlements: the channel, then the method's fields in their wire order. What a
+// consumer mostly sends is the default: a single tag, and a nack or reject that requeues.
 inline Bytes ack(std::uint16_t channel, std::uint64_t tag, bool multiple = false) {
   return method(channel, amqp::BasicAck{tag, multiple});
 }
-inline Bytes nack(std::uint16_t channel, std::uint64_t tag, bool multiple, bool requeue) {
+inline Bytes nack(std::uint16_t channel, std::uint64_t tag, bool multiple = false,
+                  bool requeue = true) {
   return method(channel, amqp::BasicNack{tag, multiple, requeue});
 }
-inline Bytes reject(std::uint16_t channel, std::uint64_t tag, bool requeue) {
+inline Bytes reject(std::uint16_t channel, std::uint64_t tag, bool requeue = true) {
   return method(channel, amqp::BasicReject{tag, requeue});
 }
 

@@ -46,7 +46,7 @@ class GuardBody : public GuardTest {
     const Message m = message("m1");
     deliver_passes(delivery(1, m));
     EXPECT_TRUE(kept(1));
-    client(nack(1));
+    client(nack(kCh, 1));
     EXPECT_EQ(copy().body, bytes_of(m.body));
     EXPECT_TRUE(listener.fallbacks.empty());
   }
@@ -87,28 +87,28 @@ TEST_F(GuardBody, ASkippedBodyLoopStillEndsInTheDlqAfterMaxPlusOneDeliveries) {
   Message m = message("poison");
   deliver_passes(delivery(1, m));
   EXPECT_FALSE(kept(1));
-  client_passes(nack(1));  // 1: the redelivered flag carries it
+  client_passes(nack(kCh, 1));  // 1: the redelivered flag carries it
   deliver_passes(delivery(2, m, true));
   EXPECT_TRUE(kept(2));
-  client(nack(2));  // 2: a copy carries it
+  client(nack(kCh, 2));  // 2: a copy carries it
   const Copy second = take_copy(open_proxy_channel());
   EXPECT_EQ(second.publish.routing_key, "q");
   EXPECT_EQ(second.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   m = delivered(m, second);
   retry_passes(delivery(3, m));
   EXPECT_TRUE(kept(3));
-  client_passes(nack(3));  // 3: the copy's flag
+  client_passes(nack(kCh, 3));  // 3: the copy's flag
   deliver_passes(delivery(4, m, true));
-  client(nack(4));  // the 4th return
+  client(nack(kCh, 4));  // the 4th return
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   const Copy copy = take_copy(to_broker());
   EXPECT_EQ(copy.body, bytes_of(m.body));
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(4)));
   confirm(2);
-  EXPECT_EQ(to_broker(), frames({ack(4)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 4)}));
   EXPECT_EQ(
       listener.dead_letters,
       (std::vector<Dl>{{"q", "message_id:poison", 4, retry::DeadLetterReason::max_redeliveries}}));
@@ -134,8 +134,8 @@ TEST_F(GuardBody, MaxRedeliveriesZeroDeadLetteredByRejectKeepsNone) {
   start(p);
   deliver_passes(delivery(1, message("m1")));
   EXPECT_FALSE(kept(1));
-  client(nack(1));
-  EXPECT_EQ(to_broker(), frames({reject(1, false)}));
+  client(nack(kCh, 1));
+  EXPECT_EQ(to_broker(), frames({reject(kCh, 1, false)}));
   EXPECT_EQ(listener.dead_letters.size(), 1u);
 }
 
@@ -148,10 +148,10 @@ TEST_F(GuardBody, PerMessageOneForwardsTheFirstReturnAndDelaysTheSecondWithItsBo
   const Message m = message("m1");
   deliver_passes(delivery(1, m));
   EXPECT_FALSE(kept(1));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   deliver_passes(delivery(2, m, true));
   EXPECT_TRUE(kept(2));
-  client(nack(2));
+  client(nack(kCh, 2));
   EXPECT_EQ(delayed_copy(2000).body, bytes_of(m.body));
   EXPECT_EQ(listener.requeues, std::vector<Action>{Action::forward});  // the delay not confirmed
   EXPECT_TRUE(listener.fallbacks.empty());
@@ -176,8 +176,8 @@ TEST_F(GuardBody, OutageStartedAfterTheDeliveryForwardsItsFirstReturnAndKeepsLat
     deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
     EXPECT_FALSE(kept(tag));
   }
-  client_passes(nack(1));  // 1 of 3 returned
-  client_passes(nack(2));  // 2 of 3: an outage, which would delay it
+  client_passes(nack(kCh, 1));  // 1 of 3 returned
+  client_passes(nack(kCh, 2));  // 2 of 3: an outage, which would delay it
   ASSERT_EQ(listener.outages.size(), 1u);
   EXPECT_TRUE(listener.outages[0].started);
   EXPECT_EQ(tracked("m2")->returns, 0u);  // an outage's return is not counted
@@ -188,10 +188,10 @@ TEST_F(GuardBody, OutageStartedAfterTheDeliveryForwardsItsFirstReturnAndKeepsLat
   deliver_passes(delivery(5, message("m5")));
   EXPECT_TRUE(kept(4));
   EXPECT_TRUE(kept(5));
-  client(nack(4));
+  client(nack(kCh, 4));
   EXPECT_EQ(delayed_copy(1000).body, bytes_of(m2.body));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(4)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 4)}));
   EXPECT_EQ(listener.requeues,
             (std::vector<Action>{Action::forward, Action::forward, Action::delay}));
   EXPECT_TRUE(listener.fallbacks.empty());
@@ -206,10 +206,10 @@ TEST_F(GuardBody, AQueueNearAnOutageKeepsFirstBodies) {
   start(p);
   deliver_passes(delivery(1, message("m1")));
   EXPECT_FALSE(kept(1));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   deliver_passes(delivery(2, message("m2")));  // 1 of 2 returned: 0.5 > 0.8 * 0.5
   EXPECT_TRUE(kept(2));
-  client_passes(ack(2));
+  client_passes(ack(kCh, 2));
   deliver_passes(delivery(3, message("m3")));  // 1 of 3: 0.33, not above 0.4
   EXPECT_FALSE(kept(3));
 }
@@ -242,7 +242,7 @@ TEST_F(GuardBody, ABrokerLimitOfZeroKeepsTheFirstBody) {
   const Message m = message("m1");
   deliver_passes(delivery(1, m));
   EXPECT_TRUE(kept(1));
-  client(nack(1));
+  client(nack(kCh, 1));
   const Copy copy = take_copy(open_proxy_channel());
   EXPECT_EQ(copy.publish.routing_key, "q");
   EXPECT_EQ(copy.body, bytes_of(m.body));
@@ -259,12 +259,12 @@ TEST_F(GuardBody, PolicyReloadBeforeTheReturnForwardsItAndTheRedeliveryKeepsTheB
   delayed.requeue = retry::RequeueMode::delayed;
   context->set_policies(
       std::make_shared<const retry::PolicySet>(std::vector<retry::Policy>{delayed}));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   EXPECT_TRUE(listener.fallbacks.empty());
   EXPECT_EQ(tracked("m1")->returns, 1u);
   deliver_passes(delivery(2, m, true));
   EXPECT_TRUE(kept(2));
-  client(nack(2));
+  client(nack(kCh, 2));
   const Copy copy = delayed_copy(2000);
   EXPECT_EQ(copy.body, bytes_of(m.body));
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
@@ -284,7 +284,7 @@ TEST_F(GuardBody, ALimitOfOneLearntAfterTheDeliveryFallsBackAndSaysWhy) {
   deliver_passes(method(kCh, amqp::QueueDeclareOk{kQueue, 0, 0}));
   deliver_passes(delivery(2, message("m2")));  // nothing returned yet: no outage near
   EXPECT_TRUE(kept(2));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_TRUE(listener.fallbacks[0].at_broker_limit);
   EXPECT_NE(
@@ -318,8 +318,8 @@ TEST_F(GuardBody, ASkippedLargeBodyIsHashedOnlyWhenItsIdentityMayNeedIt) {
   EXPECT_TRUE(unacked(3).body_hash.known());
   EXPECT_EQ(std::uint64_t{unacked(3).body_hash}, XXH3_64bits(small.body.data(), small.body.size()));
   // Each return counts under its identity: message_id for m1, the body's hash for m2.
-  client_passes(nack(1));
-  client_passes(nack(2));
+  client_passes(nack(kCh, 1));
+  client_passes(nack(kCh, 2));
   EXPECT_EQ(tracked("m1")->returns, 1u);
   EXPECT_EQ(context->tracker().stats().entries, 2u);
 }
@@ -341,12 +341,12 @@ TEST_F(GuardBody, AnUnknownBodyHashIsNoIdentityAfterAReloadToBodyIdentity) {
   context->set_policies(
       std::make_shared<const retry::PolicySet>(std::vector<retry::Policy>{by_body}));
   EXPECT_EQ(message_identity(by_body.identity, m1.properties, unacked(1)), std::nullopt);
-  client_passes(nack(1));
-  client_passes(nack(2));
+  client_passes(nack(kCh, 1));
+  client_passes(nack(kCh, 2));
   EXPECT_EQ(context->tracker().stats().entries, 0u);
   deliver_passes(delivery(3, m1, true));
   EXPECT_TRUE(kept(3));
-  client(nack(3));  // counted: 2, past what its flag carries, so a copy with its count
+  client(nack(kCh, 3));  // counted: 2, past what its flag carries, so a copy with its count
   EXPECT_EQ(context->tracker().stats().entries, 1u);
   EXPECT_EQ(take_copy(open_proxy_channel()).header_text("x-nackguard-returns"),
             text(amqp::FieldValue::i64(2)));

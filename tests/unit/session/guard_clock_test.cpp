@@ -20,7 +20,7 @@ class GuardClock : public GuardTest {};
 TEST_F(GuardClock, ConfirmsInFlightDoNotTimeOutWhenTheWallClockSteps) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   EXPECT_EQ(take_copy(to_broker()).header_text("x-nackguard-reason"),
@@ -37,7 +37,7 @@ TEST_F(GuardClock, ConfirmsInFlightDoNotTimeOutWhenTheWallClockSteps) {
   EXPECT_TRUE(listener.fallbacks.empty());
   now += 1;
   conn->session.on_tick(now);
-  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_EQ(listener.fallbacks[0].detail, "no publisher confirm in time");
 }
@@ -45,14 +45,14 @@ TEST_F(GuardClock, ConfirmsInFlightDoNotTimeOutWhenTheWallClockSteps) {
 TEST_F(GuardClock, AConfirmAfterTheStepSettlesTheOriginal) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   to_broker();
   wall_step += kHour;
   conn->session.on_tick(now);
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   EXPECT_TRUE(listener.fallbacks.empty());
   EXPECT_EQ(listener.dead_letters.size(), 1u);
 }
@@ -60,7 +60,7 @@ TEST_F(GuardClock, AConfirmAfterTheStepSettlesTheOriginal) {
 TEST_F(GuardClock, DeclareRetryAndCopiesFailingWindowHoldAcrossTheStep) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(channel_close(403, "ACCESS_REFUSED - access to queue 'q.dlq' refused", 50, 10));
   reopen_proxy_channel();
@@ -70,7 +70,7 @@ TEST_F(GuardClock, DeclareRetryAndCopiesFailingWindowHoldAcrossTheStep) {
   wall_step += kHour;
   now += 1000;
   deliver_passes(delivery(2, message("m2")));
-  client_passes(nack(2));
+  client_passes(nack(kCh, 2));
   ASSERT_EQ(listener.fallbacks.size(), 2u);
   EXPECT_EQ(listener.fallbacks[1].detail,
             "copies for this queue failed moments ago (see the earlier fallback line)");
@@ -78,7 +78,7 @@ TEST_F(GuardClock, DeclareRetryAndCopiesFailingWindowHoldAcrossTheStep) {
   // 30 s after the failure the DLQ is tried again.
   now += 29'000;
   deliver_passes(delivery(3, message("m3")));
-  client(nack(3));
+  client(nack(kCh, 3));
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   EXPECT_EQ(listener.fallbacks.size(), 2u);
 }
@@ -88,12 +88,12 @@ TEST_F(GuardClock, TrackerEntriesOutliveTheStepAndHeadersFollowTheWallClock) {
   settings.tracker_idle_ttl = std::chrono::minutes(10);
   start(policy(1), settings);
   deliver_passes(delivery(1, message("m1")));
-  client_passes(nack(1));  // return 1 of 1: forwarded
+  client_passes(nack(kCh, 1));  // return 1 of 1: forwarded
 
   wall_step += kHour;
   now += 1000;
   deliver_passes(delivery(2, message("m1"), true));
-  client(nack(2));  // return 2: past the limit, dead-lettered (the count was not forgotten)
+  client(nack(kCh, 2));  // return 2: past the limit, dead-lettered (the count was not forgotten)
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   const Copy copy = take_copy(to_broker());
@@ -112,11 +112,11 @@ TEST_F(GuardClock, PerMessageRateWindowHoldsAcrossTheStep) {
   p.rate.window = retry::Millis(10'000);
   start(p);
   deliver_passes(delivery(1, message("m1")));
-  client_passes(nack(1));  // 1 return in the window: forwarded
+  client_passes(nack(kCh, 1));  // 1 return in the window: forwarded
   wall_step += kHour;
   now += 1000;
   deliver_passes(delivery(2, message("m1"), true));
-  client(nack(2));  // the second within 10 s: delayed
+  client(nack(kCh, 2));  // the second within 10 s: delayed
   EXPECT_EQ(listener.requeues.size(), 1u);
   open_proxy_channel();
   broker(declare_ok("nackguard.delay.q.2000ms"));
@@ -131,12 +131,12 @@ TEST_F(GuardClock, OutageWindowHoldsAcrossTheStep) {
   for (std::uint64_t tag = 1; tag <= 20; ++tag) {
     deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
   }
-  for (std::uint64_t tag = 1; tag <= 10; ++tag) client_passes(nack(tag));
-  client(nack(11));  // 11 of 20 messages returned: an outage
+  for (std::uint64_t tag = 1; tag <= 10; ++tag) client_passes(nack(kCh, tag));
+  client(nack(kCh, 11));  // 11 of 20 messages returned: an outage
   ASSERT_EQ(listener.outages.size(), 1u);
   wall_step += kHour;
   now += 1000;
-  client(nack(12));  // still an outage: delayed, not counted
+  client(nack(kCh, 12));  // still an outage: delayed, not counted
   EXPECT_EQ(listener.outages.size(), 1u);
   EXPECT_EQ(tracked("m12")->returns, 0u);
 }

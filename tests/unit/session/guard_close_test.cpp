@@ -29,7 +29,7 @@ TEST_F(GuardClose, TheClientsCloseWaitsForTheConfirmAndFollowsTheAck) {
   client(channel_close());
   EXPECT_TRUE(crash_hold_start().empty());  // the consumer cancelled, the close held
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1), channel_close()}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1), channel_close()}));
   broker(method(kCh, amqp::ChannelCloseOk{}));
   EXPECT_EQ(to_client(), frames({method(kCh, amqp::ChannelCloseOk{})}));
   EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::republish});
@@ -40,7 +40,7 @@ TEST_F(GuardClose, ARefusedCopyGivesTheOriginalBackThenCloses) {
   client(channel_close());
   EXPECT_TRUE(crash_hold_start().empty());
   refuse(1);
-  EXPECT_EQ(to_broker(), frames({nack(1), channel_close()}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1), channel_close()}));
 }
 
 // The consumer is cancelled first, so that nothing reaches the channel while it closes; the

@@ -19,7 +19,7 @@ class GuardCrash : public GuardTest {
   void dead_letter_in_flight() {
     start(policy(0));
     deliver_passes(delivery(1, message("m1")));
-    client(nack(1));
+    client(nack(kCh, 1));
     open_proxy_channel();
     broker(declare_ok("q.dlq"));
     to_broker();
@@ -48,14 +48,14 @@ TEST_F(GuardCrash, SuspectsAreHandedOutOneAtATime) {
   // Only the first: the other two wait in the proxy.
   EXPECT_EQ(to_client(), decode_frames(r1));
 
-  client(ack(1));
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  client(ack(kCh, 1));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   EXPECT_EQ(to_client(), decode_frames(r2));  // the second, alone, as it came
-  client(ack(2));
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  client(ack(kCh, 2));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   EXPECT_EQ(to_client(), decode_frames(r3));
-  client(ack(3));
-  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  client(ack(kCh, 3));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 3)}));
   EXPECT_TRUE(client_bytes().empty());
   for (const char* id : {"m1", "m2", "m3"}) EXPECT_FALSE(tracked(id)) << id;
   EXPECT_TRUE(listener.dead_letters.empty());
@@ -72,7 +72,7 @@ TEST_F(GuardCrash, NackOfASuspectReleasesTheNextToo) {
   EXPECT_EQ(to_client(), decode_frames(r1));
   // Returns 2 of 5: redelivered already, its flag carries the first. So this one goes back as a
   // copy with its count, to the tail of its queue.
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(to_client(), decode_frames(r2));
   EXPECT_EQ(tracked("m1")->returns, 2u);
   EXPECT_FALSE(tracked("m1")->crash_suspect);  // a nack is not a crash
@@ -83,7 +83,7 @@ TEST_F(GuardCrash, NackOfASuspectReleasesTheNextToo) {
   EXPECT_EQ(copy.header_text("x-nackguard-returns-queue"), text(amqp::FieldValue::string("q")));
   EXPECT_EQ(copy.header_text("x-nackguard-suspect"), "absent");
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::republish});
 }
 
@@ -172,7 +172,7 @@ TEST_F(GuardCrash, OnlyTheDeliveryHandedOutIsBlamedAndDeadLetteredAtTheCrash) {
   const Bytes r2 = delivery(1, delivered(m2, copies[1]));
   broker(r2);
   ASSERT_EQ(to_client().size(), decode_frames(r2).size());
-  client_passes(ack(1));
+  client_passes(ack(kCh, 1));
   EXPECT_FALSE(tracked("m2"));
   EXPECT_EQ(listener.dead_letters.size(), 1u);
 }
@@ -233,7 +233,7 @@ TEST_F(GuardCrash, ACrashThatCannotBeTakenOverIsDelayedAtTheNextDelivery) {
   EXPECT_EQ(copy.publish.routing_key, "nackguard.delay.q.1000ms");
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(1)));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::delay});
 }
 
@@ -279,8 +279,8 @@ TEST_F(GuardCrash, HeldBackDeliveriesAreReleasedAfterTheSuspectHold) {
   EXPECT_TRUE(client_bytes().empty());
   conn->session.on_tick(15000);
   EXPECT_EQ(to_client(), decode_frames(r2));
-  client(ack(2, true));
-  EXPECT_EQ(to_broker(), frames({ack(2, true)}));
+  client(ack(kCh, 2, true));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2, true)}));
 }
 
 TEST_F(GuardCrash, SuspectsThatCannotBeHeldWithinTheBudgetAreHandedOut) {
@@ -315,7 +315,7 @@ TEST_F(GuardCrash, AClientGoneBeforeTheConfirmStillHasItsCopySettled) {
   broker(method(kCh, amqp::BasicCancelOk{kConsumer}));
   confirm(1);
   // The ack goes before a close that has the broker apply it (issue 37).
-  EXPECT_EQ(to_broker(), frames({ack(1), gone_client_close()}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1), gone_client_close()}));
   broker(method(0, amqp::ConnectionCloseOk{}));
   EXPECT_TRUE(conn->session.finished());
   conn->guard.on_connection_end();
@@ -359,7 +359,7 @@ TEST_F(GuardCrash, ADeliveryDuringTheCrashHoldIsReturnedUncounted) {
   const Copy again = take_copy(to_broker());
   EXPECT_EQ(again.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   confirm(2, true);
-  EXPECT_EQ(to_broker(), frames({ack(1), ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1), ack(kCh, 2)}));
   EXPECT_FALSE(conn->session.finished());
   broker(method(kCh, amqp::BasicCancelOk{kConsumer}));
   EXPECT_EQ(to_broker(), frames({gone_client_close()}));

@@ -27,22 +27,22 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   // queue's tail, and the original acked once the copy is confirmed.
   deliver_passes(delivery(1, m));
   now += 1000;
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   const std::int64_t first_return = kT0 + 1000;
   deliver_passes(delivery(2, m, true));
   now += 1000;
-  client(nack(2));
+  client(nack(kCh, 2));
   const Copy second = take_copy(open_proxy_channel());
   EXPECT_EQ(second.publish.routing_key, "q");
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   m = delivered(m, second);
   retry_passes(delivery(3, m));
   now += 1000;
   const std::int64_t last_return = now;
 
   // Return 3 is past max_redeliveries 2: the nack is kept.
-  client(nack(3));
+  client(nack(kCh, 3));
   // The DLQ may exist with arguments of its own: a passive declare first.
   std::vector<Wire> sent = to_broker();
   EXPECT_EQ(sent, frames({method(kProxyChannel, passive_declare("q.dlq"))}));
@@ -87,7 +87,7 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   // The confirm of publish 1 on the reopened channel: now the original is acked, under the
   // broker's tag.
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 3)}));
   EXPECT_TRUE(client_bytes().empty());  // the client never saw any of the proxy's traffic
   using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(listener.dead_letters,
@@ -105,14 +105,14 @@ TEST_F(GuardDeadLetter, ExistingDlqIsUsedAsItIsAndDeclaredOncePerChannel) {
   deliver_passes(delivery(1, message("m1")));
   deliver_passes(delivery(2, message("m2")));
 
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));  // it exists: no declaration of the proxy's own
   std::vector<Wire> sent = to_broker();
   EXPECT_EQ(take_copy(sent).frames, sent.size());
 
   // The next dead-letter on this channel publishes at once, as publish 2.
-  client(nack(2));
+  client(nack(kCh, 2));
   sent = to_broker();
   Copy second = take_copy(sent);
   EXPECT_EQ(second.frames, sent.size());
@@ -120,7 +120,7 @@ TEST_F(GuardDeadLetter, ExistingDlqIsUsedAsItIsAndDeclaredOncePerChannel) {
   EXPECT_EQ(second.body, bytes_of(message("m2").body));
 
   confirm(2, true);  // one multiple confirm for both
-  EXPECT_EQ(to_broker(), frames({ack(1), ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1), ack(kCh, 2)}));
   ASSERT_EQ(listener.dead_letters.size(), 2u);
   EXPECT_EQ(listener.dead_letters[0].identity, "message_id:m1");
   EXPECT_EQ(listener.dead_letters[1].identity, "message_id:m2");
@@ -132,7 +132,7 @@ TEST_F(GuardDeadLetter, HeaderCountFromAnEarlierTripCountsAgainstTheLimit) {
   // x-nackguard-returns 5 already: its first nack here is its sixth return.
   const Message m = message("m1", 5);
   retry_passes(delivery(1, m));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   Copy copy = take_copy(to_broker());
@@ -145,7 +145,7 @@ TEST_F(GuardDeadLetter, HeaderCountFromAnEarlierTripCountsAgainstTheLimit) {
   EXPECT_EQ(copy.header.properties.headers->entries.size(), 3u + 10u);
   EXPECT_EQ(copy.header.properties.headers->entries[2].first, "x-nackguard-returns");
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   ASSERT_EQ(listener.dead_letters.size(), 1u);
   EXPECT_EQ(listener.dead_letters[0].returns, 6u);
 }
@@ -156,12 +156,12 @@ TEST_F(GuardDeadLetter, ViaRejectRejectsWithoutRequeueAtOnceAndUsesNoProxyChanne
   start(p);
   const Message m = message("m1");
   deliver_passes(delivery(1, m));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   deliver_passes(delivery(2, m, true));
 
-  client(nack(2));
+  client(nack(kCh, 2));
   // The broker's own dead-lettering (the queue's x-dead-letter-exchange) takes it.
-  EXPECT_EQ(to_broker(), frames({reject(2, false)}));
+  EXPECT_EQ(to_broker(), frames({reject(kCh, 2, false)}));
   EXPECT_TRUE(client_bytes().empty());
   using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(listener.dead_letters,
@@ -170,19 +170,19 @@ TEST_F(GuardDeadLetter, ViaRejectRejectsWithoutRequeueAtOnceAndUsesNoProxyChanne
 
   // Later deliveries on the channel keep their tags mapped.
   deliver_passes(delivery(3, message("m3")));
-  client(ack(3));
-  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  client(ack(kCh, 3));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 3)}));
 }
 
 TEST_F(GuardDeadLetter, ClientRejectWithRequeueIsDeadLetteredToo) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(reject(1, true));
+  client(reject(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   EXPECT_EQ(take_copy(to_broker()).publish.routing_key, "q.dlq");
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
 }
 
 TEST_F(GuardDeadLetter, ExchangeOfThePolicyIsUsedWithoutDeclaringAnything) {
@@ -191,14 +191,14 @@ TEST_F(GuardDeadLetter, ExchangeOfThePolicyIsUsedWithoutDeclaringAnything) {
   p.dead_letter.routing_key = "dead.{queue}";
   start(p);
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   std::vector<Wire> sent = open_proxy_channel();
   Copy copy = take_copy(sent);
   EXPECT_EQ(copy.frames, sent.size());
   EXPECT_EQ(copy.publish.exchange, "dlx");
   EXPECT_EQ(copy.publish.routing_key, "dead.q");
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
 }
 
 TEST_F(GuardDeadLetter, MultipleNackIsSplitBetweenTheBrokerAndTheProxy) {
@@ -206,11 +206,11 @@ TEST_F(GuardDeadLetter, MultipleNackIsSplitBetweenTheBrokerAndTheProxy) {
   deliver_passes(delivery(1, message("m1")));   // its first return: within the limit
   retry_passes(delivery(2, message("m2", 1)));  // its second: past it
   retry_passes(delivery(3, message("m3", 1)));
-  client(nack(3, true, /*multiple=*/true));
+  client(nack(kCh, 3, true));
   // Only m1's requeue reaches the broker, as a single nack: a multiple one would take the
   // deliveries the proxy now owns with it. (The proxy's channel.open was sent while the
   // client's frame was being taken apart.)
-  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelOpen{}), nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelOpen{}), nack(kCh, 1)}));
   broker(method(kProxyChannel, amqp::ChannelOpenOk{}));
   broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
   broker(declare_ok("q.dlq"));
@@ -220,7 +220,7 @@ TEST_F(GuardDeadLetter, MultipleNackIsSplitBetweenTheBrokerAndTheProxy) {
   EXPECT_EQ(first.body, bytes_of(message("m2").body));
   EXPECT_EQ(second.body, bytes_of(message("m3").body));
   confirm(2, true);
-  EXPECT_EQ(to_broker(), frames({ack(2), ack(3)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2), ack(kCh, 3)}));
   EXPECT_EQ(listener.dead_letters.size(), 2u);
 }
 
@@ -231,7 +231,7 @@ TEST_F(GuardDeadLetter, CopyIsSplitByTheNegotiatedFrameMax) {
   m.body.assign(10000, 'x');
   for (std::size_t i = 0; i < m.body.size(); ++i) m.body[i] = static_cast<char>(i % 251);
   deliver_passes(delivery(1, m.properties, m.body, false, "ex", "rk", 4088));
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   std::vector<Wire> sent = to_broker();
@@ -246,7 +246,7 @@ TEST_F(GuardDeadLetter, CopyIsSplitByTheNegotiatedFrameMax) {
 TEST_F(GuardDeadLetter, PolicyReloadWhileACopyIsInFlight) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   to_broker();
@@ -254,16 +254,16 @@ TEST_F(GuardDeadLetter, PolicyReloadWhileACopyIsInFlight) {
   context->set_policies(
       std::make_shared<const retry::PolicySet>(std::vector<retry::Policy>{policy(5)}));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   ASSERT_EQ(listener.dead_letters.size(), 1u);
   deliver_passes(delivery(2, message("m2")));
-  client_passes(nack(2));
+  client_passes(nack(kCh, 2));
 }
 
 TEST_F(GuardDeadLetter, NackWithoutRequeueIsTheConsumersOwnAndPassesUncounted) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client_passes(nack(1, false));
+  client_passes(nack(kCh, 1, false, false));
   EXPECT_EQ(listener.returns, 0);
   EXPECT_TRUE(listener.requeues.empty());
   EXPECT_FALSE(tracked("m1"));
@@ -272,7 +272,7 @@ TEST_F(GuardDeadLetter, NackWithoutRequeueIsTheConsumersOwnAndPassesUncounted) {
 TEST_F(GuardDeadLetter, AckOfTheOriginalWaitsForTheClientsPublishToEnd) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   to_broker();
@@ -286,7 +286,7 @@ TEST_F(GuardDeadLetter, AckOfTheOriginalWaitsForTheClientsPublishToEnd) {
   EXPECT_TRUE(broker_bytes().empty());
   // Its last body frame, then the proxy's ack: never inside the content sequence.
   client(body_frame(kCh, "def"));
-  EXPECT_EQ(to_broker(), frames({body_frame(kCh, "def"), ack(1)}));
+  EXPECT_EQ(to_broker(), frames({body_frame(kCh, "def"), ack(kCh, 1)}));
 }
 
 class GuardDeadLetterConsumer : public GuardTest {
@@ -301,7 +301,7 @@ class GuardDeadLetterConsumer : public GuardTest {
     settings.host_name = host;
     start(p, settings);
     deliver_passes(delivery(1, message("m1")));
-    client(nack(1));
+    client(nack(kCh, 1));
     std::vector<Wire> sent = open_proxy_channel();
     Copy copy = take_copy(sent);
     const amqp::FieldValue* value =

@@ -18,7 +18,7 @@ TEST_F(GuardDecodeOnce, AReturnDecodesTheHeaderOnceForItsDecisionAndItsCopy) {
   start(p);
   deliver_passes(delivery(1, message("m1")));
   const std::uint64_t before = amqp::content_headers_decoded();
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(amqp::content_headers_decoded() - before, 1u);
   // The copy was built from it, with the proxy's headers.
   open_proxy_channel();

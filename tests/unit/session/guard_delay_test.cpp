@@ -52,7 +52,7 @@ TEST_F(GuardDelay, EachReturnGoesToTheDelayQueueOfItsBackoff) {
   deliver_passes(delivery(1, m));
   now += 1000;
   const std::int64_t first_return = now;
-  client(nack(1));
+  client(nack(kCh, 1));
   expect_delay_declare(open_proxy_channel(), 1000);
   broker(declare_ok("nackguard.delay.q.1000ms"));
   std::vector<Wire> sent = to_broker();
@@ -82,14 +82,14 @@ TEST_F(GuardDelay, EachReturnGoesToTheDelayQueueOfItsBackoff) {
   EXPECT_TRUE(listener.requeues.empty());
 
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   EXPECT_EQ(listener.requeues, std::vector<Action>{Action::delay});
 
   // The TTL expires; the delay queue dead-letters the copy into "q" by the default exchange.
   // It is a new message to the broker, carrying the count in its headers.
   retry_passes(delivery(2, first.header.properties, amqp::as_chars(first.body), false, "", "q"));
   now += 1000;
-  client(nack(2));
+  client(nack(kCh, 2));
   // The channel is ready: only the next tier's queue to declare.
   expect_delay_declare(to_broker(), 2000);
   broker(declare_ok("nackguard.delay.q.2000ms"));
@@ -111,7 +111,7 @@ TEST_F(GuardDelay, EachReturnGoesToTheDelayQueueOfItsBackoff) {
   EXPECT_EQ(second.body, bytes_of(m.body));
 
   confirm(2);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   EXPECT_EQ(listener.requeues, (std::vector<Action>{Action::delay, Action::delay}));
   ASSERT_TRUE(tracked("m1"));
   EXPECT_EQ(tracked("m1")->returns, 2u);
@@ -123,32 +123,32 @@ TEST_F(GuardDelay, DelayQueueIsDeclaredAgainOncePerTtl) {
   for (std::uint64_t tag = 1; tag <= 3; ++tag) {
     deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
   }
-  client(nack(1));
+  client(nack(kCh, 1));
   expect_delay_declare(open_proxy_channel(), 1000);
   broker(declare_ok("nackguard.delay.q.1000ms"));
   EXPECT_EQ(take_copy(to_broker()).publish.routing_key, "nackguard.delay.q.1000ms");
 
   now += 999;  // declared 999 ms ago: still fresh
-  client(nack(2));
+  client(nack(kCh, 2));
   std::vector<Wire> sent = to_broker();
   EXPECT_EQ(take_copy(sent).frames, sent.size());
 
   now += 1;  // a TTL since the declaration: declared again, which resets x-expires
-  client(nack(3));
+  client(nack(kCh, 3));
   // The declaration waits for the copies in flight, which it could lose by closing the
   // proxy's channel (docs/reliability.md, "The consumer-kill fallback storm").
   EXPECT_TRUE(to_broker().empty());
   confirm(2, true);
   sent = to_broker();
   ASSERT_EQ(sent.size(), 3u);
-  EXPECT_EQ(std::vector<Wire>(sent.begin(), sent.begin() + 2), frames({ack(1), ack(2)}));
+  EXPECT_EQ(std::vector<Wire>(sent.begin(), sent.begin() + 2), frames({ack(kCh, 1), ack(kCh, 2)}));
   expect_delay_declare(std::vector<Wire>(sent.begin() + 2, sent.end()), 1000);
   broker(declare_ok("nackguard.delay.q.1000ms"));
   sent = to_broker();
   EXPECT_EQ(take_copy(sent).frames, sent.size());
 
   confirm(3);
-  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 3)}));
 }
 
 TEST_F(GuardDelay, FastReturnsPastPerMessageAreDelayedUntilTheWindowEnds) {
@@ -157,22 +157,22 @@ TEST_F(GuardDelay, FastReturnsPastPerMessageAreDelayedUntilTheWindowEnds) {
   start(p);
   const Message m = message("m1");
   deliver_passes(delivery(1, m));
-  client_passes(nack(1));  // the first return in the window: immediate
+  client_passes(nack(kCh, 1));  // the first return in the window: immediate
 
   deliver_passes(delivery(2, m, true));
   now += 1000;
-  client(nack(2));  // the second within 10 s: delayed by the backoff of return 2
+  client(nack(kCh, 2));  // the second within 10 s: delayed by the backoff of return 2
   expect_delay_declare(open_proxy_channel(), 2000);
   broker(declare_ok("nackguard.delay.q.2000ms"));
   Copy copy = take_copy(to_broker());
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(FieldValue::i64(2)));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
 
   // Back from the delay queue after the window: immediate again.
   retry_passes(delivery(3, copy.header.properties, amqp::as_chars(copy.body), false, "", "q"));
   now += 10000;
-  client_passes(nack(3));
+  client_passes(nack(kCh, 3));
   EXPECT_EQ(listener.requeues,
             (std::vector<Action>{Action::forward, Action::delay, Action::forward}));
   EXPECT_EQ(tracked("m1")->returns, 3u);
@@ -182,7 +182,7 @@ TEST_F(GuardDelay, PastTheLimitADelayedPolicyStillDeadLetters) {
   start(delayed(1));
   const Message m = message("m1", 1);  // came back from a delay queue once already
   retry_passes(delivery(1, m));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   Copy copy = take_copy(to_broker());
@@ -208,11 +208,11 @@ class GuardOutage : public GuardTest {
 
 TEST_F(GuardOutage, ReturnsPastTheRatioAreDelayedWithoutSpendingTheirBudget) {
   // 10 returns of 20 deliveries is a ratio of 0.5, not above it: all forwarded.
-  for (std::uint64_t tag = 1; tag <= 10; ++tag) client_passes(nack(tag));
+  for (std::uint64_t tag = 1; tag <= 10; ++tag) client_passes(nack(kCh, tag));
   EXPECT_TRUE(listener.outages.empty());
 
   // The 11th makes 0.55: an outage starts, reported once; this and later returns are delayed.
-  for (std::uint64_t tag = 11; tag <= 15; ++tag) client(nack(tag));
+  for (std::uint64_t tag = 11; tag <= 15; ++tag) client(nack(kCh, tag));
   ASSERT_EQ(listener.outages.size(), 1u);
   EXPECT_EQ(listener.outages[0].queue, "q");
   EXPECT_TRUE(listener.outages[0].started);
@@ -233,17 +233,18 @@ TEST_F(GuardOutage, ReturnsPastTheRatioAreDelayedWithoutSpendingTheirBudget) {
   }
   EXPECT_EQ(at, sent.size());
   confirm(5, true);
-  EXPECT_EQ(to_broker(), frames({ack(11), ack(12), ack(13), ack(14), ack(15)}));
+  EXPECT_EQ(to_broker(),
+            frames({ack(kCh, 11), ack(kCh, 12), ack(kCh, 13), ack(kCh, 14), ack(kCh, 15)}));
   EXPECT_EQ(tracked("m11")->returns, 0u);
   EXPECT_EQ(tracked("m1")->returns, 1u);
 
   // A message counted before the outage keeps its count through it.
   deliver_passes(delivery(21, message("m1", 0), true));
-  client(nack(21));
+  client(nack(kCh, 21));
   Copy copy = take_copy(to_broker());
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(FieldValue::i64(1)));
   confirm(6);
-  EXPECT_EQ(to_broker(), frames({ack(21)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 21)}));
   EXPECT_EQ(tracked("m1")->returns, 1u);
 
   EXPECT_EQ(listener.outages.size(), 1u);
@@ -254,7 +255,7 @@ TEST_F(GuardOutage, ReturnsPastTheRatioAreDelayedWithoutSpendingTheirBudget) {
 }
 
 TEST_F(GuardOutage, OutageEndsWhenTheWindowSlidesPast) {
-  for (std::uint64_t tag = 1; tag <= 11; ++tag) client(nack(tag));
+  for (std::uint64_t tag = 1; tag <= 11; ++tag) client(nack(kCh, tag));
   ASSERT_EQ(listener.outages.size(), 1u);
   broker_bytes();
   // 10 s later the window holds nothing: the next delivery ends the outage, and its return
@@ -263,7 +264,7 @@ TEST_F(GuardOutage, OutageEndsWhenTheWindowSlidesPast) {
   deliver_passes(delivery(21, message("m21")));
   ASSERT_EQ(listener.outages.size(), 2u);
   EXPECT_FALSE(listener.outages[1].started);
-  client_passes(nack(21));
+  client_passes(nack(kCh, 21));
   EXPECT_EQ(listener.requeues.back(), Action::forward);
 }
 
@@ -271,8 +272,8 @@ TEST_F(GuardOutage, OutageEndsWhenTheWindowSlidesPast) {
 // returns came during the outage was never counted, so the tracker's first_return_ms is 0;
 // the header must not claim the message first failed at the Unix epoch.
 TEST_F(GuardOutage, CopyOfAMessageNeverCountedCarriesNoEpochFirstReturn) {
-  for (std::uint64_t tag = 1; tag <= 10; ++tag) client_passes(nack(tag));
-  client(nack(11));
+  for (std::uint64_t tag = 1; tag <= 10; ++tag) client_passes(nack(kCh, tag));
+  client(nack(kCh, 11));
   expect_delay_declare(open_proxy_channel(), 1000);
   broker(declare_ok("nackguard.delay.q.1000ms"));
   Copy copy = take_copy(to_broker());

@@ -17,7 +17,7 @@ class GuardFallback : public GuardTest {
     start(p);
     deliver_passes(delivery(1, message("m1")));
     now += 1000;
-    client(nack(1));
+    client(nack(kCh, 1));
     EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
     broker(declare_ok("q.dlq"));
     return to_broker();
@@ -37,7 +37,7 @@ TEST_F(GuardFallback, RefusedCopyGivesTheConsumersNackToTheBroker) {
   std::vector<Wire> sent = dead_letter_first_nack();
   EXPECT_EQ(take_copy(sent).frames, sent.size());
   refuse(1);
-  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
   expect_one_fallback(retry::FallbackCause::republish_failed,
                       "the broker refused the copy (basic.nack)");
   EXPECT_TRUE(client_bytes().empty());
@@ -49,19 +49,19 @@ TEST_F(GuardFallback, RefusedCopyGivesTheConsumersNackToTheBroker) {
 TEST_F(GuardFallback, RefusedCopyOfARejectGivesTheRejectBack) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(reject(1, true));
+  client(reject(kCh, 1));
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   to_broker();
   refuse(1);
-  EXPECT_EQ(to_broker(), frames({reject(1, true)}));
+  EXPECT_EQ(to_broker(), frames({reject(kCh, 1)}));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
 }
 
 TEST_F(GuardFallback, AccessRefusedOnTheDeclareFallsBack) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   const std::string refused =
       "ACCESS_REFUSED - access to queue 'q.dlq' in vhost '/' refused for user 'guest'";
@@ -73,7 +73,7 @@ TEST_F(GuardFallback, AccessRefusedOnTheDeclareFallsBack) {
   broker(method(kProxyChannel, amqp::ChannelOpenOk{}));
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ConfirmSelect{})}));
   broker(method(kProxyChannel, amqp::ConfirmSelectOk{}));
-  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
   expect_one_fallback(retry::FallbackCause::republish_failed,
                       "cannot declare queue q.dlq: " + refused);
 
@@ -81,7 +81,7 @@ TEST_F(GuardFallback, AccessRefusedOnTheDeclareFallsBack) {
   // taken over at all, and its nack passes as the client sent it.
   deliver_passes(delivery(2, message("m2")));
   now += 29999;
-  client_passes(nack(2));
+  client_passes(nack(kCh, 2));
   ASSERT_EQ(listener.fallbacks.size(), 2u);
   EXPECT_EQ(listener.fallbacks[1].cause, retry::FallbackCause::republish_failed);
   EXPECT_EQ(listener.fallbacks[1].detail,
@@ -90,7 +90,7 @@ TEST_F(GuardFallback, AccessRefusedOnTheDeclareFallsBack) {
   // After 30 s the DLQ is tried again, passively as at first.
   deliver_passes(delivery(3, message("m3")));
   now += 1;
-  client(nack(3));
+  client(nack(kCh, 3));
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   EXPECT_EQ(listener.fallbacks.size(), 2u);
 }
@@ -98,12 +98,12 @@ TEST_F(GuardFallback, AccessRefusedOnTheDeclareFallsBack) {
 TEST_F(GuardFallback, AccessRefusedOnTheProxysOwnDeclarationFallsBack) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
   EXPECT_EQ(reopen_proxy_channel(), frames({method(kProxyChannel, durable_declare("q.dlq"))}));
   broker(channel_close(403, "ACCESS_REFUSED - configure access refused", 50, 10));
-  EXPECT_EQ(reopen_proxy_channel(), frames({nack(1, true)}));
+  EXPECT_EQ(reopen_proxy_channel(), frames({nack(kCh, 1)}));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_EQ(listener.fallbacks[0].detail,
             "cannot declare queue q.dlq: ACCESS_REFUSED - configure access refused");
@@ -120,7 +120,7 @@ TEST_F(GuardFallback, NoConfirmWithinTheTimeoutFallsBackAndALateConfirmDoesNothi
 
   now += 1;
   conn->session.on_tick(now);
-  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
   expect_one_fallback(retry::FallbackCause::republish_failed, "no publisher confirm in time");
 
   // The confirm comes after all: the original was given back already; nothing is acked.
@@ -133,11 +133,11 @@ TEST_F(GuardFallback, NoConfirmWithinTheTimeoutFallsBackAndALateConfirmDoesNothi
 TEST_F(GuardFallback, ChannelNeverOpeningTimesOutToo) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelOpen{})}));
   now += 30000;
   conn->session.on_tick(now);
-  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
   expect_one_fallback(retry::FallbackCause::republish_failed,
                       "the proxy's channel or queue declaration did not complete in time");
 }
@@ -147,7 +147,7 @@ TEST_F(GuardFallback, ChannelClosedWithTheCopyInFlightFallsBack) {
   EXPECT_EQ(take_copy(sent).frames, sent.size());
   broker(channel_close(406, "PRECONDITION_FAILED - something", 60, 40));
   // Close-ok first, then the nack; nothing else waits, so the channel stays closed.
-  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelCloseOk{}), nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelCloseOk{}), nack(kCh, 1)}));
   expect_one_fallback(retry::FallbackCause::republish_failed,
                       "the proxy's channel was closed: PRECONDITION_FAILED - something");
   // A later confirm with the old number means nothing.
@@ -164,14 +164,14 @@ TEST_F(GuardFallback, ConnectionEndingWithTheCopyInFlightIsNoFailureOfTheQueuesC
   // Another connection on the same queue: its first nack over the limit is copied at once.
   connect();
   deliver_passes(delivery(1, message("m2")));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   sent = to_broker();
   EXPECT_EQ(take_copy(sent).publish.routing_key, "q.dlq");
   EXPECT_TRUE(listener.fallbacks.empty());
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   ASSERT_EQ(listener.dead_letters.size(), 1u);
 }
 
@@ -180,7 +180,7 @@ TEST_F(GuardFallback, UnroutableCopyFallsBack) {
   p.dead_letter.exchange = "dlx";
   start(p);
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   std::vector<Wire> sent = open_proxy_channel();
   Copy copy = take_copy(sent);
   ASSERT_EQ(copy.frames, sent.size());
@@ -196,7 +196,7 @@ TEST_F(GuardFallback, UnroutableCopyFallsBack) {
   EXPECT_TRUE(broker_bytes().empty());
   EXPECT_TRUE(client_bytes().empty());
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
   expect_one_fallback(retry::FallbackCause::republish_failed,
                       "the copy was unroutable: exchange \"dlx\" has no binding for \"q.dlq\"");
 }
@@ -214,7 +214,7 @@ TEST_F(GuardFallback, BodyOverTheBudgetIsNotRetainedAndTheNackPasses) {
   settings.retained_body_bytes = kRoomForARecordOnly;
   start(policy(0), settings, /*sessions_use_budget=*/true);
   deliver_passes(delivery(1, with_big_body(message("m1"))));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::body_not_retained);
   EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::forward});
@@ -232,7 +232,7 @@ TEST_F(GuardFallback, RepublishAtTheBrokersLimitWithoutItsBodyFallsBackAsAtBroke
   p.broker_delivery_limit = {retry::BrokerDeliveryLimit::Kind::fixed, 0};
   start(p, settings, /*sessions_use_budget=*/true);
   deliver_passes(delivery(1, with_big_body(message("m1"))));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_TRUE(listener.fallbacks[0].at_broker_limit);
   EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::body_not_retained);
@@ -248,8 +248,8 @@ TEST_F(GuardFallback, ViaRejectNeedsNoBodyAndIgnoresTheBodyBudget) {
   p.dead_letter.via = retry::DeadLetter::Via::reject;
   start(p, settings, /*sessions_use_budget=*/true);
   deliver_passes(delivery(1, with_big_body(message("m1"))));
-  client(nack(1));
-  EXPECT_EQ(to_broker(), frames({reject(1, false)}));
+  client(nack(kCh, 1));
+  EXPECT_EQ(to_broker(), frames({reject(kCh, 1, false)}));
   EXPECT_TRUE(listener.fallbacks.empty());
   EXPECT_EQ(listener.dead_letters.size(), 1u);
 }
@@ -258,7 +258,7 @@ TEST_F(GuardFallback, BrokerWithOneChannelLeavesNoneForTheProxy) {
   start(policy(0));
   connect(/*channel_max=*/1);
   deliver_passes(delivery(1, message("m1")));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::no_channel);
   EXPECT_EQ(listener.fallbacks[0].detail,
@@ -271,22 +271,22 @@ TEST_F(GuardFallback, ViaRejectWorksWithoutAProxyChannel) {
   start(p);
   connect(/*channel_max=*/1);
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
-  EXPECT_EQ(to_broker(), frames({reject(1, false)}));
+  client(nack(kCh, 1));
+  EXPECT_EQ(to_broker(), frames({reject(kCh, 1, false)}));
   EXPECT_TRUE(listener.fallbacks.empty());
 }
 
 TEST_F(GuardFallback, AfterAFailedCopyTheQueueGoesWithoutCopiesFor30Seconds) {
   dead_letter_first_nack();  // at kT0 + 1000
   refuse(1);
-  EXPECT_EQ(to_broker(), frames({nack(1, true)}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
 
   // Its count (1) is over max 0, but copies for "q" fail: rather than taking the redelivery
   // from the consumer and handing it straight back to the broker, the proxy lets it through.
   const Message m1 = message("m1");
   deliver_passes(delivery(2, m1, true));
   now = kT0 + 1000 + 29999;
-  client_passes(nack(2));
+  client_passes(nack(kCh, 2));
   ASSERT_EQ(listener.fallbacks.size(), 2u);
   EXPECT_EQ(listener.fallbacks[1].detail,
             "copies for this queue failed moments ago (see the earlier fallback line)");
@@ -297,14 +297,14 @@ TEST_F(GuardFallback, AfterAFailedCopyTheQueueGoesWithoutCopiesFor30Seconds) {
   // were no fault of the message: retry::decide_delivery); its next return does.
   now += 1;
   deliver_passes(delivery(3, m1, true));
-  client(nack(3));
+  client(nack(kCh, 3));
   std::vector<Wire> sent = to_broker();
   Copy copy = take_copy(sent);
   EXPECT_EQ(copy.frames, sent.size());
   EXPECT_EQ(copy.publish.routing_key, "q.dlq");
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
   confirm(2);
-  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 3)}));
   using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(
       listener.dead_letters,

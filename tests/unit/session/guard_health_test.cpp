@@ -22,9 +22,9 @@ TEST_F(GuardHealth, OnePoisonRequeuedAtOnceIsDeadLetteredAfterExactlyMaxPlusOneD
   p.rate.per_message = 1000;
   start(p);
   deliver_passes(delivery(1, message("good-1")));
-  client_passes(ack(1));
+  client_passes(ack(kCh, 1));
   deliver_passes(delivery(2, message("good-2")));
-  client_passes(ack(2));
+  client_passes(ack(kCh, 2));
   std::uint64_t tag = 3;
   std::uint64_t seq = 0;
   Next next{message("poison"), false};
@@ -33,8 +33,8 @@ TEST_F(GuardHealth, OnePoisonRequeuedAtOnceIsDeadLetteredAfterExactlyMaxPlusOneD
     next = nack_under_the_limit(tag, next.message, &seq);
     next_passes(++tag, next.message, next.redelivered);
   }
-  EXPECT_EQ(tag, 33u);  // 31 deliveries of the poison
-  client(nack(tag));    // the 31st return: dead-lettered
+  EXPECT_EQ(tag, 33u);     // 31 deliveries of the poison
+  client(nack(kCh, tag));  // the 31st return: dead-lettered
   std::vector<Wire> declare = to_broker();
   EXPECT_EQ(declare, frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
@@ -42,7 +42,7 @@ TEST_F(GuardHealth, OnePoisonRequeuedAtOnceIsDeadLetteredAfterExactlyMaxPlusOneD
   EXPECT_EQ(copy.publish.routing_key, "q.dlq");
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(31)));
   confirm(++seq);
-  EXPECT_EQ(to_broker(), frames({ack(tag)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, tag)}));
   EXPECT_TRUE(listener.outages.empty());
   // Each return the redelivered flag can carry is forwarded, the others go back as copies.
   std::vector<Action> expected;
@@ -68,8 +68,8 @@ TEST_F(GuardHealth, OutageEndSeenFirstByACrashIsStillReported) {
   for (std::uint64_t tag = 1; tag <= 3; ++tag) {
     deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
   }
-  client_passes(nack(1));
-  client(nack(2));  // 2 of 3 messages returned: an outage
+  client_passes(nack(kCh, 1));
+  client(nack(kCh, 2));  // 2 of 3 messages returned: an outage
   ASSERT_EQ(listener.outages.size(), 1u);
   EXPECT_TRUE(listener.outages[0].started);
   now += 10'000;                       // the window slides past all of it
@@ -90,8 +90,8 @@ TEST_F(GuardHealth, DelayedCopiesComingBackAreNotNewMessages) {
   for (std::uint64_t tag = 1; tag <= 3; ++tag) {
     deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
   }
-  client_passes(nack(1));
-  client(nack(2));  // an outage: delayed, its copy carries x-nackguard-returns 0
+  client_passes(nack(kCh, 1));
+  client(nack(kCh, 2));  // an outage: delayed, its copy carries x-nackguard-returns 0
   ASSERT_EQ(listener.outages.size(), 1u);
   broker_bytes();
   for (std::uint64_t tag = 4; tag <= 8; ++tag) {

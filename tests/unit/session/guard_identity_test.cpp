@@ -29,7 +29,7 @@ TEST_F(GuardIdentity, RedeliveryKnownByItsBodyIsBufferedThenHandedOutIntact) {
   start(by_body(1));
   const Message m = anonymous("the same body, twice");
   deliver_passes(delivery(1, m));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   EXPECT_EQ(context->tracker().stats().entries, 1u);
 
   // Redelivered: the decision needs the body. Header and first body frame are kept back...
@@ -43,13 +43,13 @@ TEST_F(GuardIdentity, RedeliveryKnownByItsBodyIsBufferedThenHandedOutIntact) {
   EXPECT_EQ(to_client(), decode_frames(redelivery));
 
   // The second return is past the limit: the same identity was found.
-  client(nack(2));
+  client(nack(kCh, 2));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   Copy copy = take_copy(to_broker());
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   ASSERT_EQ(listener.dead_letters.size(), 1u);
   EXPECT_EQ(listener.dead_letters[0].identity.rfind("body:", 0), 0u)
       << listener.dead_letters[0].identity;
@@ -62,17 +62,17 @@ TEST_F(GuardIdentity, CopyBackFromTheDelayQueueIsTheSameMessage) {
   start(p);
   const Message m = anonymous("delayed by body");
   deliver_passes(delivery(1, m));
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(declare_ok("nackguard.delay.q.1000ms"));
   Copy first = take_copy(to_broker());
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
 
   // Dead-lettered back by the default exchange: another route, but x-original-* name the
   // first one, so the body identity is the original's.
   retry_passes(delivery(2, first.header.properties, amqp::as_chars(first.body), false, "", "q"));
-  client(nack(2));
+  client(nack(kCh, 2));
   std::vector<Wire> declare = to_broker();
   ASSERT_EQ(declare.size(), 1u);
   EXPECT_EQ(as<amqp::QueueDeclare>(declare[0]).queue, "nackguard.delay.q.2000ms");

@@ -35,11 +35,14 @@ inline constexpr const char* kConsumer = "c1";
 // tests use.
 
 using Wire = test::WireFrame;
+using test::ack;
 using test::cat;
 using test::decode_frames;
 using test::frames;
 using test::gone_client_close;
 using test::method;
+using test::nack;
+using test::reject;
 
 // The frame decoded as method M; a frame that is not M fails the test.
 template <typename M>
@@ -56,16 +59,6 @@ inline Bytes body_frame(std::uint16_t channel, std::string_view data) {
   return test::body(channel, data);
 }
 
-inline Bytes ack(std::uint64_t tag, bool multiple = false, std::uint16_t channel = kCh) {
-  return method(channel, amqp::BasicAck{tag, multiple});
-}
-inline Bytes nack(std::uint64_t tag, bool requeue = true, bool multiple = false,
-                  std::uint16_t channel = kCh) {
-  return method(channel, amqp::BasicNack{tag, multiple, requeue});
-}
-inline Bytes reject(std::uint64_t tag, bool requeue = true, std::uint16_t channel = kCh) {
-  return method(channel, amqp::BasicReject{tag, requeue});
-}
 inline Bytes channel_close(std::uint16_t code, std::string text, std::uint16_t class_id = 0,
                            std::uint16_t method_id = 0, std::uint16_t channel = kProxyChannel) {
   amqp::ChannelClose close;

@@ -15,7 +15,7 @@ TEST_F(GuardNames, ACountedReturnRecordsTheQueueButNotTheIdentity) {
   const Message m = message("m-1");
   deliver_passes(delivery(1, m));
   EXPECT_FALSE(context->tracker_names().find(retry::make_key("q", "message_id:m-1")));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   const auto name = context->tracker_names().find(retry::make_key("q", "message_id:m-1"));
   ASSERT_TRUE(name);
   EXPECT_EQ(name->queue, "q");
@@ -28,7 +28,7 @@ TEST_F(GuardNames, TheIdentityIsKeptWhenStatusMayShowIt) {
   context->tracker_names().set_keep_identities(true);
   const Message m = message("m-2");
   deliver_passes(delivery(1, m));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   const auto name = context->tracker_names().find(retry::make_key("q", "message_id:m-2"));
   ASSERT_TRUE(name);
   EXPECT_EQ(name->identity, "message_id:m-2");

@@ -137,10 +137,10 @@ TEST_F(GuardOpaqueHeaders, DeepHeadersAreCountedAndDeadLetteredAfterMaxRedeliver
   // carries it), the second republished with its count (the deep entry copied byte for byte),
   // the copy's first forwarded again.
   deliver_passes(raw_delivery(1, header, body, false));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   EXPECT_EQ(tracked("m1")->returns, 1u);
   deliver_passes(raw_delivery(2, header, body, true));
-  client(nack(2));
+  client(nack(kCh, 2));
   EXPECT_EQ(tracked("m1")->returns, 2u);
   const std::vector<Wire> republished = open_proxy_channel();
   RawCopy second = take_raw_copy(republished);
@@ -148,14 +148,14 @@ TEST_F(GuardOpaqueHeaders, DeepHeadersAreCountedAndDeadLetteredAfterMaxRedeliver
   EXPECT_TRUE(contains(second.header, o.deep_entry));
   EXPECT_EQ(second.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   broker(raw_delivery(3, second.header, body, false));
   EXPECT_EQ(to_client(), decode_frames(raw_delivery(3, second.header, body, true)));  // a retry
-  client_passes(nack(3));
+  client_passes(nack(kCh, 3));
   EXPECT_EQ(tracked("m1")->returns, 3u);
   // Return 4 is past it: dead-lettered.
   deliver_passes(raw_delivery(4, second.header, body, true));
-  client(nack(4));
+  client(nack(kCh, 4));
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   RawCopy copy = take_raw_copy(to_broker());
@@ -185,7 +185,7 @@ TEST_F(GuardOpaqueHeaders, DeepHeadersAreCountedAndDeadLetteredAfterMaxRedeliver
   EXPECT_EQ(copy.header_text("x-original-routingKey"), text(amqp::FieldValue::string("rk")));
 
   confirm(2);
-  EXPECT_EQ(to_broker(), frames({ack(4)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 4)}));
   EXPECT_TRUE(client_bytes().empty());
   EXPECT_EQ(listener.returns, 4);
   EXPECT_EQ(listener.requeues,
@@ -206,16 +206,16 @@ TEST_F(GuardOpaqueHeaders, WithoutMessageIdTheBodyIdentifiesIt) {
   const std::string body = "anonymous deep poison";
   const Bytes header = header_payload(body.size(), opaque_headers("x").table_entries, "");
   deliver_passes(raw_delivery(1, header, body, false));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   EXPECT_EQ(context->tracker().stats().entries, 1u);
   deliver_passes(raw_delivery(2, header, body, true));
-  client(nack(2));
+  client(nack(kCh, 2));
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   RawCopy copy = take_raw_copy(to_broker());
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   ASSERT_EQ(listener.dead_letters.size(), 1u);
   EXPECT_EQ(listener.dead_letters[0].identity.rfind("body:", 0), 0u);
   EXPECT_EQ(listener.requeues,
@@ -230,7 +230,7 @@ TEST_F(GuardOpaqueHeaders, DelayedCopyCarriesItsCountBackFromTheDelayQueue) {
   const Opaque o = opaque_headers("d1");
   const Bytes header = header_payload(body.size(), o.table_entries, "d1");
   deliver_passes(raw_delivery(1, header, body, false));
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(declare_ok("nackguard.delay.q.1000ms"));
   RawCopy first = take_raw_copy(to_broker());
@@ -238,14 +238,14 @@ TEST_F(GuardOpaqueHeaders, DelayedCopyCarriesItsCountBackFromTheDelayQueue) {
   EXPECT_EQ(first.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(1)));
   EXPECT_TRUE(contains(first.header, o.deep_entry));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
 
   // The proxy restarts (a fresh tracker): the copy comes back from the delay queue and its
   // count is read from its top-level header, past the deep entry.
   start(p);
   broker(raw_delivery(1, first.header, body, false, "", "q"));
   EXPECT_EQ(to_client(), decode_frames(raw_delivery(1, first.header, body, true, "", "q")));
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(declare_ok("nackguard.delay.q.2000ms"));
   RawCopy second = take_raw_copy(to_broker());
@@ -254,18 +254,18 @@ TEST_F(GuardOpaqueHeaders, DelayedCopyCarriesItsCountBackFromTheDelayQueue) {
   EXPECT_EQ(second.props.entries.size(), first.props.entries.size());
   EXPECT_EQ(second.header_text("x-original-routingKey"), text(amqp::FieldValue::string("rk")));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
 
   broker(raw_delivery(2, second.header, body, false, "", "q"));
   EXPECT_EQ(to_client(), decode_frames(raw_delivery(2, second.header, body, true, "", "q")));
-  client(nack(2));
+  client(nack(kCh, 2));
   EXPECT_EQ(to_broker(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   RawCopy dead = take_raw_copy(to_broker());
   EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
   EXPECT_TRUE(contains(dead.header, o.deep_entry));
   confirm(2);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   ASSERT_EQ(listener.dead_letters.size(), 1u);
   EXPECT_EQ(listener.dead_letters[0].returns, 3u);
 }
@@ -276,9 +276,9 @@ TEST_F(GuardOpaqueHeaders, UnknownTypeLetterKeepsTheTableAsItIs) {
   const Opaque o = opaque_headers("u1", true);
   const Bytes header = header_payload(body.size(), o.table_entries, "u1");
   deliver_passes(raw_delivery(1, header, body, false));
-  client_passes(nack(1));
+  client_passes(nack(kCh, 1));
   deliver_passes(raw_delivery(2, header, body, true));
-  client(nack(2));
+  client(nack(kCh, 2));
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   std::vector<Wire> sent = to_broker();
@@ -286,7 +286,7 @@ TEST_F(GuardOpaqueHeaders, UnknownTypeLetterKeepsTheTableAsItIs) {
   // Its top-level entries cannot be walked: the copy's properties are the original's bytes.
   EXPECT_EQ(sent[1].payload, header);
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   ASSERT_EQ(listener.dead_letters.size(), 1u);
   EXPECT_EQ(listener.dead_letters[0].identity, "message_id:u1");
 }
@@ -304,8 +304,8 @@ TEST_F(GuardOpaqueHeaders, CopyPastFrameMaxFallsBackToTheConsumersRequeue) {
   deliver_passes(raw_delivery(1, header, body, false));
   // Past the limit at once, but the copy would not fit one frame: the consumer's own nack
   // goes to the broker, and the fallback is reported.
-  client(nack(1));
-  EXPECT_EQ(to_broker(), frames({nack(1)}));
+  client(nack(kCh, 1));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::malformed_properties);
   EXPECT_TRUE(listener.dead_letters.empty());

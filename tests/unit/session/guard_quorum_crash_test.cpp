@@ -88,7 +88,7 @@ TEST_F(GuardQuorumCrash, InnocentPrefetchedWithACrashingPoisonIsNeverDeadLettere
   broker(delivery(1, innocent_copy));
   EXPECT_EQ(to_client(), decode_frames(delivery(1, innocent_copy, true)));
   EXPECT_EQ(tracked("innocent")->returns, 1u);
-  client_passes(ack(1));
+  client_passes(ack(kCh, 1));
   EXPECT_FALSE(tracked("innocent"));
   EXPECT_EQ(listener.dead_letters.size(), 1u);
 }

@@ -33,7 +33,7 @@ class GuardQuorum : public GuardTest {
     start(policy(0));
     declare_quorum(std::nullopt);
     deliver_passes(delivery(1, message("m1")));
-    client(nack(1));
+    client(nack(kCh, 1));
     EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
     broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
     return reopen_proxy_channel();
@@ -55,7 +55,7 @@ TEST_F(GuardQuorum, WithoutARecordTheBrokersCountIsNotTaken) {
   start(p);
   const Message m = with_delivery_count(message("m1"), 3);
   deliver_passes(delivery(1, m, true));
-  client(nack(1));
+  client(nack(kCh, 1));
   Copy copy = republished();
   EXPECT_EQ(copy.publish.routing_key, "q");
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
@@ -82,7 +82,7 @@ TEST_F(GuardQuorum, ADeliveryAtTheBrokersLimitIsRepublishedBeforeTheConsumerSees
   EXPECT_EQ(copy.body, bytes_of(m.body));
   EXPECT_TRUE(to_broker().empty());  // the original is acked only after the confirm
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::republish});
   EXPECT_TRUE(listener.dead_letters.empty());
 
@@ -109,7 +109,7 @@ TEST_F(GuardQuorum, UnderAKnownLimitTheDeliveryBeforeItIsRepublishedToo) {
   EXPECT_EQ(copy.publish.routing_key, "q");
   EXPECT_EQ(copy.header_text("x-delivery-count"), "absent");
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   EXPECT_EQ(listener.requeues, (std::vector<retry::Action>{retry::Action::republish}));
 }
 
@@ -119,7 +119,7 @@ TEST_F(GuardQuorum, ARefusedRepublishFallsBackAndSaysTheBrokersLimitMayEndIt) {
   broker(delivery(1, with_delivery_count(message("m1"), 20), true));
   republished();
   refuse(1);
-  EXPECT_EQ(to_broker(), frames({nack(1)}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1)}));
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_TRUE(listener.fallbacks[0].at_broker_limit);
   EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::republish_failed);
@@ -131,7 +131,7 @@ TEST_F(GuardQuorum, PolicyKeyNoneLetsEveryDeliveryThrough) {
   start(p);
   deliver_passes(delivery(1, with_delivery_count(message("m1"), 20), true));
   // Its return: the second (its redelivered flag carries one), so a copy with its count.
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(republished().header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   EXPECT_TRUE(listener.fallbacks.empty());
 }
@@ -143,12 +143,12 @@ TEST_F(GuardQuorum, ARequeueThatWouldPassALimitDeclaredAfterTheDeliveryIsRepubli
   // A limit of 1, tighter than the one assumed, learnt only now from the client's declaration:
   // the requeue and one return the consumer never sees would pass it.
   declare_quorum(1);
-  client(nack(1));
+  client(nack(kCh, 1));
   Copy copy = republished();
   EXPECT_EQ(copy.publish.routing_key, "q");
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(1)));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));  // the nack never reached the broker
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));  // the nack never reached the broker
   EXPECT_EQ(listener.requeues, std::vector<retry::Action>{retry::Action::republish});
 }
 
@@ -169,7 +169,7 @@ TEST_F(GuardQuorum, UnderTheAssumedLimitEveryCountingRedeliveryIsACopyAndTheCoun
       const Copy copy = take_copy(past_proxy_channel_open(to_broker()));
       EXPECT_EQ(copy.publish.routing_key, "q");
       confirm(++seq);
-      EXPECT_EQ(to_broker(), frames({ack(tag)}));
+      EXPECT_EQ(to_broker(), frames({ack(kCh, tag)}));
       m = delivered(m, copy);
       redelivered = false;
       broker_count = 0;
@@ -178,7 +178,7 @@ TEST_F(GuardQuorum, UnderTheAssumedLimitEveryCountingRedeliveryIsACopyAndTheCoun
     }
     ++handed_out;
     const std::uint64_t client_tag = as<amqp::BasicDeliver>(got[0]).delivery_tag;
-    client(nack(client_tag));
+    client(nack(kCh, client_tag));
     std::vector<Wire> sent = to_broker();
     if (sent.size() == 1 && sent[0].is(mid::basic_nack)) {  // forwarded
       redelivered = true;
@@ -191,7 +191,7 @@ TEST_F(GuardQuorum, UnderTheAssumedLimitEveryCountingRedeliveryIsACopyAndTheCoun
       }
       const Copy copy = take_copy(sent);
       confirm(++seq);
-      EXPECT_EQ(to_broker(), frames({ack(tag)}));
+      EXPECT_EQ(to_broker(), frames({ack(kCh, tag)}));
       m = delivered(m, copy);
       redelivered = false;
       broker_count = 0;
@@ -209,14 +209,14 @@ TEST_F(GuardQuorum, ALimitLearntAtTheReturnAndPolicyReachedDeadLettersAsBrokerDe
   const Message m = message("m1", 3);  // a copy carrying 3 returns
   retry_passes(delivery(1, m));
   declare_quorum(1);
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   Copy dead = take_copy(to_broker());
   EXPECT_EQ(dead.header_text("x-nackguard-reason"),
             text(amqp::FieldValue::string("broker_delivery_limit")));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:m1", 4, DeadLetterReason::broker_delivery_limit}}));
 }
@@ -238,19 +238,19 @@ TEST_F(GuardQuorum, AHeldDeliveryAtTheLimitIsRepublishedInsteadOfWaiting) {
   EXPECT_EQ(copy.publish.routing_key, "q");
   EXPECT_EQ(copy.body, bytes_of(other.body));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
 }
 
 TEST_F(GuardQuorum, WhileItsDlqIsRefusedAMessageAtTheLimitIsStillRepublished) {
   broker_version = "4.0.5";
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(channel_close(403, "ACCESS_REFUSED - configure access to queue 'q.dlq' refused", 50, 10));
   // The copy failed: the consumer's own nack goes to the broker, and copies for "q" fall back
   // for a while.
-  EXPECT_EQ(reopen_proxy_channel(), frames({nack(1)}));
+  EXPECT_EQ(reopen_proxy_channel(), frames({nack(kCh, 1)}));
   EXPECT_EQ(listener.fallbacks.size(), 1u);
   ASSERT_TRUE(context->copies_failing(kQueue, now));
   // A delivery at the broker's limit: forwarding a return of it, as a fallback does, would have
@@ -262,7 +262,7 @@ TEST_F(GuardQuorum, WhileItsDlqIsRefusedAMessageAtTheLimitIsStillRepublished) {
   EXPECT_EQ(copy.frames, sent.size());
   EXPECT_EQ(copy.publish.routing_key, "q");
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
 }
 
 TEST_F(GuardQuorum, QuorumSourceGetsQuorumDelayQueuesThatDeadLetterAtLeastOnce) {
@@ -271,7 +271,7 @@ TEST_F(GuardQuorum, QuorumSourceGetsQuorumDelayQueuesThatDeadLetterAtLeastOnce) 
   start(p);
   declare_quorum(std::nullopt);
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   amqp::FieldTable args;
   args.set("x-queue-type", amqp::FieldValue::string("quorum"));
   args.set("x-message-ttl", amqp::FieldValue::i64(1000));
@@ -292,7 +292,7 @@ TEST_F(GuardQuorum, ThreeDotXMarksAQuorumQueuesFirstDeliveryWhichTellsItsType) {
   p.requeue = retry::RequeueMode::delayed;
   start(p);
   deliver_passes(delivery(1, with_delivery_count(message("m1"), 0)));
-  client(nack(1));
+  client(nack(kCh, 1));
   std::vector<Wire> sent = open_proxy_channel();
   ASSERT_EQ(sent.size(), 1u);
   const amqp::QueueDeclare declare = as<amqp::QueueDeclare>(sent[0]);
@@ -308,7 +308,7 @@ TEST_F(GuardQuorum, FourDotThreesAcquiredCountTellsAQuorumQueue) {
   p.requeue = retry::RequeueMode::delayed;
   start(p);
   deliver_passes(delivery(1, with_count(message("m1"), "x-acquired-count", 1), true));
-  client(nack(1));
+  client(nack(kCh, 1));
   std::vector<Wire> sent = open_proxy_channel();
   ASSERT_EQ(sent.size(), 1u);
   const amqp::QueueDeclare declare = as<amqp::QueueDeclare>(sent[0]);
@@ -324,25 +324,25 @@ TEST_F(GuardQuorum, CopiesFromAQuorumQueueAreExact) {
   start(p);
   declare_quorum(std::nullopt);
   deliver_passes(delivery(1, message("m1")));
-  client_passes(nack(1));  // an original's first return: its flag carries it
+  client_passes(nack(kCh, 1));  // an original's first return: its flag carries it
   deliver_passes(delivery(2, with_delivery_count(message("m1"), 1), true));
-  client(nack(2));
+  client(nack(kCh, 2));
   const Copy first = republished();
   EXPECT_EQ(first.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   EXPECT_EQ(first.header_text("x-nackguard-exact"), text(amqp::FieldValue::boolean(true)));
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(2)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 2)}));
   // The copy's first return is written into a copy too.
   retry_passes(delivery(3, delivered(message("m1"), first)));
-  client(nack(3));
+  client(nack(kCh, 3));
   const Copy second = take_copy(to_broker());
   EXPECT_EQ(second.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
   confirm(2);
-  EXPECT_EQ(to_broker(), frames({ack(3)}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 3)}));
   // Redelivered with no return seen (it crossed a basic.cancel): still 3; nacked, 4.
   const Message back = with_delivery_count(delivered(message("m1"), second), 1);
   deliver_passes(delivery(4, back, true));
-  client(nack(4));
+  client(nack(kCh, 4));
   EXPECT_EQ(take_copy(to_broker()).header_text("x-nackguard-returns"),
             text(amqp::FieldValue::i64(4)));
 }
@@ -351,7 +351,7 @@ TEST_F(GuardQuorum, CopiesFromAQuorumQueueAreExact) {
 TEST_F(GuardQuorum, CopiesFromAClassicQueueAreNotExact) {
   start(policy(5));
   deliver_passes(delivery(1, message("m1"), true));
-  client(nack(1));
+  client(nack(kCh, 1));
   const Copy copy = republished();
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   EXPECT_EQ(copy.header_text("x-nackguard-exact"), "absent");
@@ -382,7 +382,7 @@ TEST_F(GuardQuorum, PolicyQueueTypeOverridesTheSource) {
   start(p);
   declare_quorum(std::nullopt);
   deliver_passes(delivery(1, message("m1")));
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
   EXPECT_EQ(reopen_proxy_channel(), frames({method(kProxyChannel, durable_declare("q.dlq"))}));

@@ -173,7 +173,7 @@ class GuardTest : public ::testing::Test {
     EXPECT_TRUE(sent.empty());
     confirm(tags.size(), true);
     Bytes acks;
-    for (std::uint64_t tag : tags) acks = cat({acks, ack(tag)});
+    for (std::uint64_t tag : tags) acks = cat({acks, ack(kCh, tag)});
     // The acks, then the close that has the broker apply them before it ends the channels.
     EXPECT_EQ(to_broker(), decode_frames(cat({acks, gone_client_close()})));
     broker(method(0, amqp::ConnectionCloseOk{}));
@@ -229,13 +229,13 @@ class GuardTest : public ::testing::Test {
   // republished with its count (the proxy's channel opened if needed, the copy confirmed as
   // publish `++*seq`, the original acked), it comes back as the copy, a new message.
   Next nack_under_the_limit(std::uint64_t tag, const Message& m, std::uint64_t* seq) {
-    client(nack(tag));
+    client(nack(kCh, tag));
     std::vector<Wire> sent = to_broker();
-    if (sent == frames({nack(tag)})) return {m, true};
+    if (sent == frames({nack(kCh, tag)})) return {m, true};
     const Copy copy = take_copy(past_proxy_channel_open(sent));
     EXPECT_EQ(copy.publish.routing_key, kQueue);
     confirm(++*seq);
-    EXPECT_EQ(to_broker(), frames({ack(tag)}));
+    EXPECT_EQ(to_broker(), frames({ack(kCh, tag)}));
     return {delivered(m, copy), false};
   }
 

@@ -16,7 +16,7 @@ TEST_F(GuardSettleFailed, ConfirmAfterTheShutdownCloseRecordsNoDeadLetter) {
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
   now += 1000;
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   std::vector<Wire> sent = to_broker();
@@ -38,7 +38,7 @@ TEST_F(GuardSettleFailed, AckDroppedByTheBrokersChannelCloseRecordsNoDeadLetter)
   start(policy(0));
   deliver_passes(delivery(1, message("m1")));
   now += 1000;
-  client(nack(1));
+  client(nack(kCh, 1));
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   to_broker();

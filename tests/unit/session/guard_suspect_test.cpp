@@ -30,7 +30,7 @@ class GuardSuspect : public GuardTest {
 TEST_F(GuardSuspect, ASuspectWaitsUntilTheClientsHandsAreEmpty) {
   suspects_behind_a_fresh_delivery();
   EXPECT_TRUE(client_bytes().empty());  // m3 in hand: m1 waits, m2 behind it
-  client_passes(ack(1));
+  client_passes(ack(kCh, 1));
   EXPECT_EQ(to_client(), decode_frames(delivery(2, message("m1"), true)));  // alone now
   // It kills the consumer, alone: the culprit, counted; m2, never handed out, is not.
   const Copy copy = client_eof_with_copies({2, 3}).front();
@@ -41,11 +41,11 @@ TEST_F(GuardSuspect, ASuspectWaitsUntilTheClientsHandsAreEmpty) {
 
 TEST_F(GuardSuspect, TheNextSuspectWaitsForTheFirstToBeSettled) {
   suspects_behind_a_fresh_delivery();
-  client_passes(ack(1));
+  client_passes(ack(kCh, 1));
   to_client();
-  client_passes(ack(2));
+  client_passes(ack(kCh, 2));
   EXPECT_EQ(to_client(), decode_frames(delivery(3, message("m2"), true)));
-  client_passes(ack(3));
+  client_passes(ack(kCh, 3));
   EXPECT_FALSE(tracked("m1"));
   EXPECT_FALSE(tracked("m2"));
 }
@@ -62,8 +62,8 @@ TEST_F(GuardSuspect, AClientSittingOnWhatItHoldsGetsTheSuspectAfterTheHold) {
   EXPECT_TRUE(client_bytes().empty());
   conn->session.on_tick(21000);
   EXPECT_EQ(to_client(), decode_frames(delivery(3, message("m2"), true)));
-  client(ack(3, true));
-  EXPECT_EQ(to_broker(), frames({ack(3, true)}));
+  client(ack(kCh, 3, true));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 3, true)}));
 }
 
 // A basic.get has to be answered: a suspect it gets is handed out at once.

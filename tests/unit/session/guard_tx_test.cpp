@@ -43,7 +43,7 @@ class GuardTx : public GuardTest {
 };
 
 TEST_F(GuardTx, DeadLetterWaitsForTheCommitAndTheCommitCarriesTheAck) {
-  client(nack(1));
+  client(nack(kCh, 1));
   // Nothing before the commit: no copy, no nack.
   EXPECT_EQ(to_broker(), frames({}));
   client(tx_commit());
@@ -53,7 +53,7 @@ TEST_F(GuardTx, DeadLetterWaitsForTheCommitAndTheCommitCarriesTheAck) {
   EXPECT_EQ(copy.publish.routing_key, "q.dlq");
   // The confirm: the ack of the original, then the client's commit, which makes it effective.
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1), tx_commit()}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1), tx_commit()}));
   deliver_passes(tx_commit_ok());
   ASSERT_EQ(listener.dead_letters.size(), 1u);
   EXPECT_EQ(listener.dead_letters[0].reason, retry::DeadLetterReason::max_redeliveries);
@@ -61,9 +61,9 @@ TEST_F(GuardTx, DeadLetterWaitsForTheCommitAndTheCommitCarriesTheAck) {
 }
 
 TEST_F(GuardTx, RollbackDropsTheTakeoverAndTheClientAcksItLater) {
-  client(nack(1));
+  client(nack(kCh, 1));
   client_passes(tx_rollback());
-  client_passes(ack(1));
+  client_passes(ack(kCh, 1));
   client_passes(tx_commit());
   // No copy was published, nothing was dead-lettered: the proxy's channel never opened.
   EXPECT_TRUE(listener.dead_letters.empty());
@@ -71,27 +71,27 @@ TEST_F(GuardTx, RollbackDropsTheTakeoverAndTheClientAcksItLater) {
 }
 
 TEST_F(GuardTx, NackAgainAfterARollbackIsDeadLetteredOnce) {
-  client(nack(1));
+  client(nack(kCh, 1));
   client_passes(tx_rollback());
-  client(nack(1));
+  client(nack(kCh, 1));
   EXPECT_EQ(to_broker(), frames({}));
   client(tx_commit());
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   broker(declare_ok("q.dlq"));
   take_copy(to_broker());
   confirm(1);
-  EXPECT_EQ(to_broker(), frames({ack(1), tx_commit()}));
+  EXPECT_EQ(to_broker(), frames({ack(kCh, 1), tx_commit()}));
   EXPECT_EQ(listener.dead_letters.size(), 1u);
 }
 
 TEST_F(GuardTx, RefusedCopyFallsBackToTheClientsNackBeforeTheCommit) {
-  client(nack(1));
+  client(nack(kCh, 1));
   client(tx_commit());
   open_proxy_channel();
   broker(declare_ok("q.dlq"));
   take_copy(to_broker());
   refuse(1);
-  EXPECT_EQ(to_broker(), frames({nack(1), tx_commit()}));
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1), tx_commit()}));
   EXPECT_TRUE(listener.dead_letters.empty());
   ASSERT_EQ(listener.fallbacks.size(), 1u);
   EXPECT_EQ(listener.fallbacks[0].cause, retry::FallbackCause::republish_failed);

@@ -165,9 +165,9 @@ TEST_F(GuardSendAhead, FirstDeliveriesGoAheadAroundAReturnForwardedAndOneTakenOv
   guard_test::Message m = guard_test::message("m1");
   m.properties.headers.reset();
   reaches_client(guard_test::delivery(1, m), true);
-  client_passes(guard_test::nack(1));  // return 1: within the limit, forwarded
+  client_passes(nack(1, 1));  // return 1: within the limit, forwarded
   reaches_client(guard_test::delivery(2, m, true), false);
-  client(guard_test::nack(2));  // return 2: past it, taken over to be dead-lettered
+  client(nack(1, 2));  // return 2: past it, taken over to be dead-lettered
   EXPECT_TRUE(to_broker().size() > 0u);
   reaches_client(guard_test::delivery(3, guard_test::message("m2").properties, "b"), false);
   guard_test::Message plain = guard_test::message("m3");
