@@ -1,29 +1,84 @@
-"""Helpers for the operations tests (test_operations.py): metrics, health, reload, drain, logs.
+"""Helpers for the operations tests (test_operations.py: metrics and health endpoints;
+test_operations_lifecycle.py: reload, drain, logs).
 
 What is here (on top of harness.py and redelivery_support.py, which it uses and does not
 change):
   parse_metrics(), MetricsPage, http_get(), raw_http()  from metrics_page.py, re-exported
+  POISON, GOODS      the labels (bodies) of the poison and the 99 good messages
+  EXPECTED_TYPES     every metric nackguard exports, with its TYPE
+  immediate_policy() the text of a `requeue: immediate` policy without rate limits
   OpsProxy           a nackguard process (a redelivery_support.GuardProxy) with any config
                      keys set, stdout and stderr kept apart (log_path is stderr), and helpers:
                      metrics(), wait_metric(), readyz(), signal(), write_policy(), ...
   OpsTest            unittest base class (a redelivery_support.RedeliveryTest): per-test
                      OpsProxy processes, queue names deleted afterwards, a direct broker
-                     connection
+                     connection; publish_mix(), dlq_count(), assert_well_formed() (a
+                     metrics page), assert_counters_monotone() (across pages)
   proxy_version()    the version `$NACKGUARD_BIN --version` prints
+  SlowClients        TCP clients that each get one byte of a request a second, from one
+                     thread; wait_round(n) waits until each has been sent n bytes
 """
 
 import http.client
 import json
 import os
 import re
+import socket
 import subprocess
+import threading
 import time
+import uuid
 
 import harness
 import redelivery_support as rs
+from redelivery_support import NO_RATE_LIMITS, props
 
 from metrics_page import (  # noqa: F401  (re-exported: the tests say ops.X)
     MetricsFormatError, MetricsPage, check_histogram, http_get, parse_metrics, raw_http)
+
+POISON = "poison"
+GOODS = [f"good-{i:02d}" for i in range(99)]
+
+# Every metric nackguard exports (proxy/metrics/metric_list.hpp) and its TYPE.
+EXPECTED_TYPES = {
+    "nackguard_build_info": "gauge",
+    "nackguard_client_connections": "gauge",
+    "nackguard_upstream_connections": "gauge",
+    "nackguard_upstream_connect_failures_total": "counter",
+    "nackguard_upstream_unavailable_total": "counter",
+    "nackguard_accept_failures_total": "counter",
+    "nackguard_frames_total": "counter",
+    "nackguard_bytes_total": "counter",
+    "nackguard_deliveries_total": "counter",
+    "nackguard_returns_total": "counter",
+    "nackguard_requeues_total": "counter",
+    "nackguard_dead_letters_total": "counter",
+    "nackguard_fallbacks_total": "counter",
+    "nackguard_ack_timeouts_total": "counter",
+    "nackguard_outage": "gauge",
+    "nackguard_outage_messages": "gauge",
+    "nackguard_outage_messages_dropped_total": "counter",
+    "nackguard_outage_max_reached_total": "counter",
+    "nackguard_tracker_entries": "gauge",
+    "nackguard_tracker_evictions_total": "counter",
+    "nackguard_tracker_expiries_total": "counter",
+    "nackguard_queue_facts": "gauge",
+    "nackguard_queue_facts_forgotten_total": "counter",
+    "nackguard_management_lookups_total": "counter",
+    "nackguard_management_limits_known": "gauge",
+    "nackguard_management_limits_forgotten_total": "counter",
+    "nackguard_retained_body_bytes": "gauge",
+    "nackguard_retained_body_bytes_limit": "gauge",
+    "nackguard_retained_body_refusals_total": "counter",
+    "nackguard_untracked_deliveries_total": "counter",
+    "nackguard_policy_reloads_total": "counter",
+    "nackguard_returns_before_dead_letter": "histogram",
+}
+
+
+def immediate_policy(queue, max_redeliveries=5):
+    return rs.policy_yaml(queue, max_redeliveries=max_redeliveries, requeue="immediate",
+                          rate=NO_RATE_LIMITS)
 
 
 def proxy_version():
@@ -148,6 +203,49 @@ class OpsProxy(rs.GuardProxy):
             time.sleep(0.1)
 
 
+class SlowClients:
+    """`count` TCP connections to 127.0.0.1:`port`, each sent one byte of `request` a second
+    by one thread. `rounds` counts the rounds of one byte to every client so far, and
+    wait_round() waits for one: a test acts while they trickle without sleeping for it."""
+
+    def __init__(self, port, request, count):
+        self.sockets = []
+        for _ in range(count):
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            self.sockets.append(s)
+        self.request = request
+        self.rounds = 0
+        self._round_done = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._trickle, daemon=True)
+        self._thread.start()
+
+    def _trickle(self):
+        i = 0
+        while not self._stop.is_set() and i < len(self.request):
+            for s in self.sockets:
+                try:
+                    s.send(self.request[i:i + 1])
+                except OSError:
+                    pass
+            i += 1
+            with self._round_done:
+                self.rounds = i
+                self._round_done.notify_all()
+            self._stop.wait(1.0)
+
+    def wait_round(self, n, timeout=5.0):
+        """Whether every client has been sent `n` bytes within `timeout` seconds."""
+        with self._round_done:
+            return self._round_done.wait_for(lambda: self.rounds >= n, timeout)
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(5)
+        for s in self.sockets:
+            s.close()
+
+
 def log_json_lines(text):
     """Each non-empty line parsed as JSON; raises AssertionError naming the first line that
     is not a JSON object."""
@@ -174,6 +272,39 @@ class OpsTest(rs.RedeliveryTest):
         self.cleanup_queues(name, f"{name}.dlq",
                             *(f"nackguard.delay.{name}.{ttl}ms" for ttl in delay_ttls_ms))
         return name
+
+    def publish_mix(self, queue, poison_props=None):
+        """99 good messages and the poison at index 37; body = label."""
+        messages = [(label.encode(), props(message_id=f"mid-{label}")) for label in GOODS]
+        messages.insert(37, (POISON.encode(),
+                             poison_props or props(message_id="poison-" + uuid.uuid4().hex)))
+        self.broker.publish(queue, messages)
+
+    def dlq_count(self, queue):
+        return self.broker.message_count(f"{queue}.dlq") or 0
+
+    def assert_counters_monotone(self, pages):
+        for n, (earlier, later) in enumerate(zip(pages, pages[1:])):
+            now = later.counters()
+            for key, value in earlier.counters().items():
+                self.assertIn(key, now, f"series {key} vanished between scrapes {n} and {n + 1}")
+                self.assertGreaterEqual(now[key], value,
+                                        f"counter {key} went down between scrapes {n} and "
+                                        f"{n + 1}")
+
+    def assert_well_formed(self, page):
+        """Every metric on the page has HELP and TYPE, every documented metric is there with
+        its type, and the histogram's invariants hold."""
+        self.assertEqual(page.content_type, "text/plain; version=0.0.4; charset=utf-8")
+        for name, family in page.families.items():
+            self.assertIsNotNone(family.help, f"{name} has no HELP line")
+            self.assertTrue(family.help.strip(), f"{name} has an empty HELP text")
+            self.assertIsNotNone(family.type, f"{name} has no TYPE line")
+            self.assertTrue(name.startswith("nackguard_"), f"metric {name} lacks the prefix")
+        types = {n: f.type for n, f in page.families.items()}
+        self.assertEqual({n: types.get(n) for n in EXPECTED_TYPES}, EXPECTED_TYPES,
+                         "a metric is missing or has another TYPE")
+        check_histogram(page, "nackguard_returns_before_dead_letter")
 
     def start_ops(self, policies=None, config=None, name=None, upstream_port=None):
         proxy = OpsProxy(policies or {}, name=name or f"{self._testMethodName}-proxy",
