@@ -36,36 +36,20 @@
 #                                    test_cluster checks that the script recovers
 set -euo pipefail
 
-usage() {
-  echo "usage: $0 start|stop|status|env DIR" >&2
-  exit 2
-}
-
-[[ $# -eq 2 ]] || usage
-action=$1
-case "$action" in start | stop | status | env) ;; *) usage ;; esac
-
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/rabbitmq-command.sh
+. "$here/rabbitmq-command.sh"
+rabbitmq_dir_command "$@"
 node_script="$here/rabbitmq-node.sh"
 # shellcheck source=tests/rabbitmq-versions.sh
 . "$here/rabbitmq-versions.sh"
-mkdir -p "$2"
-dir=$(cd "$2" && pwd)
 
 say() { echo "rabbitmq-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 # The version and root file system `start` saved, for the later actions on DIR.
 settings_file="$dir/cluster-settings"
-saved_version='' saved_rootfs=''
-if [[ -f $settings_file ]]; then
-  while IFS='=' read -r key value; do
-    case "$key" in
-      version) saved_version=$value ;;
-      rootfs) saved_rootfs=$value ;;
-    esac
-  done <"$settings_file"
-fi
+read_saved_settings "$settings_file" version rootfs
 version=${NACKGUARD_TEST_CLUSTER_VERSION:-${saved_version:-3.10}}
 if [[ $version != "$saved_version" ]]; then saved_rootfs=''; fi
 rabbitmq_cluster_settings "$version" ||
@@ -242,9 +226,4 @@ do_env() {
   printf 'export NACKGUARD_TEST_CLUSTER_EPMD_PORT=%q\n' "$epmd_port"
 }
 
-case "$action" in
-  start) do_start ;;
-  stop) do_stop ;;
-  status) do_status ;;
-  env) do_env ;;
-esac
+run_action

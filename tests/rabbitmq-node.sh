@@ -57,199 +57,17 @@
 # private epmd if no other node is registered with it.
 set -euo pipefail
 
-usage() {
-  echo "usage: $0 start|stop|status|env DIR" >&2
-  exit 2
-}
-
-[[ $# -eq 2 ]] || usage
-action=$1
-case "$action" in start | stop | status | env) ;; *) usage ;; esac
-
-mkdir -p "$2"
-dir=$(cd "$2" && pwd)
-
-# Settings: the environment, else what `start` saved in DIR/node-settings (so
-# that stop/status/env find the node DIR holds), else the defaults.
-settings_file="$dir/node-settings"
-saved_node='' saved_amqp_port='' saved_dist_port='' saved_epmd_port=''
-saved_version='' saved_rootfs=''
-if [[ -f $settings_file ]]; then
-  while IFS='=' read -r key value; do
-    case "$key" in
-      version) saved_version=$value ;;
-      rootfs) saved_rootfs=$value ;;
-      node) saved_node=$value ;;
-      amqp_port) saved_amqp_port=$value ;;
-      dist_port) saved_dist_port=$value ;;
-      epmd_port) saved_epmd_port=$value ;;
-    esac
-  done <"$settings_file"
-fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=tests/rabbitmq-versions.sh
-. "$here/rabbitmq-versions.sh"
-version=${NACKGUARD_TEST_RABBITMQ_VERSION:-${saved_version:-3.10}}
-if ! rabbitmq_version_settings "$version"; then
-  echo "rabbitmq-node: NACKGUARD_TEST_RABBITMQ_VERSION='$version':" \
-    "use one of ${rabbitmq_versions[*]}" >&2
-  exit 2
-fi
-# A DIR saved with another version does not lend its name and ports to this one.
-if [[ -n $saved_version && $saved_version != "$version" ]]; then
-  saved_node='' saved_amqp_port='' saved_dist_port='' saved_epmd_port='' saved_rootfs=''
-fi
-node=${NACKGUARD_TEST_NODE:-${saved_node:-$rmq_node}}
-amqp_port=${NACKGUARD_TEST_BROKER_PORT:-${saved_amqp_port:-$rmq_amqp_port}}
-dist_port=${NACKGUARD_TEST_DIST_PORT:-${saved_dist_port:-$rmq_dist_port}}
-epmd_port=${NACKGUARD_TEST_EPMD_PORT:-${saved_epmd_port:-$rmq_epmd_port}}
-rootfs='' suite=$rmq_suite
-in_root=() # the prefix that runs a command inside the node's root file system
-if [[ -n $suite ]]; then
-  rootfs=$(realpath -m "${NACKGUARD_TEST_ROOTFS:-${saved_rootfs:-$(dirname "$dir")/rootfs-$suite}}")
-  in_root=(chroot "$rootfs")
-fi
-rootfs_script="$here/rabbitmq-rootfs.sh"
-ctl_port_min=$((dist_port + 1))
-ctl_port_max=$((dist_port + 10))
-start_timeout=${NACKGUARD_TEST_START_TIMEOUT:-$rmq_start_timeout}
-rabbitmq_bin=/usr/lib/rabbitmq/bin
-rabbitmq_home=/var/lib/rabbitmq # the rabbitmq user's home: holds .erlang.cookie
-
-# A port in the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
-# default) can be the local end of any program's outgoing connection, and the node then fails
-# to listen with eaddrinuse: the defaults are all below it.
-read -r ephemeral_min ephemeral_max </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null ||
-  ephemeral_min=32768 ephemeral_max=60999
-for p in "$amqp_port" "$dist_port" "$epmd_port"; do
-  [[ $p =~ ^[0-9]+$ ]] || { echo "rabbitmq-node: bad port '$p'" >&2; exit 2; }
-  if ((p >= ephemeral_min && p <= ephemeral_max)); then
-    echo "rabbitmq-node: warning: port $p is in the ephemeral range $ephemeral_min-$ephemeral_max;" \
-      "an outgoing connection may hold it: pick a port below $ephemeral_min" >&2
-  fi
-done
-
-ctl="$dir/rabbitmqctl"
-log_dir="$dir/log"
-mnesia_dir="$dir/mnesia"
-console_log="$log_dir/console.log"
-node_log="$log_dir/$node.log"
-launcher_pid_file="$dir/launcher.pid"
-beam_pid_file="$dir/beam.pid"
-node_pid_file="$mnesia_dir/node.pid" # written by the node itself
-
-say() { echo "rabbitmq-node: $*" >&2; }
-die() { say "$*"; exit 1; }
-
-# The clean environment shared by the node and its CLI tools, one VAR=value
-# per element (passed to `env -i`).
-node_env=(
-  "HOME=$rabbitmq_home"
-  "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-  "LANG=C.UTF-8"
-  "LC_ALL=C.UTF-8"
-  "RABBITMQ_NODENAME=$node"
-  "RABBITMQ_USE_LONGNAME=false"
-  "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1"
-  "RABBITMQ_NODE_PORT=$amqp_port"
-  "RABBITMQ_DIST_PORT=$dist_port"
-  "RABBITMQ_CTL_DIST_PORT_MIN=$ctl_port_min"
-  "RABBITMQ_CTL_DIST_PORT_MAX=$ctl_port_max"
-  "RABBITMQ_MNESIA_BASE=$mnesia_dir"
-  "RABBITMQ_PID_FILE=$node_pid_file"
-  "RABBITMQ_LOG_BASE=$log_dir"
-  "RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf"
-  "RABBITMQ_ADVANCED_CONFIG_FILE=$dir/advanced.config"
-  "RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins"
-  "RABBITMQ_CONF_ENV_FILE=/dev/null"
-  "ERL_EPMD_ADDRESS=127.0.0.1"
-  "ERL_EPMD_PORT=$epmd_port"
-  "ERL_CRASH_DUMP=$log_dir/erl_crash.dump"
-  "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
-  "RABBITMQ_CTL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
-)
-
-# Sets `as_user`: the prefix that runs a command as the rabbitmq user (the root file
-# system's own for 4.x, inside it). Also written into the CLI wrapper (declare -f).
-set_as_user() {
-  if [[ $(id -u) -eq 0 ]]; then
-    as_user=("${in_root[@]}" runuser -u rabbitmq --)
-  elif ((${#in_root[@]} == 0)) && [[ $(id -un) == rabbitmq ]]; then
-    as_user=()
-  elif ((${#in_root[@]} == 0)); then
-    as_user=(sudo -n -u rabbitmq --)
-  else
-    as_user=(sudo -n "${in_root[@]}" runuser -u rabbitmq --)
-  fi
-}
-set_as_user
-
-# Runs a command as the rabbitmq user in the node's clean environment.
-as_rabbitmq() {
-  "${as_user[@]}" env -i "${node_env[@]}" "$@"
-}
-
-# The rabbitmq user's uid:gid as the node's (root file system's) passwd names it.
-rabbitmq_owner() {
-  if [[ -z $rootfs ]]; then
-    echo rabbitmq:rabbitmq
-  else
-    awk -F: '$1 == "rabbitmq" {print $3 ":" $4; found=1} END{exit !found}' "$rootfs/etc/passwd"
-  fi
-}
-
-# Creates the directories and writes the CLI wrapper (cheap, done by every
-# action so that `env` always points at an existing wrapper).
-prepare() {
-  if [[ -z $rootfs ]]; then
-    id rabbitmq >/dev/null 2>&1 ||
-      die "no 'rabbitmq' user: install rabbitmq-server (deploy/install-deps.sh)"
-    [[ -x $rabbitmq_bin/rabbitmq-server ]] ||
-      die "$rabbitmq_bin/rabbitmq-server missing: install rabbitmq-server (deploy/install-deps.sh)"
-  fi
-
-  mkdir -p "$mnesia_dir" "$log_dir"
-  # A 4.x DIR is chowned once its root file system exists (do_start builds it).
-  if [[ $(id -u) -eq 0 ]] && { [[ -z $rootfs ]] || "$rootfs_script" check "$rootfs"; }; then
-    chown "$(rabbitmq_owner)" "$mnesia_dir" "$log_dir"
-    chmod 0750 "$mnesia_dir"
-    chmod 0755 "$log_dir"
-    if [[ -z $rootfs ]]; then
-      runuser -u rabbitmq -- test -w "$mnesia_dir" ||
-        die "user rabbitmq cannot write to $mnesia_dir: every directory above $dir must be" \
-          "searchable by others (chmod o+x), or use a DIR elsewhere"
-    fi
-  fi
-
-  # The wrapper bakes in this node's environment; the tool it runs is chosen by
-  # the name it is called by (rabbitmqctl, rabbitmq-diagnostics, ...).
-  {
-    echo '#!/usr/bin/env bash'
-    echo "# Generated by tests/rabbitmq-node.sh: run a RabbitMQ $version CLI tool against $node."
-    echo 'set -euo pipefail'
-    printf 'node_env=('
-    printf ' %q' "${node_env[@]}"
-    printf ' )\n'
-    printf 'node=%q\n' "$node"
-    printf 'bin=%q\n' "$rabbitmq_bin"
-    declare -p in_root
-    declare -f set_as_user
-    cat <<'EOF'
-tool=$(basename "$0")
-case "$tool" in
-  rabbitmqctl | rabbitmq-diagnostics | rabbitmq-queues | rabbitmq-plugins | rabbitmq-upgrade) ;;
-  *) tool=rabbitmqctl ;;
-esac
-set_as_user
-exec "${as_user[@]}" env -i "${node_env[@]}" "$bin/$tool" -n "$node" "$@"
-EOF
-  } >"$ctl.tmp"
-  chmod 0755 "$ctl.tmp"
-  mv -f "$ctl.tmp" "$ctl"
-  ln -sfn rabbitmqctl "$dir/rabbitmq-diagnostics"
-  ln -sfn rabbitmqctl "$dir/rabbitmq-queues"
-  ln -sfn rabbitmqctl "$dir/rabbitmq-plugins"
-}
+# shellcheck source=tests/rabbitmq-command.sh
+. "$here/rabbitmq-command.sh"
+rabbitmq_dir_command "$@"
+# The settings, paths and environment; what the script writes in DIR; a 4.x node's root.
+# shellcheck source=tests/rabbitmq-node-env.sh
+. "$here/rabbitmq-node-env.sh"
+# shellcheck source=tests/rabbitmq-node-files.sh
+. "$here/rabbitmq-node-files.sh"
+# shellcheck source=tests/rabbitmq-node-chroot.sh
+. "$here/rabbitmq-node-chroot.sh"
 
 is_running() {
   timeout 30 "$ctl" -q -t 15 status >/dev/null 2>&1
@@ -325,14 +143,7 @@ abort_start() {
   if is_node_beam "$beam"; then
     kill -KILL "$beam" 2>/dev/null || true
   fi
-  if pid_alive "$launcher"; then
-    kill -KILL "$launcher" 2>/dev/null || true
-  fi
-  rm -f "$launcher_pid_file" "$beam_pid_file"
-  stop_epmd
-  if [[ -n $rootfs ]]; then
-    leave_rootfs
-  fi
+  clean_up_after "$launcher"
   show_log_tail
   die "$2 (logs: $console_log, $node_log)"
 }
@@ -354,70 +165,19 @@ stop_epmd() {
   fi
 }
 
-# 4.x: builds (or completes) the root file system, checks its RabbitMQ is $version, mounts
-# its /proc and bind-mounts DIR at the same path inside it (the node's data stays in DIR,
-# private to this node).
-enter_rootfs() {
-  [[ $(id -u) -eq 0 ]] || die "a RabbitMQ $version node needs root (chroot and mount); run as root"
-  "$rootfs_script" ensure "$rootfs" "$suite"
-  local installed
-  installed=$("$rootfs_script" version "$rootfs")
-  [[ $installed == "$version".* ]] || die "$rootfs has rabbitmq-server $installed, not $version:" \
-    "NACKGUARD_TEST_ROOTFS names the root of another version (4.0: rootfs-trixie, 4.3: rootfs-sid)"
-  prepare # chown DIR's mnesia and log to the root file system's rabbitmq user
-  "$rootfs_script" mount-proc "$rootfs"
-  local inside="$rootfs$dir"
-  if ! mountpoint -q "$inside"; then
-    mkdir -p "$inside"
-    mount --bind "$dir" "$inside" || die "could not bind-mount $dir at $inside"
+# The end of a stop or of a failed start, once the node's VM is gone: the launcher $1 killed
+# if it is still alive, the recorded pids forgotten, the private epmd stopped, and a 4.x
+# node's DIR released from its root file system.
+clean_up_after() {
+  local launcher=$1
+  if pid_alive "$launcher"; then
+    kill -KILL "$launcher" 2>/dev/null || true
   fi
-  "${as_user[@]}" test -w "$mnesia_dir" ||
-    die "user rabbitmq of $rootfs cannot write to $mnesia_dir (bind-mounted at $inside)"
-}
-
-# 4.x, after the node's processes are gone: unmounts DIR from the root file system, and its
-# /proc if nothing else runs inside it.
-leave_rootfs() {
-  local inside="$rootfs$dir"
-  if mountpoint -q "$inside" 2>/dev/null; then
-    umount "$inside" 2>/dev/null || umount -l "$inside" ||
-      say "could not unmount $inside; unmount it by hand"
+  rm -f "$launcher_pid_file" "$beam_pid_file"
+  stop_epmd
+  if [[ -n $rootfs ]]; then
+    leave_rootfs
   fi
-  "$rootfs_script" release "$rootfs" || true
-}
-
-# Writes the node's configuration (at start only).
-write_config() {
-  {
-    echo "# Generated by tests/rabbitmq-node.sh: private test node $node."
-    echo "listeners.tcp.default = 127.0.0.1:$amqp_port"
-    if [[ -n $rootfs ]]; then
-      # Inside the root file system guest's loopback check fails; the listener is on
-      # 127.0.0.1 only, so guest can still only come from loopback.
-      echo "loopback_users = none"
-    else
-      echo "# guest/guest may connect from loopback only (RabbitMQ's default)."
-    fi
-    echo "log.file.level = info"
-    echo "log.console = false"
-    if [[ -n ${NACKGUARD_TEST_RABBITMQ_CONF_EXTRA:-} ]]; then
-      echo "# From NACKGUARD_TEST_RABBITMQ_CONF_EXTRA:"
-      printf '%s\n' "$NACKGUARD_TEST_RABBITMQ_CONF_EXTRA"
-    fi
-  } >"$dir/rabbitmq.conf.tmp"
-  mv -f "$dir/rabbitmq.conf.tmp" "$dir/rabbitmq.conf"
-  # No plugins unless asked for: in particular no management listener on 15672.
-  echo "[${NACKGUARD_TEST_RABBITMQ_PLUGINS:-}]." >"$dir/enabled_plugins"
-  chmod 0644 "$dir/rabbitmq.conf" "$dir/enabled_plugins"
-  if [[ -n ${NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG:-} ]]; then
-    printf '%s\n' "$NACKGUARD_TEST_RABBITMQ_ADVANCED_CONFIG" >"$dir/advanced.config.tmp"
-    chmod 0644 "$dir/advanced.config.tmp"
-    mv -f "$dir/advanced.config.tmp" "$dir/advanced.config"
-  else
-    rm -f "$dir/advanced.config"
-  fi
-  printf '%s\n' "version=$version" "rootfs=$rootfs" "node=$node" "amqp_port=$amqp_port" \
-    "dist_port=$dist_port" "epmd_port=$epmd_port" >"$settings_file"
 }
 
 do_start() {
@@ -456,6 +216,7 @@ do_start() {
   # runuser and sudo apply the PAM limits, a soft limit of 1024 open files here: then the VM
   # caps itself at 832 sockets, and its queue files share them. Raise the soft limit to the
   # hard one (at most 65536) inside the new session.
+  # shellcheck disable=SC2016  # expanded by the /bin/sh that runs it, not here
   local raise_nofile='n=$(ulimit -Hn); { [ "$n" = unlimited ] || [ "$n" -gt 65536 ]; } && n=65536
 ulimit -n "$n" 2>/dev/null; exec "$@"'
   # Every descriptor above 2 is closed first: the node outlives its caller, and one it
@@ -535,14 +296,7 @@ do_stop() {
     say "node pid $beam still alive; sending KILL"
     kill -KILL "$beam" 2>/dev/null || true
   fi
-  if pid_alive "$launcher"; then
-    kill -KILL "$launcher" 2>/dev/null || true
-  fi
-  rm -f "$launcher_pid_file" "$beam_pid_file"
-  stop_epmd
-  if [[ -n $rootfs ]]; then
-    leave_rootfs
-  fi
+  clean_up_after "$launcher"
 }
 
 do_status() {
@@ -565,9 +319,4 @@ do_env() {
 }
 
 prepare
-case "$action" in
-  start) do_start ;;
-  stop) do_stop ;;
-  status) do_status ;;
-  env) do_env ;;
-esac
+run_action

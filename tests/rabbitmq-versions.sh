@@ -1,7 +1,8 @@
 # shellcheck shell=bash disable=SC2034  # its variables are for the scripts that source it
 # The RabbitMQ versions the tests run against, and where each one's private nodes live.
-# Sourced (not run) by tests/rabbitmq-node.sh, tests/rabbitmq-cluster.sh and tests/run.sh, so
-# that a version's names, ports and root file system are written down once.
+# Sourced (not run) by tests/rabbitmq-node.sh (in tests/rabbitmq-node-env.sh),
+# tests/rabbitmq-cluster.sh and tests/run.sh, so that a version's names, ports and root file
+# system are written down once.
 #
 #   version  package                          runs in                   test-name part
 #   3.10     Debian 12's rabbitmq-server      the host                  (none)
