@@ -11,7 +11,7 @@ namespace nackguard::retry {
 enum class FallbackCause : std::uint8_t {
   none,
   body_not_retained,  // the body could not be kept within limits.retained_body_bytes
-  // A first delivery kept no body by design (guard_body.cpp): the decision's forward is no
+  // A first delivery kept no body by design (guard_delivery.cpp): the decision's forward is no
   // fallback, except for a copy the broker's limit wanted (reported as body_not_retained).
   body_skipped,
   no_channel,            // the broker's channel_max leaves no channel for the proxy

@@ -1,6 +1,7 @@
-// The guard's core: its setup, counting returns (a client's requeue, a crash, a recover) and
-// deciding them. Deliveries are planned in guard_delivery.cpp, copies built in
-// guard_copies.cpp.
+// The guard's core: its setup, counting returns (a client's requeue, a crash, a recover),
+// deciding them, and carrying out a decision to copy: the copy is built (copy_builder.hpp) and
+// published, and the original settled once the broker confirmed it, or given back. Deliveries
+// are planned in guard_delivery.cpp.
 
 #include "proxy/session/guard.hpp"
 
@@ -12,8 +13,15 @@ namespace nackguard::session {
 
 using namespace guard_internal;
 
+namespace {
+// After a copy failed, how long its queue's messages go to the consumer unchanged. The proxy
+// channel retries a refused declaration after the same time.
+constexpr std::int64_t kCopiesFailingMs = 30000;
+}  // namespace
+
 Guard::Guard(retry::GuardContext& context, std::uint64_t seed)
     : context_(context),
+      limits_(context),
       rng_(seed),
       proxy_(
           [this](amqp::Bytes frames) {
@@ -47,6 +55,7 @@ void Guard::on_open(const ConnectionFacts& facts) {
   facts_ = facts;
   proxy_.configure(facts_.reserved_channel, facts_.frame_max);
   broker_major_ = major_version(facts_.broker_version);
+  limits_.on_open(facts_.vhost, broker_major_);
 }
 
 ObserverActions Guard::on_tick() {
@@ -87,7 +96,7 @@ void Guard::on_settled(const Delivery& d, SettleKind) {
 
 retry::Outcome Guard::count_return(const Delivery& d, const Identified& id, ReturnKind kind,
                                    const ReturnContext& context, bool consumer_timeout,
-                                   Intent& intent) {
+                                   CopyIntent& intent) {
   const std::int64_t now = context_.steady_ms();
   const retry::Policy& policy = *id.policy;
   retry::TrackerKey key = retry::make_key(d.queue, *id.identity);
@@ -145,7 +154,7 @@ retry::Outcome Guard::count_return(const Delivery& d, const Identified& id, Retu
 
 retry::Circumstances Guard::circumstances(const Delivery& d, const retry::Policy& policy) {
   retry::Circumstances c;
-  c.broker_limit = broker_limit(policy, d.queue).limit;
+  c.broker_limit = limits_.limit(policy, d.queue).limit;
   c.body_kept = d.body && d.body->bytes.size() == d.body_size;
   c.body_skipped = (d.cookie & kBodySkipped) != 0;
   c.proxy_channel = facts_.reserved_channel.has_value();
@@ -162,7 +171,7 @@ void Guard::report_fallback(const std::string& queue, const retry::Outcome& outc
     case Cause::none:
       return;
     case Cause::body_skipped:
-      // No body by design (guard_body.cpp): the queue entered an outage, or the policy
+      // No body by design (guard_delivery.cpp): the queue entered an outage, or the policy
       // changed, since the delivery. Forwarded as a healthy queue's first return is; the
       // redelivery keeps its body for the next return. Only a copy for the broker's limit is
       // a fallback: the return may now pass it.
@@ -182,7 +191,7 @@ void Guard::report_fallback(const std::string& queue, const retry::Outcome& outc
       break;
     case Cause::malformed_properties:
     case Cause::encode_failed:
-      return;  // found only while a copy is built (guard_copies.cpp), reported there
+      return;  // found only while a copy is built (guard.cpp), reported there
   }
   // A republish was to keep the message from the broker's own limit, which this return may
   // now pass: said as a cause of its own, as give_back does.
@@ -195,7 +204,7 @@ void Guard::report_fallback(const std::string& queue, const retry::Outcome& outc
 ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   Identified id;
   if (!identify(d, id) || !id.identity) return ReturnAction::forward;
-  Intent intent;
+  CopyIntent intent;
   const retry::Outcome outcome =
       count_return(d, id, ReturnKind::requeue, ReturnContext{}, false, intent);
   report_fallback(d.queue, outcome);
@@ -235,7 +244,7 @@ ReturnAction Guard::on_returned(const Delivery& d, ReturnCause cause,
     return uncounted_return(d, id, context);
   }
   const ReturnKind kind = cause == ReturnCause::recover ? ReturnKind::recover : ReturnKind::crash;
-  Intent intent;
+  CopyIntent intent;
   const retry::Outcome outcome =
       count_return(d, id, kind, kind == ReturnKind::recover ? ReturnContext{} : context,
                    cause == ReturnCause::consumer_timeout, intent);
@@ -281,6 +290,100 @@ void Guard::on_returns_done() {
                   context_.health().on_return(crashed.queue, rate, now, crashed.message));
   }
   crashed_queues_.clear();
+}
+
+void Guard::execute(const Delivery& d) {
+  DeliveryKey dkey{d.channel, d.broker_tag};
+  auto it = intents_.find(dkey);
+  if (it == intents_.end()) return;
+  CopyIntent& intent = it->second;
+  bool dead_letter = intent.decision.action == retry::Action::dead_letter;
+
+  if (dead_letter && intent.policy->dead_letter.via == retry::DeadLetter::Via::reject) {
+    // The broker's own dead-lettering: recorded once the reject went out (on_settle_written).
+    intent.settling = true;
+    settle(dkey, SettleKind::reject, false);
+    return;
+  }
+  if (!d.body || d.body->bytes.size() != d.body_size) {
+    give_back(dkey, intent, retry::FallbackCause::body_not_retained,
+              "the body could not be kept within limits.retained_body_bytes");
+    return;
+  }
+  PublishRequest request;
+  retry::FallbackCause cause = retry::FallbackCause::none;
+  const char* detail = "";
+  CopyFacts facts;
+  facts.frame_max = facts_.frame_max;
+  facts.client_name = facts_.client_name;
+  facts.host_name = context_.settings().host_name;
+  facts.broker_major = broker_major_;
+  facts.queue = context_.queue_facts().find(intent.queue);
+  facts.job = ++next_job_;
+  while (facts.copy_id == 0) facts.copy_id = rng_();
+  facts.wall_now = context_.wall_ms();
+  facts.deadline_ms = context_.steady_ms() + context_.settings().confirm_timeout.count();
+  if (!build_copy(facts, d, intent, request, cause, detail)) {
+    give_back(dkey, intent, cause, detail);
+    return;
+  }
+  jobs_[request.job] = dkey;
+  proxy_.publish(std::move(request), context_.steady_ms());
+}
+
+void Guard::finish_job(std::uint64_t job, retry::FallbackCause failure, const std::string& why) {
+  auto job_it = jobs_.find(job);
+  if (job_it == jobs_.end()) return;
+  DeliveryKey dkey = job_it->second;
+  jobs_.erase(job_it);
+  auto it = intents_.find(dkey);
+  if (it == intents_.end() || it->second.job != job) return;
+  CopyIntent& intent = it->second;
+  if (failure != retry::FallbackCause::none) {
+    // An encode failure sent nothing of the copy, and the broker is not failing: no pause.
+    if (failure == retry::FallbackCause::republish_failed) {
+      context_.mark_copies_failing(intent.queue, context_.steady_ms() + kCopiesFailingMs);
+    }
+    give_back(dkey, intent, failure, why);
+    return;
+  }
+  // The copy is the broker's: the original is acked, and the outcome recorded once the ack
+  // went out (on_settle_written).
+  intent.settling = true;
+  settle(dkey, SettleKind::ack, false);
+}
+
+void Guard::settle(const DeliveryKey& key, SettleKind kind, bool requeue) {
+  actions_.push_back({ObserverAction::Kind::settle, {}, {key.first, key.second, kind, requeue}});
+}
+
+void Guard::on_settle_written(const Settle& s, bool written) {
+  auto it = intents_.find({s.channel, s.broker_tag});
+  if (it == intents_.end() || !it->second.settling) return;  // a give_back's: recorded there
+  const CopyIntent& intent = it->second;
+  // Not written (the connection is closing, or the broker closed the channel while the
+  // settlement waited for a client's content to end): the broker delivers the original again,
+  // so it was not dead-lettered, a copy confirmed is a duplicate, and the count stays.
+  if (written) {
+    context_.listener().on_requeue(intent.queue, intent.decision.action);
+    if (intent.decision.action == retry::Action::dead_letter) {
+      context_.tracker().erase(intent.key);
+      context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
+                                         intent.decision.reason);
+    }
+  }
+  intents_.erase(it);
+}
+
+void Guard::give_back(const DeliveryKey& dkey, const CopyIntent& intent, retry::FallbackCause cause,
+                      std::string_view detail) {
+  settle(dkey, intent.fallback, true);
+  // A republish was to keep the message from the broker's own limit, which this return may
+  // now pass: said as a cause of its own.
+  const bool at_limit = intent.decision.action == retry::Action::republish;
+  context_.listener().on_fallback(intent.queue, {cause, at_limit}, detail);
+  context_.listener().on_requeue(intent.queue, retry::Action::forward);
+  intents_.erase(dkey);
 }
 
 }  // namespace nackguard::session

@@ -18,7 +18,7 @@ inline constexpr std::uint64_t kCounted = 1;       // told to the listener (on_d
 inline constexpr std::uint64_t kMaybeTracked = 2;  // redelivered or a copy: the tracker may know it
 inline constexpr std::uint64_t kHealthCounted = 4;  // counted as a message in the queue's health
 inline constexpr std::uint64_t kBodySkipped =
-    8;  // a first delivery that kept no body (guard_body.cpp)
+    8;  // a first delivery that kept no body (guard_delivery.cpp)
 
 // The properties of a delivery. A headers table the codec refuses (nested 10,000 deep, say)
 // does not hide the message: its other properties and top-level headers still identify it.

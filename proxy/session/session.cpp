@@ -202,7 +202,7 @@ void Session::on_tick(std::int64_t now_ms) {
   for (auto& [number, ch] : channels_) {
     if (ch.held_close.empty()) continue;
     if (ch.held_close_since_ms < 0) ch.held_close_since_ms = now_ms;
-    // A copy's confirm waits 30 s at most (guard_copies.cpp), and its settlement releases the
+    // A copy's confirm waits 30 s at most (guard.cpp), and its settlement releases the
     // close: this bound only keeps a client from waiting for ever should none come.
     constexpr std::int64_t kHeldCloseMs = 45000;
     release_held_close(ch, now_ms - ch.held_close_since_ms >= kHeldCloseMs);

@@ -20,7 +20,7 @@
 namespace nackguard::session {
 
 namespace {
-// A copy's confirm waits 30 s at most (guard_copies.cpp), and its settlement releases the
+// A copy's confirm waits 30 s at most (guard.cpp), and its settlement releases the
 // close: this bound only keeps a close from waiting for ever should none come.
 constexpr std::int64_t kCrashHoldMs = 45000;
 // How long a gone client's broker side waits for the close-ok of end_gone_client's close.

@@ -14,7 +14,7 @@ quorum_tick_interval), not every 5 s: 3.x shows a queue's policies from them.
 
 The guard asks the API for a queue's limit at the queue's first delivery on a connection, then
 at most once per `refresh` (1 s here) on that connection, and at the returns and redeliveries
-that need the limit (session/guard_broker_limit.cpp). So each wait here delivers a message
+that need the limit (session/limit_watch.cpp). So each wait here delivers a message
 (basic.get) on the test's one connection, then looks at /status.json: the next delivery a
 refresh interval later asks again.
 """

@@ -1,4 +1,4 @@
-// Which deliveries keep their body (guard_body.cpp): a first delivery whose first return will
+// Which deliveries keep their body (guard_delivery.cpp): a first delivery whose first return will
 // be forwarded as the consumer sent it keeps none; every redelivery, and every first delivery
 // whose first return may need a copy, keeps it. A return that needs the body it did not keep
 // is forwarded, and the redelivery keeps it.
