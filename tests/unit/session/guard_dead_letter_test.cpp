@@ -270,19 +270,7 @@ TEST_F(GuardDeadLetter, NackWithoutRequeueIsTheConsumersOwnAndPassesUncounted) {
 }
 
 TEST_F(GuardDeadLetter, AckOfTheOriginalWaitsForTheClientsPublishToEnd) {
-  start(policy(0));
-  deliver_passes(delivery(1, message("m1")));
-  client(nack(kCh, 1));
-  open_proxy_channel();
-  broker(declare_ok("q.dlq"));
-  to_broker();
-
-  // The client is in the middle of a publish on channel 1 when the confirm comes.
-  amqp::BasicPublish publish;
-  publish.routing_key = "elsewhere";
-  Bytes started = cat({method(kCh, publish), content_header(kCh, 6, {}), body_frame(kCh, "abc")});
-  client_passes(started);
-  confirm(1);
+  dead_letter_confirmed_mid_publish();
   EXPECT_TRUE(broker_bytes().empty());
   // Its last body frame, then the proxy's ack: never inside the content sequence.
   client(body_frame(kCh, "def"));

@@ -35,19 +35,8 @@ TEST_F(GuardSettleFailed, ConfirmAfterTheShutdownCloseRecordsNoDeadLetter) {
 }
 
 TEST_F(GuardSettleFailed, AckDroppedByTheBrokersChannelCloseRecordsNoDeadLetter) {
-  start(policy(0));
-  deliver_passes(delivery(1, message("m1")));
-  now += 1000;
-  client(nack(kCh, 1));
-  open_proxy_channel();
-  broker(declare_ok("q.dlq"));
-  to_broker();
-  // The client is in the middle of a publish on channel 1 when the confirm comes: the ack of
-  // the original waits for its last body frame.
-  amqp::BasicPublish publish;
-  publish.routing_key = "elsewhere";
-  client_passes(cat({method(kCh, publish), content_header(kCh, 6, {}), body_frame(kCh, "abc")}));
-  confirm(1);
+  // The ack of the original waits for the end of the client's publish.
+  dead_letter_confirmed_mid_publish();
   EXPECT_TRUE(broker_bytes().empty());
   EXPECT_TRUE(listener.dead_letters.empty());
 
