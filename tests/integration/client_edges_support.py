@@ -21,21 +21,11 @@ import pika.exceptions
 import amqp_wire as aw
 import harness
 import wire_reader
+from waiting import wait_for  # noqa: F401  (re-exported: the tests say ces.wait_for)
 
 
 class NoAnswer(AssertionError):
     pass
-
-
-def wait_for(predicate, timeout, step=0.05):
-    """Polls predicate() until it returns a true value (returned) or `timeout` s pass (then
-    returns the last value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(step)
 
 
 class GetPoller:

@@ -46,6 +46,7 @@ import harness
 import private_node
 import operations_support as ops
 import redelivery_support as rs
+from waiting import wait_for  # noqa: F401  (re-exported: the tests say cs.wait_for)
 from reconnecting_consumer import ReconnectingConsumer
 
 TESTS_DIR = os.path.dirname(harness.HERE)
@@ -292,17 +293,6 @@ def serving_nodes(proxy):
         if value > 0:
             out[node_at(labels["address"])] = int(value)
     return out
-
-
-def wait_for(predicate, timeout, step=0.1):
-    """Polls predicate() until it returns a true value (returned) or `timeout` passes
-    (returns the last value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(step)
 
 
 # ---------------------------------------------------------------- test base

@@ -30,6 +30,7 @@ import time
 import uuid
 
 import harness
+import waiting
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
@@ -186,21 +187,14 @@ class OpsProxy(rs.GuardProxy):
 
     def wait_log(self, needle, count=1, timeout=5.0):
         """Waits until `needle` is in at least `count` log lines; returns those lines."""
-        deadline = time.monotonic() + timeout
-        while True:
-            lines = self.log_lines(needle)
-            if len(lines) >= count or time.monotonic() >= deadline:
-                return lines
-            time.sleep(0.05)
+        return waiting.poll(lambda: self.log_lines(needle), lambda lines: len(lines) >= count,
+                            timeout)
 
     def wait_ready(self, want_status, timeout):
         """Polls /readyz until it answers `want_status`; returns the last (status, body)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            status, _, body = self.get("/readyz")
-            if status == want_status or time.monotonic() >= deadline:
-                return status, body
-            time.sleep(0.1)
+        status, _, body = waiting.poll(lambda: self.get("/readyz"),
+                                       lambda answer: answer[0] == want_status, timeout, 0.1)
+        return status, body
 
 
 class SlowClients:

@@ -28,15 +28,6 @@ def listening_socket():
     return sock
 
 
-def wait_until(predicate, timeout, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return bool(predicate())
-
-
 class ScriptedConnection:
     """What one accepted connection did; filled in by the script's thread."""
 

@@ -20,6 +20,7 @@ import threading
 import time
 
 import harness
+import waiting
 
 # ---------------------------------------------------------------- tracker ids
 
@@ -192,12 +193,7 @@ def status_json(proxy):
 def wait_status(proxy, condition, timeout=10.0, step=0.1):
     """Polls /status.json until condition(doc) is true; returns the last document (the
     caller asserts on it, so a timeout shows what was there)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        doc = status_json(proxy)
-        if condition(doc) or time.monotonic() >= deadline:
-            return doc
-        time.sleep(step)
+    return waiting.poll(lambda: status_json(proxy), condition, timeout, step)
 
 
 def top_entries(doc, queue):

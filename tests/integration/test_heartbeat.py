@@ -26,6 +26,7 @@ import pika.exceptions
 
 import harness
 import peers
+import waiting
 
 IDLE_SECONDS = 5
 MIN_HEARTBEATS = 5   # each way in 5 s; pika and RabbitMQ send one about every 0.5 s
@@ -132,7 +133,7 @@ class HeartbeatTest(harness.IntegrationTest):
                 harness.declare_queue(ch, queue)
                 ch.basic_publish("", queue, b"before cut")
                 self.assertEqual(harness.wait_message_count(ch, queue, 1), 1)
-                self.assertTrue(peers.wait_until(lambda: relay.connection_count() >= 1, 2),
+                self.assertTrue(waiting.wait_for(lambda: relay.connection_count() >= 1, 2),
                                 "the connection did not go through the relay")
                 relay.cut(reset=reset)
                 cut_at = time.monotonic()

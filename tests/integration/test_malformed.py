@@ -36,6 +36,7 @@ import amqp_wire as wire
 import wire_reader
 import harness
 import peers
+import waiting
 
 EOF_WITHIN = 5.0
 REFUSAL = b"AMQP\x00\x00\x09\x01"
@@ -277,7 +278,7 @@ class MalformedBrokerTest(harness.IntegrationTest):
                                             "sent connection.start")
                 self.assertLess(seconds, EOF_WITHIN)
                 self.assertTrue(proxy.alive(), "the proxy exited")
-                self.assertTrue(peers.wait_until(
+                self.assertTrue(waiting.wait_for(
                     lambda: len(fake.amqp_connections()) == attempt + 1
                     and fake.amqp_connections()[-1].has("eof"), EOF_WITHIN),
                     "the proxy did not close its upstream connection")
@@ -337,7 +338,7 @@ class MalformedBrokerTest(harness.IntegrationTest):
         if harness.DIRECT_ONLY:
             self.skipTest("pika against the fake broker directly works; the connection.close "
                           "501 to the broker needs the proxy")
-        self.assertTrue(peers.wait_until(lambda: upstream.done.is_set(), EOF_WITHIN),
+        self.assertTrue(waiting.wait_for(lambda: upstream.done.is_set(), EOF_WITHIN),
                         f"fake broker's script did not finish: {upstream.events}")
         self.assertIsNone(upstream.error)
         self.assertFalse(upstream.has("eof_without_close"),

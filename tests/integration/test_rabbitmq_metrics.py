@@ -15,7 +15,6 @@ and a quorum DLQ hold 3 and 1 messages, no consumer; then one consumer on the qu
 """
 import os
 import re
-import time
 import unittest
 import urllib.request
 
@@ -23,6 +22,7 @@ import pika
 import yaml
 
 import harness
+import waiting
 import private_node
 
 VERSION = private_node.VERSION
@@ -86,15 +86,13 @@ class RabbitMQMetricsTest(unittest.TestCase):
     def wait_for(self, path, expected):
         """Scrapes until every expected sample has its value (the plugin's figures are a few
         seconds behind); returns the last scrape."""
-        deadline = time.monotonic() + 30
-        while True:
-            samples = scrape(path)
-            if all(samples.get(key) == value for key, value in expected.items()):
-                return samples
-            if time.monotonic() > deadline:
-                self.fail(f"{path}: expected {expected}, got "
-                          f"{ {k: v for k, v in samples.items() if k[2].endswith('.dlq')} }")
-            time.sleep(1)
+        def complete(samples):
+            return all(samples.get(key) == value for key, value in expected.items())
+        samples = waiting.poll(lambda: scrape(path), complete, 30, 1)
+        if not complete(samples):
+            self.fail(f"{path}: expected {expected}, got "
+                      f"{ {k: v for k, v in samples.items() if k[2].endswith('.dlq')} }")
+        return samples
 
     def test_the_rules_series_with_their_labels_and_values(self):
         conn = pika.BlockingConnection(harness.connection_params(AMQP_PORT))

@@ -33,6 +33,7 @@ import unittest
 import uuid
 
 import harness
+import waiting
 from replay_support import (BIN, PORT, RUN_TIMEOUT, URL, ReplayCase, dead_letter_headers,
                             properties, replay)
 
@@ -200,9 +201,7 @@ class ReplayTest(ReplayCase):
 
     def wait_first_copy(self, q, process, timeout=10):
         """Returns once a copy is in Q (or the run has ended, or `timeout` s passed)."""
-        deadline = time.monotonic() + timeout
-        while self.count(q) < 1 and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        waiting.wait_for(lambda: self.count(q) >= 1 or process.poll() is not None, timeout, 0.02)
 
     def test_interrupt_requeues_and_loses_nothing(self):
         with self.queues() as (q, dlq):

@@ -21,12 +21,12 @@ On RabbitMQ 3.10, 4.0 (rmq40) and 4.3 (rmq43).
 
 import datetime
 import json
-import time
 import unittest
 
 import pika
 
 import harness
+import waiting
 
 from replay_support import URL, ReplayCase, replay
 
@@ -117,10 +117,7 @@ class ReplayTriageTest(ReplayCase):
     def wait_count(self, queue, expected):
         """The queue's ready count once it is `expected` (a quorum queue counts requeued
         messages as ready a moment after the run), or as it is after 10 s."""
-        deadline = time.monotonic() + 10
-        while self.count(queue) != expected and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self.count(queue)
+        return waiting.poll(lambda: self.count(queue), lambda n: n == expected, 10)
 
     def test_quorum_queues_dry_runs_warn_of_returns_then_one_source_moves(self):
         # A quorum DLQ as nackguard declares it (on 4.x without a delivery limit): every dry

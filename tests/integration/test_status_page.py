@@ -17,10 +17,10 @@ $NACKGUARD_BUILD_DIR/test-artifacts/status-page.png.
 import json
 import os
 import struct
-import time
 import uuid
 
 import harness
+import waiting
 import operations_support as ops
 import redelivery_support as rs
 import status_support as st
@@ -76,14 +76,10 @@ class StatusPageTest(ops.OpsTest):
 
     def wait_for(self, what, condition, timeout, step=0.2):
         """Polls condition() until it returns something true; fails naming `what`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                self.fail(f"{what}: not within {timeout} s")
-            time.sleep(step)
+        value = waiting.wait_for(condition, timeout, step)
+        if not value:
+            self.fail(f"{what}: not within {timeout} s")
+        return value
 
     def top_row(self, driver, queue):
         """(data-id, message cell, returns) of the #top row for `queue`, or None."""

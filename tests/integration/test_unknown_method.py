@@ -23,6 +23,7 @@ import amqp_wire as wire
 import wire_reader
 import harness
 from test_heartbeat import broker_connections
+from waiting import wait_for
 
 EOF_WITHIN = 5.0
 NOT_IMPLEMENTED = 540
@@ -32,13 +33,6 @@ CASES = {
 }
 
 
-def wait_until(condition, timeout, step=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return condition()
 
 
 class UnknownMethodTest(harness.IntegrationTest):
@@ -53,7 +47,7 @@ class UnknownMethodTest(harness.IntegrationTest):
             reader, _ = wire_reader.client_handshake(sock, properties=props)
             sock.sendall(wire.channel_open(1))
             reader.read_method(wire.CHANNEL_OPEN_OK)
-            out["upstream_before"] = wait_until(lambda: len(broker_connections(name)) == 1, 10)
+            out["upstream_before"] = wait_for(lambda: len(broker_connections(name)) == 1, 10)
             sock.sendall(wire.method_frame(channel, (class_id, method_id), b"\x00\x00\x00\x00"))
             frame = reader.read_frame(EOF_WITHIN)
             while frame.type == wire.FRAME_HEARTBEAT:
@@ -65,7 +59,7 @@ class UnknownMethodTest(harness.IntegrationTest):
             start = time.monotonic()
             out["after"] = reader.read_until_eof(EOF_WITHIN)
             out["eof_seconds"] = time.monotonic() - start
-        out["upstream_gone"] = wait_until(lambda: broker_connections(name) == [], 5)
+        out["upstream_gone"] = wait_for(lambda: broker_connections(name) == [], 5)
         return out
 
     def test_unknown_methods_get_540_and_the_upstream_is_closed(self):

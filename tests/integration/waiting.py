@@ -1,0 +1,25 @@
+"""Waiting on a condition, the one way the tests do it: polling, with a deadline.
+
+  wait_for(predicate, timeout, step)      polls predicate() until it returns a true value
+                                          (which it returns) or `timeout` s pass (then it
+                                          returns the last value it got)
+  poll(fetch, condition, timeout, step)   calls fetch() until condition(value) holds or
+                                          `timeout` s pass; returns the last value fetched, so
+                                          that the caller's assertion shows what was there
+Assert on what they return.
+"""
+
+import time
+
+
+def poll(fetch, condition, timeout, step=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if condition(value) or time.monotonic() >= deadline:
+            return value
+        time.sleep(step)
+
+
+def wait_for(predicate, timeout, step=0.05):
+    return poll(predicate, bool, timeout, step)
