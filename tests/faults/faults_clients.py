@@ -1,5 +1,6 @@
 """The fault tests' traffic: pika Publisher and Consumer threads with confirms and
-reconnects, preload(), and consumer_main, a consumer child process (a kill -9 target) run as
+reconnects, a Bystander stream of the two, preload(), waits on a stream's progress
+(wait_flowing, wait_drained), and consumer_main, a consumer child process (a kill -9 target) run as
 `python3 faults_support.py consume ...`."""
 
 import os
@@ -13,7 +14,7 @@ import rawamqp
 
 from faults_env import (
     BROKER_PORT, CONNECTION_ERRORS, body_for, close_quietly, connect, id_of, message_count,
-    number_of, params)
+    number_of, params, wait_until)
 
 
 # ---------------------------------------------------------------- traffic
@@ -271,6 +272,51 @@ def wait_drained(ledger, queue, timeout, dlq_expected=None, quiet=1.5, node=None
                 return True
         time.sleep(0.3)
     return False
+
+
+def wait_flowing(ledger, more=50, timeout=10):
+    """Waits until `more` further messages are confirmed and `more // 2` further consumed
+    (instead of a fixed sleep): the stream is flowing. Whether it happened; the tests assert
+    the counts themselves."""
+    confirmed, consumed = len(ledger.confirmed), len(ledger.consumed)
+    return wait_until(lambda: len(ledger.confirmed) >= confirmed + more
+                      and len(ledger.consumed) >= consumed + more // 2, timeout, 0.05)
+
+
+class Bystander:
+    """A steady stream beside a fault, on its own queue through `port` (whose policies must
+    cover the queue): a Publisher at `rate` a second and a Consumer with prefetch 10 and
+    standard_decide() (every 25th message poison). `name` prefixes the threads' names."""
+
+    POISON_EVERY = 25
+
+    def __init__(self, port, queue, ledger, prefix, rate, name=None):
+        self.queue = queue
+        self.ledger = ledger
+        self.pub = Publisher(port, queue, ledger, prefix, rate=rate,
+                             name=f"{name}-publisher" if name else "publisher")
+        self.con = Consumer(port, queue, ledger, prefetch=10,
+                            name=f"{name}-consumer" if name else "consumer")
+
+    def start(self):
+        self.con.start()
+        self.pub.start()
+        return self
+
+    def stop(self, timeout=5):
+        """For addCleanup: the consumer, then the publisher."""
+        self.con.stop(timeout)
+        self.pub.stop(timeout)
+
+    def drain(self, timeout=30):
+        """Stops publishing, waits (up to `timeout` s) until every confirmed message is
+        consumed or its poison dead-lettered, stops consuming; whether it drained."""
+        self.pub.stop()
+        poison = sum(1 for i in self.ledger.confirmed
+                     if number_of(i) % self.POISON_EVERY == 0)
+        drained = wait_drained(self.ledger, self.queue, timeout, dlq_expected=poison)
+        self.con.stop()
+        return drained
 
 
 # ---------------------------------------------------------------- consumer child process

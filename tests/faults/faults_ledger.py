@@ -1,5 +1,6 @@
 """The fault tests' accounting: Ledger (published / confirmed / consumed / dead-lettered /
-duplicated / lost) and the final counts from the broker."""
+duplicated / lost), the final counts from the broker, and the wait before them until no
+delivery is left unacked."""
 
 import collections
 import threading
@@ -8,7 +9,7 @@ import time
 
 import rawamqp
 
-from faults_env import BROKER_PORT
+from faults_env import BROKER_PORT, wait_until
 
 
 # ---------------------------------------------------------------- accounting
@@ -157,6 +158,14 @@ def final_count(node, queue, extra_queues=()):
     for name in extra_queues:
         queued.update(drain_ids(name))
     return dlq, delayed, queued
+
+
+def wait_none_unacked(node, queue, timeout=10):
+    """Waits until no queue whose name starts with `queue` (the queue and its DLQ) has an
+    unacked delivery: the consumers' acks and closes have reached the broker, and what they
+    left is ready again, where final_count finds it. Whether it happened."""
+    return wait_until(lambda: not any(unacked for _, unacked in node.queues(queue).values()),
+                      timeout, 0.1)
 
 
 def read_consumer_events(path, ledger):

@@ -36,15 +36,24 @@ What is here, by module (this one re-exports them all: the tests say fs.X):
                      and restart, SIGSTOP/SIGCONT, rabbitmqctl; the machine lock; a process's
                      RSS and file descriptors (Sampler)
   faults_ledger.py   Ledger, the accounting: published / confirmed / consumed / dead-lettered /
-                     duplicated / lost, and the final counts from the broker
+                     duplicated / lost, the final counts from the broker, and the wait
+                     before them until nothing is unacked (wait_none_unacked)
   faults_clients.py  Publisher, Consumer: pika threads with publisher confirms and reconnects;
-                     consumer_main, a consumer child process (kill -9 target), run as
+                     Bystander, the two as a steady stream beside a fault; waits on a
+                     stream's progress (wait_flowing, wait_drained); consumer_main, a
+                     consumer child process (kill -9 target), run as
                      `python3 faults_support.py consume ...`
   faults_scripted.py ScriptedBroker, a fake upstream for more connections than the node takes
   here               FaultProxy, one nackguard process on a fixed port (so that it can be
                      killed and restarted in place) with a generated config and policies (a
                      proxy_process.Proxy); FaultTest, the unittest base: watchdog, proxies'
-                     logs printed on failure, results written
+                     logs printed on failure, results written, the exact account of a stream
+                     (assert_exact_account)
+
+Each test module's own helpers are in support modules named after it: hostile_*.py
+(test_hostile_input), process_fault_support.py and connection_burst.py
+(test_process_faults), broker_fault_support.py (test_broker_faults), ledger_*.py
+(test_ledger).
 """
 
 import json
@@ -218,6 +227,11 @@ class FaultTest(unittest.TestCase):
         self.addCleanup(self._delete_queues)
         self.result_data = {}
 
+    @property
+    def node(self):
+        """This module's private node (start_module_node in setUpModule)."""
+        return faults_node._module_node
+
     def _delete_queues(self):
         if self.queues_to_delete:
             delete_queues(*self.queues_to_delete)
@@ -241,6 +255,22 @@ class FaultTest(unittest.TestCase):
                          f"{what}: lost confirmed messages {account['lost_ids']}: "
                          f"{Ledger.summary(account)}")
         self.assertEqual(account["unknown_ids"], [], f"{what}: messages nobody published")
+
+    def assert_exact_account(self, node, ledger, queue, what, extra_queues=(),
+                             poison_every=25, note=""):
+        """The final account of `ledger`'s stream on `queue`, at the end of a test: every
+        confirmed id found (consumed, dead-lettered, delayed or still queued), no innocent
+        message dead-lettered, and the queue and the proxy's own queues of the run's type."""
+        types = node.queue_types(queue)
+        dlq, delayed, queued = final_count(node, queue, extra_queues)
+        account = ledger.account(dlq, delayed, queued)
+        log(f"{what}: {Ledger.summary(account)}{note}")
+        self.record(account=account)
+        self.assert_no_loss(account, what)
+        self.assert_only_poison_dead_lettered(dlq, poison_every, what)
+        self.assertEqual(types.get(queue), QUEUE_TYPE, f"{what}: the queue's type: {types}")
+        self.assert_proxy_queues_typed(node, queue, what)
+        return account
 
     def assert_proxy_queues_typed(self, node, queue, what=""):
         """The DLQ and delay queues the proxy declared for `queue` have the queue's own type

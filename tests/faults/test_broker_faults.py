@@ -26,6 +26,9 @@ Faults:
   proxy's RSS stays under 64 MB, the proxy closes clients whose broker side is silent for
   2 heartbeats (heartbeat=2), a client connecting during the stall is closed after the
   handshake timeout, and after SIGCONT the stream resumes.
+
+The errors a client may see, the waits for them and the flood of big messages are in
+broker_fault_support.py.
 """
 
 import socket
@@ -37,7 +40,7 @@ import pika
 import pika.exceptions
 
 import faults_support as fs
-import rawamqp
+from broker_fault_support import CLEAN_ERRORS, Flood, first_error_after, reconnected_after
 
 NODE = None
 MAX_REDELIVERIES = 3
@@ -51,12 +54,6 @@ def setUpModule():
 
 def tearDownModule():
     fs.stop_module_node()
-
-
-CLEAN_ERRORS = ("ConnectionClosedByBroker", "StreamLostError", "AMQPConnectionError",
-                "ConnectionClosed", "IncompatibleProtocolError", "ConnectionResetError",
-                "ConnectionRefusedError", "ChannelWrongStateError", "AMQPHeartbeatTimeout",
-                "ChannelClosedByBroker")
 
 
 class BrokerFaultTest(fs.FaultTest):
@@ -75,13 +72,6 @@ class BrokerFaultTest(fs.FaultTest):
         pub.start()
         return queue, proxy, ledger, pub, con
 
-    def flowing(self, ledger, more=50, timeout=10):
-        """Waits until `more` further messages are confirmed and consumed (instead of a fixed
-        sleep); the assertions after it still check the counts."""
-        confirmed, consumed = len(ledger.confirmed), len(ledger.consumed)
-        fs.wait_until(lambda: len(ledger.confirmed) >= confirmed + more
-                      and len(ledger.consumed) >= consumed + more // 2, timeout, 0.05)
-
     def finish(self, queue, ledger, pub, con, what, drain_timeout=45):
         stopped = pub.stop()
         stuck = time.monotonic() - pub.busy_since if pub.busy_since else 0.0
@@ -90,16 +80,10 @@ class BrokerFaultTest(fs.FaultTest):
         poison = sum(1 for i in ledger.confirmed if fs.number_of(i) % 25 == 0)
         drained = fs.wait_drained(ledger, queue, drain_timeout, dlq_expected=poison)
         self.assertTrue(con.stop(), f"{what}: the consumer thread is stuck")
-        time.sleep(0.5)
-        types = NODE.queue_types(queue)
-        dlq, delayed, queued = fs.final_count(NODE, queue)
-        account = ledger.account(dlq, delayed, queued)
-        fs.log(f"{what}: {fs.Ledger.summary(account)} (drained: {drained})")
-        self.record(account=account, drained=drained)
-        self.assert_no_loss(account, what)
-        self.assert_only_poison_dead_lettered(dlq, 25, what)
-        self.assertEqual(types.get(queue), fs.QUEUE_TYPE, f"{what}: the queue's type: {types}")
-        self.assert_proxy_queues_typed(NODE, queue, what)
+        fs.wait_none_unacked(NODE, queue)  # the consumer's close has reached the broker
+        self.record(drained=drained)
+        account = self.assert_exact_account(NODE, ledger, queue, what,
+                                            note=f" (drained: {drained})")
         self.assertGreater(account["confirmed"], 100, f"{what}: too little traffic")
         return account
 
@@ -110,42 +94,32 @@ class BrokerFaultTest(fs.FaultTest):
             self.assertTrue(detail.startswith(CLEAN_ERRORS), f"{what}: {client.name}: {detail}")
         return errors
 
-    def first_error_after(self, client, since, timeout):
-        ok = fs.wait_until(lambda: client.events.since(since, "error"), timeout, 0.05)
-        if not ok:
-            return None
-        return client.events.since(since, "error")[0][0] - since
-
-    def reconnected_after(self, client, since, timeout):
-        ok = fs.wait_until(lambda: client.events.since(since, "connected"), timeout, 0.1)
-        return client.events.since(since, "connected")[0][0] - since if ok else None
-
     # ------------------------------------------------------------ (1) stop_app / start_app
     def test_broker_stop_app_start_app(self):
         queue, proxy, ledger, pub, con = self.steady("stopapp")
-        self.flowing(ledger, 60)
+        fs.wait_flowing(ledger, 60)
         self.assertGreater(len(ledger.confirmed), 50, "no steady traffic before the fault")
         t_fault = time.monotonic()
         stopper = threading.Thread(target=NODE.stop_app)
         stopper.start()
-        pub_err = self.first_error_after(pub, t_fault, 60)
-        con_err = self.first_error_after(con, t_fault, 60)
+        pub_err = first_error_after(pub, t_fault, 60)
+        con_err = first_error_after(con, t_fault, 60)
         stopper.join(90)
         stop_seconds = time.monotonic() - t_fault
         self.assertIsNotNone(pub_err, "the publisher never saw its connection close (hang)")
         self.assertIsNotNone(con_err, "the consumer never saw its connection close (hang)")
-        time.sleep(2)  # clients keep retrying against a broker whose app is down
+        time.sleep(2)  # deliberate: clients keep retrying against a broker whose app is down
         t_down_retries = time.monotonic()
-        time.sleep(2)
+        time.sleep(2)  # deliberate: the window in which the failed reconnects are counted
         down_errors = pub.events.since(t_down_retries, "error")
         t_up = time.monotonic()
         NODE.start_app()
         start_seconds = time.monotonic() - t_up
-        pub_back = self.reconnected_after(pub, t_up, 30)
-        con_back = self.reconnected_after(con, t_up, 30)
+        pub_back = reconnected_after(pub, t_up, 30)
+        con_back = reconnected_after(con, t_up, 30)
         self.assertIsNotNone(pub_back, "the publisher did not reconnect through the proxy")
         self.assertIsNotNone(con_back, "the consumer did not reconnect through the proxy")
-        self.flowing(ledger)
+        fs.wait_flowing(ledger)
         errors = self.assert_clean_errors(pub, t_fault, "stop_app") + \
             self.assert_clean_errors(con, t_fault, "stop_app")
         self.assertTrue(proxy.alive())
@@ -165,7 +139,7 @@ class BrokerFaultTest(fs.FaultTest):
     # ------------------------------------------------------------ (1) kill -9 + restart
     def test_broker_kill9_and_restart(self):
         queue, proxy, ledger, pub, con = self.steady("kill9")
-        self.flowing(ledger, 60)
+        fs.wait_flowing(ledger, 60)
         self.assertGreater(len(ledger.confirmed), 50, "no steady traffic before the fault")
         # Kill only once the DLQ (declared by the proxy at the first dead-letter) is a few
         # seconds old, as it is in production: RabbitMQ 3.10.8 brings a quorum queue declared
@@ -175,20 +149,20 @@ class BrokerFaultTest(fs.FaultTest):
         # recovery, not the proxy's, which falls back meanwhile (nothing lost).
         self.assertTrue(fs.wait_until(lambda: (fs.message_count(f"{queue}.dlq") or 0) >= 1,
                                       30, 0.1), "nothing dead-lettered before the fault")
-        time.sleep(KILL_AFTER_DECLARE_S)
+        time.sleep(KILL_AFTER_DECLARE_S)  # deliberate: the DLQ's age, see above
         t_fault = time.monotonic()
         pid = NODE.kill9()
-        pub_err = self.first_error_after(pub, t_fault, 15)
-        con_err = self.first_error_after(con, t_fault, 15)
+        pub_err = first_error_after(pub, t_fault, 15)
+        con_err = first_error_after(con, t_fault, 15)
         self.assertIsNotNone(pub_err, "the publisher never saw its connection close (hang)")
         self.assertIsNotNone(con_err, "the consumer never saw its connection close (hang)")
         t_restart = time.monotonic()
         boot = NODE.start(fresh=False)
-        pub_back = self.reconnected_after(pub, t_restart, 60)
-        con_back = self.reconnected_after(con, t_restart, 60)
+        pub_back = reconnected_after(pub, t_restart, 60)
+        con_back = reconnected_after(con, t_restart, 60)
         self.assertIsNotNone(pub_back, "the publisher did not reconnect through the proxy")
         self.assertIsNotNone(con_back, "the consumer did not reconnect through the proxy")
-        self.flowing(ledger)
+        fs.wait_flowing(ledger)
         errors = self.assert_clean_errors(pub, t_fault, "kill -9") + \
             self.assert_clean_errors(con, t_fault, "kill -9")
         self.assertTrue(proxy.alive())
@@ -245,7 +219,7 @@ class BrokerFaultTest(fs.FaultTest):
     # ------------------------------------------------------------ (5) blocked / unblocked
     def test_connection_blocked_and_unblocked(self):
         queue, proxy, ledger, pub, con = self.steady("blocked", rate=50)
-        time.sleep(2)
+        fs.wait_flowing(ledger, 100)  # the steady stream is flowing
         events = []
         probe = fs.connect(proxy.port, blocked_connection_timeout=60)
         self.addCleanup(fs.close_quietly, probe)
@@ -292,7 +266,7 @@ class BrokerFaultTest(fs.FaultTest):
         self.assertIsInstance(short_error[0], pika.exceptions.ConnectionBlockedTimeout,
                               repr(short_error[0]))
         confirmed_while_blocked = len(ledger.confirmed)
-        time.sleep(1.5)
+        time.sleep(1.5)  # deliberate: the window in which the blocked publisher must not gain
         progress_while_blocked = len(ledger.confirmed) - confirmed_while_blocked
 
         threading.Thread(target=reset, daemon=True).start()
@@ -329,45 +303,11 @@ class BrokerFaultTest(fs.FaultTest):
         queue, proxy, ledger, pub, con = self.steady("stall", rate=100, heartbeat=hb)
         flood_queue = fs.unique_queue("stall-flood")
         self.queues_to_delete.append(flood_queue)
-        conn = fs.connect(fs.BROKER_PORT)
-        conn.channel().queue_declare(flood_queue, arguments={"x-max-length": 50})
-        fs.close_quietly(conn)
-        stop_flood = threading.Event()
-        flood_sent = [0] * 6
-        flood_clients = []
-
-        def flooder(i):
-            # heartbeat 0: the proxy cannot tell this connection is stuck, so it stays
-            # open for the whole stall, pushing 64 KiB messages (50 a second) until TCP
-            # stops taking them. Blocking sends: a send cut short would corrupt the stream.
-            try:
-                c = rawamqp.Client(proxy.port, timeout=5.0)
-                c.handshake(heartbeat=0)
-                c.open_channel(1)
-                c.sock.settimeout(None)
-                flood_clients.append(c)
-                body = b"f" * 65536
-                while not stop_flood.is_set():
-                    c.publish(1, flood_queue, body, persistent=False)
-                    flood_sent[i] += 1
-                    time.sleep(0.02)
-            except (OSError, rawamqp.PeerClosed, rawamqp.ConnectionClosedByPeer):
-                pass
-
-        def stop_flooders():
-            stop_flood.set()
-            for c in flood_clients:
-                try:
-                    c.sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                c.abort()
-
-        self.addCleanup(stop_flooders)
-        floods = [threading.Thread(target=flooder, args=(i,), daemon=True) for i in range(6)]
-        for t in floods:
-            t.start()
-        time.sleep(3)
+        flood = Flood(proxy.port, flood_queue)
+        self.addCleanup(flood.stop)
+        flood.start()
+        fs.wait_until(flood.pushing, 10)  # every flooder connected and publishing
+        fs.wait_flowing(ledger, 100)  # and the steady stream flowing
         sampler = fs.Sampler(proxy.pid)
         sampler.start()
         self.addCleanup(sampler.stop)
@@ -376,8 +316,8 @@ class BrokerFaultTest(fs.FaultTest):
         t_stop = time.monotonic()
         NODE.sigstop()
         try:
-            pub_err = self.first_error_after(pub, t_stop, 2 * hb + 8)
-            con_err = self.first_error_after(con, t_stop, 2 * hb + 8)
+            pub_err = first_error_after(pub, t_stop, 2 * hb + 8)
+            con_err = first_error_after(con, t_stop, 2 * hb + 8)
             # a client connecting during the stall: TCP to the stopped VM succeeds, the
             # handshake never does: closed after timeouts.handshake (2 s)
             t0 = time.monotonic()
@@ -389,18 +329,19 @@ class BrokerFaultTest(fs.FaultTest):
                 new_conn = (type(exc).__name__, time.monotonic() - t0)
             remaining = 10 - (time.monotonic() - t_stop)
             if remaining > 0:
-                time.sleep(remaining)
+                time.sleep(remaining)  # deliberate: the stall lasts 10 s
         finally:
             NODE.sigcont()
         stall = time.monotonic() - t_stop
         t_cont = time.monotonic()
         sampler_max = sampler.max_rss_kb()
+        # Deliberate: the flood goes on for 1 s after SIGCONT, the sampler watching the proxy
+        # while the broker catches up.
         time.sleep(1)
-        stop_flooders()
-        for t in floods:
-            t.join(10)
-        pub_back = self.reconnected_after(pub, t_cont, 40)
-        con_back = self.reconnected_after(con, t_cont, 40)
+        flood.stop()
+        flood.join(10)
+        pub_back = reconnected_after(pub, t_cont, 40)
+        con_back = reconnected_after(con, t_cont, 40)
         sampler.stop()
         peak_rss = sampler.max_rss_kb()
         self.assertIsNotNone(pub_err, f"the publisher was not closed within {2 * hb + 8}s")
@@ -408,7 +349,7 @@ class BrokerFaultTest(fs.FaultTest):
         silent_lines = proxy.log_lines("side sent nothing for")
         self.assertIsNotNone(pub_back, "the publisher did not reconnect after SIGCONT")
         self.assertIsNotNone(con_back, "the consumer did not reconnect after SIGCONT")
-        time.sleep(2)
+        fs.wait_flowing(ledger)  # the stream resumed
         self.assertTrue(proxy.alive())
         self.finish(queue, ledger, pub, con, "broker stall (SIGSTOP)")
         self.record(fault="broker stalled (SIGSTOP 10 s, SIGCONT) under publishing load",
@@ -418,7 +359,7 @@ class BrokerFaultTest(fs.FaultTest):
                                    + con.events.since(t_stop, "error")})[:6],
                     new_connection_during_stall=(new_conn[0], round(new_conn[1], 2)),
                     rss_kb_before=rss_before, rss_kb_peak_during_stall=sampler_max,
-                    rss_kb_peak=peak_rss, flood_messages_64k=sum(flood_sent),
+                    rss_kb_peak=peak_rss, flood_messages_64k=sum(flood.sent),
                     proxy_silence_log=silent_lines[:2])
         self.assertLess(max(pub_err, con_err), 2 * hb + 3.5,
                         "a client whose broker went silent was closed only after "

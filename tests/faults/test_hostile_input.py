@@ -31,22 +31,23 @@ proxy alive, and the bystander (a pika publisher with confirms and a consumer th
 same proxy) without a single connection error and with an exact account (lost = 0).
 The broker's own answer to each frame case (sent directly to the private node) is recorded
 next to the proxy's.
+
+What each case sends is in hostile_cases.py, the shared proxy, its bystander and the outcome
+of a raw connection in hostile_support.py, the policy file rewrites in hostile_reload.py.
 """
 
 import collections
-import json
-import os
-import socket
-import struct
 import threading
 import time
 import unittest
 
 import faults_support as fs
+import hostile_cases as hc
+import hostile_reload as hr
 import rawamqp as raw
+from hostile_support import HostileCase, run_all, short
 
 NODE = None
-EOF_WITHIN = 5.0
 
 
 def setUpModule():
@@ -58,193 +59,12 @@ def tearDownModule():
     fs.stop_module_node()
 
 
-def open_client(port, heartbeat=0, channel=True):
-    c = raw.Client(port, timeout=5)
-    c.handshake(heartbeat=heartbeat)
-    if channel:
-        c.open_channel(1)
-    return c
-
-
-def outcome(client, send=None, timeout=EOF_WITHIN):
-    """Sends `send`, then reads until EOF: what came back (connection.close code, EOF,
-    seconds)."""
-    out = {"close": None, "eof": False, "error": None}
-    t0 = time.monotonic()
-    try:
-        if send:
-            client.sock.sendall(send)
-    except OSError as exc:
-        out["send_error"] = type(exc).__name__
-    deadline = t0 + timeout
-    try:
-        while time.monotonic() < deadline:
-            try:
-                f = client.read_frame(max(0.01, deadline - time.monotonic()))
-            except socket.timeout:
-                break
-            if f.method == raw.CONNECTION_CLOSE:
-                out["close"] = raw.parse_close(f)
-                try:
-                    client.sock.sendall(raw.connection_close_ok())
-                except OSError:
-                    pass
-            elif f.method == raw.CHANNEL_CLOSE:
-                out.setdefault("channel_close", raw.parse_close(f))
-    except raw.PeerClosed:
-        out["eof"] = True
-    except ConnectionResetError:
-        out["eof"] = True
-        out["reset"] = True
-    except (OSError, ValueError) as exc:
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    out["seconds"] = round(time.monotonic() - t0, 2)
-    client.abort()
-    return out
-
-
-def short(o):
-    code = o["close"][0] if o.get("close") else None
-    text = o["close"][1][:60] if o.get("close") else None
-    return {"code": code, "text": text, "eof": o["eof"], "s": o["seconds"],
-            **({"channel_close": o["channel_close"][0]} if o.get("channel_close") else {})}
-
-
-def run_all(calls):
-    """Runs {key: (fn, arg)} at once, each in its own thread; {key: fn(arg)}. The first
-    exception is raised here, once all have ended."""
-    out = {}
-
-    def run(key, fn, arg):
-        try:
-            out[key] = fn(arg)
-        except BaseException as exc:  # re-raised below, in the test's thread
-            out[key] = exc
-
-    threads = [threading.Thread(target=run, args=(key, fn, arg), daemon=True)
-               for key, (fn, arg) in calls.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    for key in calls:
-        if key not in out:
-            raise TimeoutError(f"{key} did not end within 60 s")
-        if isinstance(out[key], BaseException):
-            raise out[key]
-    return out
-
-
-class HostileInputTest(fs.FaultTest):
-    proxy = None
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.proxy = fs.FaultProxy("hostile", handshake="2s", policies={
-            "all.yaml": fs.policy_yaml("faults.*", 3, rate=fs.NO_RATE_LIMITS)}).start()
-        cls.proxy.shared = True
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.proxy.stop()
-        cls.proxy.remove_dir()
-        super().tearDownClass()
-
-    def setUp(self):
-        super().setUp()
-        self.proxies.append(self.proxy)  # its log is printed if the test fails
-        self.assertTrue(self.proxy.alive(), "the shared proxy died in an earlier test")
-        self.by_queue = self.queue("hostileby")
-        self.by_ledger = fs.Ledger("bystander")
-        self.by_pub = fs.Publisher(self.proxy.port, self.by_queue, self.by_ledger, "hb",
-                                   rate=40, name="bystander-publisher")
-        self.by_con = fs.Consumer(self.proxy.port, self.by_queue, self.by_ledger, prefetch=10,
-                                  name="bystander-consumer")
-        self.addCleanup(self.by_pub.stop, 5)
-        self.addCleanup(self.by_con.stop, 5)
-        self.by_con.start()
-        self.by_pub.start()
-        fs.wait_until(lambda: self.by_pub.connects and self.by_con.connects, 10)
-        self.rss_before = self.proxy.rss_kb()
-        self.sampler = fs.Sampler(self.proxy.pid, 0.05)
-        self.sampler.start()
-        self.addCleanup(self.sampler.stop)
-
-    def finish(self):
-        """The bystander was never disconnected and lost nothing; the proxy is alive."""
-        self.assertTrue(self.proxy.alive(), f"the proxy exited: {self.proxy.process.returncode}")
-        self.sampler.stop()
-        fs.wait_until(lambda: len(self.by_ledger.confirmed) > 20, 10)
-        self.by_pub.stop()
-        poison = sum(1 for i in self.by_ledger.confirmed if fs.number_of(i) % 25 == 0)
-        fs.wait_drained(self.by_ledger, self.by_queue, 30, dlq_expected=poison)
-        self.by_con.stop()
-        errors = [d for _, k, d in self.by_pub.events.events + self.by_con.events.events
-                  if k == "error"]
-        account = self.by_ledger.account(*fs.final_count(NODE, self.by_queue))
-        self.record(bystander=account, bystander_errors=errors[:3],
-                    rss_kb_before=self.rss_before, rss_kb_peak=self.sampler.max_rss_kb())
-        self.assertEqual(errors, [], "the bystander's connections were disturbed")
-        self.assertEqual((self.by_pub.connects, self.by_con.connects), (1, 1))
-        self.assert_no_loss(account, "bystander")
-
-    def assert_clean(self, o, what, codes=None):
-        self.assertIsNone(o.get("error"), f"{what}: {o}")
-        self.assertTrue(o["eof"], f"{what}: no EOF within {EOF_WITHIN}s: {o}")
-        self.assertLess(o["seconds"], EOF_WITHIN + 0.5, f"{what}: {o}")
-        if codes is not None:
-            self.assertIsNotNone(o["close"], f"{what}: EOF without connection.close: {o}")
-            self.assertIn(o["close"][0], codes, f"{what}: {o}")
-
-    def both(self, make, concurrent=True, **kw):
-        """Runs a case against the broker directly and through the proxy; at the same time
-        unless told otherwise (the broker's answer is only recorded, and is often a silence
-        of several seconds)."""
-        if not concurrent:
-            return {"broker": make(fs.BROKER_PORT, **kw), "proxy": make(self.proxy.port, **kw)}
-        return self.each_both({None: make})[None]
-
-    def each_both(self, cases):
-        """Runs every case of {name: make(port)} against the broker and through the proxy,
-        all at once, each on its own connection; {name: {"broker": ..., "proxy": ...}}."""
-        calls = {(name, side): (make, port) for name, make in cases.items()
-                 for side, port in (("broker", fs.BROKER_PORT), ("proxy", self.proxy.port))}
-        return {name: {side: r for (n, side), r in run_all(calls).items() if n == name}
-                for name in cases}
+class HostileInputTest(HostileCase):
 
     # ------------------------------------------------------------ oversize frames
     def test_huge_frame_lengths(self):
-        results = {}
-
-        def after_handshake(port):
-            c = open_client(port)
-            return outcome(c, struct.pack(">BHI", raw.FRAME_METHOD, 1, 0xFFFFFFF0) + b"\0" * 64)
-
-        def before_tune(port):
-            c = raw.Client(port, timeout=5)
-            c.send(raw.PROTOCOL_HEADER)
-            c.expect(raw.CONNECTION_START)
-            # start-ok announced as 100 MB (frame_max is not even negotiated yet)
-            return outcome(c, struct.pack(">BHI", raw.FRAME_METHOD, 0, 100 * 1024 * 1024)
-                           + b"\0" * 4096)
-
-        def body_bigger_than_frame_max(port):
-            # a complete 1 MiB body frame where frame_max is 128 KiB, inside a real message
-            c = open_client(port)
-            publish = raw.method_frame(1, raw.BASIC_PUBLISH, struct.pack(">H", 0)
-                                       + raw.shortstr("") + raw.shortstr(self.by_queue)
-                                       + b"\0")
-            header = raw.content_header(1, 1 << 20)
-            return outcome(c, publish + header + raw.frame(raw.FRAME_BODY, 1, b"b" * (1 << 20)))
-
-        runs = self.each_both({"4 GiB length after the handshake": after_handshake,
-                               "100 MB start-ok before tune": before_tune,
-                               "1 MiB body frame, frame_max 128 KiB": body_bigger_than_frame_max})
-        for name, r in runs.items():
-            results[name] = {k: short(v) for k, v in r.items()}
-            with self.subTest(case=name):
-                self.assert_clean(r["proxy"], name)
+        runs = self.each_both(hc.huge_frame_cases(self.by_queue))
+        results = self.assert_each_clean(runs)
         peak = self.sampler.max_rss_kb()
         self.record(fault="frames far larger than frame_max", cases=results)
         self.assertLess(peak - self.rss_before, 16 * 1024,
@@ -253,37 +73,11 @@ class HostileInputTest(fs.FaultTest):
 
     # ------------------------------------------------------------ frame-level oddities
     def test_bad_frames_mid_message_and_unknown_methods(self):
-        q = self.by_queue
-        publish = raw.method_frame(1, raw.BASIC_PUBLISH, struct.pack(">H", 0) + raw.shortstr("")
-                                   + raw.shortstr(q) + b"\0")
-        cases = {
-            "bad end octet on a body frame mid-message":
-                (publish + raw.content_header(1, 10) + raw.frame(raw.FRAME_BODY, 1, b"12345")
-                 + raw.frame(raw.FRAME_BODY, 1, b"67890", end=0x00), {501}),
-            "basic.publish then a body frame, no header":
-                (publish + raw.frame(raw.FRAME_BODY, 1, b"hello"), {505}),
-            "unknown class 999 on channel 1":
-                (raw.method_frame(1, (999, 1), b"\0\0\0\0"), None),
-            "unknown class 999 on channel 0":
-                (raw.method_frame(0, (999, 1), b"\0\0\0\0"), None),
-            "unknown method 999 of class basic":
-                (raw.method_frame(1, (60, 999), b"\0\0\0\0"), None),
-            "channel.open on the proxy's reserved channel (offered channel_max + 1)":
-                ("reserved", None),
-        }
         results = {}
-
-        def case_for(payload):
-            def case(port):
-                c = open_client(port)
-                return outcome(c, raw.channel_open(c.tune[0] + 1) if payload == "reserved"
-                               else payload)
-            return case
-
         # One case at a time (its broker-direct run alongside): all twelve connections at once
         # made this test take 33 s instead of 10.
-        for name, (payload, codes) in cases.items():
-            r = self.both(case_for(payload))
+        for name, (case, codes) in hc.bad_frame_cases(self.by_queue).items():
+            r = self.both(case)
             results[name] = {k: short(v) for k, v in r.items()}
             with self.subTest(case=name):
                 self.assert_clean(r["proxy"], name, codes)
@@ -295,11 +89,7 @@ class HostileInputTest(fs.FaultTest):
         self.finish()
 
     def test_truncated_frame_then_silence_with_heartbeat(self):
-        def case(port):
-            c = open_client(port, heartbeat=2)
-            frame = raw.method_frame(1, raw.BASIC_QOS, struct.pack(">IHB", 0, 10, 0))
-            return outcome(c, frame[:6], timeout=10)  # the rest never comes
-        r = self.both(case)
+        r = self.both(hc.truncated_frame_then_silence)
         self.record(fault="truncated frame, then silence (heartbeat 2)",
                     cases={k: short(v) for k, v in r.items()},
                     proxy_log=self.proxy.log_lines("sent nothing for")[-1:])
@@ -309,91 +99,27 @@ class HostileInputTest(fs.FaultTest):
 
     # ------------------------------------------------------------ deep field tables
     def test_field_tables_nested_10000_deep(self):
-        depth = 10000
-        deep = raw.nested_table(depth)
+        deep = raw.nested_table(10000)
         self.assertLess(len(deep), 100000)
-        results = {}
-
         # (a) in method arguments, through the proxy and directly
-        def declare_deep(port):
-            c = open_client(port)
-            args = struct.pack(">H", 0) + raw.shortstr(fs.unique_queue("deepdecl")) + b"\0" + deep
-            return outcome(c, raw.method_frame(1, raw.QUEUE_DECLARE, args))
-
-        def consume_deep(port):
-            c = open_client(port)
-            args = (struct.pack(">H", 0) + raw.shortstr(self.by_queue) + raw.shortstr("")
-                    + b"\0" + deep)
-            return outcome(c, raw.method_frame(1, raw.BASIC_CONSUME, args))
-
-        runs = self.each_both({"queue.declare arguments": declare_deep,
-                               "basic.consume arguments": consume_deep})
-        for name, r in runs.items():
-            results[name] = {k: short(v) for k, v in r.items()}
-            with self.subTest(case=name):
-                self.assert_clean(r["proxy"], name)
-                self.assertTrue(self.proxy.alive(), f"{name}: the proxy died")
+        runs = self.each_both(hc.deep_argument_cases(deep, self.by_queue))
+        results = self.assert_each_clean(runs, proxy_alive=True)
 
         # (b) in a publish's headers through the proxy: refused or accepted, never a crash
         ledger = fs.Ledger("deep")
         queue = self.queue("deep")
-        c = open_client(self.proxy.port)
-        c.confirm_select(1)
-        ledger.publish("deep-000001")
-        c.send(raw.publish_frames(1, "", queue, fs.body_for("deep-000001", 64), c.frame_max,
-                                  message_id="deep-000001", persistent=True, headers_raw=deep))
-        try:
-            confirmed = c.wait_confirms(1, 10) and 1 in c.confirmed
-            through_proxy = {"confirmed": confirmed}
-        except raw.ConnectionClosedByPeer as exc:
-            through_proxy = {"closed": (exc.code, exc.text[:80])}
-        c.abort()
-        if through_proxy.get("confirmed"):
-            ledger.confirm("deep-000001")
-        results["publish headers, through the proxy"] = through_proxy
+        results["publish headers, through the proxy"] = hc.publish_deep(
+            self.proxy.port, queue, deep, ledger, "deep-000001")
         self.assertTrue(self.proxy.alive(), "publishing a deep table killed the proxy")
 
         # (c) the broker accepts it directly; then it is delivered through the proxy to a
         # consumer that nacks it until the policy (3) dead-letters it, or the proxy gives up
-        c = open_client(fs.BROKER_PORT)
-        c.confirm_select(1)
-        ledger.publish("deep-000002")
-        c.send(raw.publish_frames(1, "", queue, fs.body_for("deep-000002", 64), c.frame_max,
-                                  message_id="deep-000002", persistent=True, headers_raw=deep))
-        self.assertTrue(c.wait_confirms(1, 10) and 1 in c.confirmed,
+        direct = hc.publish_deep(fs.BROKER_PORT, queue, deep, ledger, "deep-000002",
+                                 close=True)
+        self.assertTrue(direct.get("confirmed"),
                         "the broker did not confirm the deep-headers message")
-        ledger.confirm("deep-000002")
-        c.close()
-        deliveries = []
-        closes = []
-        c = None
-        idle_since = time.monotonic()
-        deadline = time.monotonic() + 25
-        while time.monotonic() < deadline and len(closes) <= 5 and len(deliveries) < 20:
-            try:
-                if c is None:
-                    c = open_client(self.proxy.port)
-                    c.send(raw.basic_qos(1, 1))
-                    c.expect(raw.BASIC_QOS_OK)
-                    c.send(raw.basic_consume(1, queue))
-                    c.expect(raw.BASIC_CONSUME_OK)
-                c.pump(0.1)
-                for d in c.deliveries:
-                    if d is not None:
-                        deliveries.append((d.id, d.redelivered))
-                        c.send(raw.basic_nack(1, d.tag, requeue=True))
-                        idle_since = time.monotonic()
-                c.deliveries.clear()
-                if time.monotonic() - idle_since > 1.5:  # a redelivery takes milliseconds
-                    break
-            except (raw.ConnectionClosedByPeer, raw.PeerClosed, OSError) as exc:
-                closes.append(f"{type(exc).__name__}: {exc}"[:120])
-                if c is not None:
-                    c.abort()
-                c = None
-        if c is not None:
-            c.close()
-        time.sleep(1)
+        deliveries, closes = hc.nack_everything(self.proxy.port, queue)
+        fs.wait_none_unacked(NODE, queue)  # the last nack and the close have taken effect
         dlq, delayed, queued = fs.final_count(NODE, queue)
         account = ledger.account(dlq, delayed, queued)
         results["deep headers delivered through the proxy and nacked"] = {
@@ -421,43 +147,8 @@ class HostileInputTest(fs.FaultTest):
 
     # ------------------------------------------------------------ handshake timeouts
     def test_handshake_never_completes(self):
-        def silent(port):
-            s = socket.create_connection(("127.0.0.1", port), timeout=10)
-            c = raw.Client.__new__(raw.Client)
-            c.sock, c.buffer, c.frames = s, bytearray(), []
-            return c
-
-        def after_header(port):
-            c = raw.Client(port, timeout=10)
-            c.send(raw.PROTOCOL_HEADER)
-            return c
-
-        def after_start_ok(port):
-            c = after_header(port)
-            c.expect(raw.CONNECTION_START)
-            c.send(raw.start_ok())
-            return c
-
-        def after_tune_ok(port):
-            c = after_start_ok(port)
-            tune = c.expect(raw.CONNECTION_TUNE)
-            cm, fm, hb = struct.unpack_from(">HIH", tune.args, 0)
-            c.send(raw.tune_ok(cm, fm, 0))
-            return c
-
-        def timed(fn):
-            def run(port):
-                t0 = time.monotonic()
-                o = outcome(fn(port), None, timeout=8)
-                o["seconds"] = round(time.monotonic() - t0, 2)
-                return o
-            return run
-
-        cases = {"TCP connect, nothing sent": silent,
-                 "protocol header only": after_header,
-                 "start-ok, no tune-ok": after_start_ok,
-                 "tune-ok, no connection.open": after_tune_ok}
-        runs = run_all({name: (timed(fn), self.proxy.port) for name, fn in cases.items()})
+        cases = hc.unfinished_handshake_cases()
+        runs = run_all({name: (case, self.proxy.port) for name, case in cases.items()})
         results = {}
         for name in cases:  # all at once: each is closed after timeouts.handshake all the same
             o = runs[name]
@@ -471,68 +162,15 @@ class HostileInputTest(fs.FaultTest):
 
     # ------------------------------------------------------------ channel.open flood
     def test_channel_open_flood(self):
-        n = 5000
-
-        def flood(port):
-            c = open_client(port, channel=False)
-            t0 = time.monotonic()
-            c.sock.sendall(b"".join(raw.channel_open(ch) for ch in range(1, n + 1)))
-            opened = 0
-            close = None
-            deadline = t0 + 30
-            try:
-                while time.monotonic() < deadline and opened < n:
-                    f = c.read_frame(max(0.01, deadline - time.monotonic()))
-                    if f.method == raw.CHANNEL_OPEN_OK:
-                        opened += 1
-                    elif f.method == raw.CONNECTION_CLOSE:
-                        close = raw.parse_close(f)
-                        c.sock.sendall(raw.connection_close_ok())
-                        break
-            except (raw.PeerClosed, OSError):
-                pass
-            seconds = time.monotonic() - t0
-            c.abort()
-            return {"opened": opened, "close": close and (close[0], close[1][:70]),
-                    "s": round(seconds, 2), "channel_max": c.tune[0]}
-
-        def cycles(port, rounds=5, width=1000):
-            # 5,000 channel.open within channel_max: channels 1..1000 opened and closed,
-            # pipelined, 5 times (a channel may be reopened only after its close-ok); every
-            # one must open and close
-            c = open_client(port, channel=False)
-            t0 = time.monotonic()
-            opened = closed = 0
-            close = None
-            deadline = t0 + 30
-            try:
-                for _ in range(rounds):
-                    c.sock.sendall(b"".join(raw.channel_open(ch) for ch in range(1, width + 1))
-                                   + b"".join(raw.channel_close(ch)
-                                              for ch in range(1, width + 1)))
-                    target = closed + width
-                    while closed < target and time.monotonic() < deadline:
-                        f = c.read_frame(max(0.01, deadline - time.monotonic()))
-                        if f.method == raw.CHANNEL_OPEN_OK:
-                            opened += 1
-                        elif f.method == raw.CHANNEL_CLOSE_OK:
-                            closed += 1
-                        elif f.method == raw.CONNECTION_CLOSE:
-                            close = raw.parse_close(f)
-                            raise raw.PeerClosed(detail="connection.close")
-            except (raw.PeerClosed, OSError, socket.timeout):
-                pass
-            seconds = time.monotonic() - t0
-            c.close()
-            return {"opened": opened, "closed": closed, "close": close, "s": round(seconds, 2)}
-
-        within = self.both(cycles, concurrent=False)  # timed: one at a time
-        direct = flood(fs.BROKER_PORT)
+        within = self.both(hc.open_close_cycles, concurrent=False)  # timed: one at a time
+        direct = hc.channel_open_flood(fs.BROKER_PORT)
         # through the proxy, while a fresh pika connection is timed
         result = {}
-        t = threading.Thread(target=lambda: result.update(flood(self.proxy.port)))
+        sent = threading.Event()
+        t = threading.Thread(target=lambda: result.update(
+            hc.channel_open_flood(self.proxy.port, sent=sent)))
         t.start()
-        time.sleep(0.2)
+        sent.wait(5)  # the whole flood is on its way to the proxy
         t0 = time.monotonic()
         conn = fs.connect(self.proxy.port)
         ch = conn.channel()
@@ -556,9 +194,8 @@ class HostileInputTest(fs.FaultTest):
     # ------------------------------------------------------------ policy reloads
     def test_policy_file_corrupted_during_reload(self):
         queue = self.queue("reload")
-        policy_path = "reload.yaml"
         proxy = fs.FaultProxy("reload", handshake="2s", policies={
-            policy_path: fs.policy_yaml(queue, 1, rate=fs.NO_RATE_LIMITS)}).start()
+            hr.POLICY_FILE: fs.policy_yaml(queue, 1, rate=fs.NO_RATE_LIMITS)}).start()
         self.proxies.append(proxy)
         self.addCleanup(proxy.cleanup)
         ledger = fs.Ledger("reload")
@@ -570,69 +207,38 @@ class HostileInputTest(fs.FaultTest):
         self.addCleanup(con.stop, 5)
         con.start()
         pub.start()
-
-        def returns_in_force(since_line):
-            lines = [l for l in proxy.full_log().splitlines()[since_line:]
-                     if "dead-lettered:" in l and queue in l]
-            return sorted({int(l.split("returns=")[1].split()[0]) for l in lines})
-
-        def log_len():
-            return len(proxy.full_log().splitlines())
-
-        self.assertTrue(fs.wait_until(lambda: returns_in_force(0), 20), proxy.log_text())
-        self.assertEqual(returns_in_force(0), [2], "max_redeliveries 1 = dead-lettered at 2")
-        garbage = {
-            "garbage": "queue: [unterminated\n\x00\x01 max_redeliveries: {\n",
-            "half-written": f"queue: {json.dumps(queue)}\nmax_redel",
-            "bad value": f"queue: {json.dumps(queue)}\nmax_redeliveries: -5\n",
-            "empty": "",
-        }
-        path = os.path.join(proxy.policies_dir, policy_path)
+        reloads = hr.PolicyReloads(proxy, queue)
+        self.assertTrue(reloads.wait_dead_letter(0), proxy.log_text())
+        self.assertEqual(reloads.returns_in_force(0), [2],
+                         "max_redeliveries 1 = dead-lettered at 2")
+        corrupt = hr.corrupt_policies(queue)
         failed_lines = []
-        for name, text in garbage.items():
-            with open(path, "w") as f:  # not atomic on purpose
-                f.write(text)
-            mark = log_len()
-            proxy.sighup()
-            self.assertTrue(fs.wait_until(
-                lambda: any("reload failed" in l for l in proxy.full_log().splitlines()[mark:]),
-                5), f"{name}: no 'reload failed' line")
+        for name, text in corrupt.items():
+            self.assertTrue(reloads.reload_refused(text), f"{name}: no 'reload failed' line")
             failed_lines.append(name)
-        mark = log_len()
+        mark = reloads.mark()
         # every message is a poison: dead-letters go on, and say which policy is in force
-        self.assertTrue(fs.wait_until(lambda: returns_in_force(mark), 20),
-                        "no dead-letter after the corrupt files")
-        old_kept = returns_in_force(mark)
+        self.assertTrue(reloads.wait_dead_letter(mark), "no dead-letter after the corrupt files")
+        old_kept = reloads.returns_in_force(mark)
         # a storm: writes racing SIGHUPs, valid and corrupt text alternating
         valid2 = fs.policy_yaml(queue, 2, rate=fs.NO_RATE_LIMITS)
-        for i in range(100):
-            text = valid2 if i % 2 else garbage["half-written"]
-            with open(path, "w") as f:
-                f.write(text[: len(text) // 2])
-                f.flush()
-                proxy.sighup()
-                f.write(text[len(text) // 2:])
-            time.sleep(0.01)
+        reloads.storm([corrupt["half-written"], valid2])
         self.assertTrue(proxy.alive(), "the proxy died during the reload storm")
         # finally a valid file and one more reload: the new policy is in force
-        proxy.write_policy(policy_path, valid2)
-        mark = log_len()
-        proxy.sighup()
-        self.assertTrue(fs.wait_until(
-            lambda: any("reload:" in l and "policies loaded" in l
-                        for l in proxy.full_log().splitlines()[mark:]), 5))
-        mark = log_len()
-        self.assertTrue(fs.wait_until(lambda: returns_in_force(mark), 20))
-        new_in_force = returns_in_force(mark)
+        self.assertTrue(reloads.reload_valid(valid2))
+        mark = reloads.mark()
+        self.assertTrue(reloads.wait_dead_letter(mark))
+        new_in_force = reloads.returns_in_force(mark)
         pub.stop()
         fs.wait_drained(ledger, queue, 30, dlq_expected=len(ledger.confirmed))
         con.stop()
         account = ledger.account(*fs.final_count(NODE, queue))
         metrics = proxy.metrics()
-        reloads = {k: v for k, v in metrics.items() if k.startswith("nackguard_policy_reloads")}
+        reload_metrics = {k: v for k, v in metrics.items()
+                          if k.startswith("nackguard_policy_reloads")}
         self.record(fault="policy file corrupted during SIGHUP reloads", account=account,
                     corrupt_reloads_refused=failed_lines, returns_while_corrupt=old_kept,
-                    returns_after_valid_reload=new_in_force, reload_metrics=reloads,
+                    returns_after_valid_reload=new_in_force, reload_metrics=reload_metrics,
                     client_errors=[d for _, k, d in pub.events.events + con.events.events
                                    if k == "error"][:3])
         self.assert_no_loss(account, "reload stream")

@@ -17,22 +17,19 @@ tearDownModule); the shared test broker is never used.
 - 1,000 client connections at once (raw asyncio AMQP clients: handshake, 3 channels, one
   confirmed publish, close): the proxy's fd count returns exactly to its baseline within 5 s
   and its RSS to within 20 MB of it within 3 s more.
+
+The consumer children, the slow raw consumer and the metric watcher are in
+process_fault_support.py, the many connections in connection_burst.py.
 """
 
-import asyncio
-import collections
 import os
-import resource
 import signal
-import struct
-import subprocess
-import sys
-import threading
 import time
 import unittest
 
+import connection_burst
 import faults_support as fs
-import rawamqp
+import process_fault_support as ps
 
 NODE = None
 
@@ -51,36 +48,18 @@ class ProcessFaultTest(fs.FaultTest):
     def bystander(self, proxy, tag, rate=50):
         """A steady publisher and consumer on their own queue through `proxy` (whose
         policies must cover the queue: policies={"by.yaml": ...} with queue "faults.*")."""
-        queue = self.queue(tag)
-        ledger = fs.Ledger(tag)
-        pub = fs.Publisher(proxy.port, queue, ledger, tag, rate=rate)
-        con = fs.Consumer(proxy.port, queue, ledger, prefetch=10)
-        self.addCleanup(pub.stop, 5)
-        self.addCleanup(con.stop, 5)
-        con.start()
-        pub.start()
-        return queue, ledger, pub, con
+        stream = fs.Bystander(proxy.port, self.queue(tag), fs.Ledger(tag), tag, rate=rate)
+        self.addCleanup(stream.stop, 5)
+        return stream.start()
 
-    def finish_bystander(self, queue, ledger, pub, con):
-        pub.stop()
-        poison = sum(1 for i in ledger.confirmed if fs.number_of(i) % 25 == 0)
-        fs.wait_drained(ledger, queue, 30, dlq_expected=poison)
-        con.stop()
-        account = ledger.account(*fs.final_count(NODE, queue))
+    def finish_bystander(self, stream):
+        stream.drain(30)
+        account = stream.ledger.account(*fs.final_count(NODE, stream.queue))
         self.assert_no_loss(account, "bystander")
         return account
 
     def account(self, ledger, queue, what, extra_queues=(), poison_every=25):
-        types = NODE.queue_types(queue)
-        dlq, delayed, queued = fs.final_count(NODE, queue, extra_queues)
-        account = ledger.account(dlq, delayed, queued)
-        fs.log(f"{what}: {fs.Ledger.summary(account)}")
-        self.record(account=account)
-        self.assert_no_loss(account, what)
-        self.assert_only_poison_dead_lettered(dlq, poison_every, what)
-        self.assertEqual(types.get(queue), fs.QUEUE_TYPE, f"{what}: the queue's type: {types}")
-        self.assert_proxy_queues_typed(NODE, queue, what)
-        return account
+        return self.assert_exact_account(NODE, ledger, queue, what, extra_queues, poison_every)
 
     # ------------------------------------------------------------ (2) consumer kill -9
     def test_consumer_killed_holding_unacked_and_delayed(self):
@@ -94,80 +73,36 @@ class ProcessFaultTest(fs.FaultTest):
         pub = fs.Publisher(proxy.port, queue, ledger, "ck", rate=80)
         self.addCleanup(pub.stop, 5)
         pub.start()
-        events = os.path.join(proxy.dir, "consumer-events.txt")
-        children = []
-
-        child_log = os.path.join(proxy.dir, "consumer-stderr.txt")
-
-        def spawn():
-            with open(child_log, "ab") as err:
-                child = subprocess.Popen(
-                    [sys.executable, os.path.join(fs.HERE, "faults_support.py"), "consume",
-                     str(proxy.port), queue, events, "50", "40", "1000", "25", "7"],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
-            children.append(child)
-            self.addCleanup(lambda: child.poll() is None and (child.kill(), child.wait()))
-            return child
-
+        children = ps.ConsumerChildren(proxy.port, queue, proxy.dir, self.addCleanup)
         delay_queue = f"nackguard.delay.{queue}.1000ms"
         self.queues_to_delete += [delay_queue, f"nackguard.delay.{queue}.2000ms"]
         kills = []
         for round_ in range(2):
-            child = spawn()
+            child = children.spawn()
+            # Deliberate: the consumer works 4.5 s before each kill, long enough for its nacks
+            # to pass through the 1 s and 2 s delay queues, so that the kill falls among
+            # delayed republishes at both backoff steps (the unacked deliveries it holds are
+            # awaited at the kill itself).
             time.sleep(4.5)
             if child.poll() is not None:
-                with open(child_log, errors="replace") as f:
-                    self.fail(f"consumer {round_} exited by itself: {f.read()[-2000:]}")
-            # The consumer acks in batches, so it holds unacked deliveries most of the time,
-            # but the broker's count can read 0 between two batches (CI once read it twice):
-            # kill at a moment it reads more, as the test means to.
-            unacked = [0]
-
-            def holds_unacked():
-                unacked[0] = NODE.queues(queue).get(queue, (None, 0))[1]
-                return unacked[0] > 0
-
-            fs.wait_until(holds_unacked, 15, 0.1)
-            unacked = unacked[0]
-            waiting_delayed = fs.message_count(delay_queue)
-            child.send_signal(signal.SIGKILL)
-            child.wait()
-            kills.append({"unacked_at_kill": unacked, "in_delay_queue_at_kill": waiting_delayed})
+                self.fail(f"consumer {round_} exited by itself: {children.stderr_tail()}")
+            kills.append(children.kill_holding_unacked(child, NODE, delay_queue))
             fs.log(f"consumer kill {round_}: {kills[-1]}")
-        time.sleep(1)
+        time.sleep(1)  # deliberate: 1 s more of publishing with no consumer at all
         pub.stop()
-        final = spawn()
+        final = children.spawn()
         poison = sum(1 for i in ledger.confirmed if fs.number_of(i) % 25 == 0)
-
-        def settled():
-            fresh = fs.Ledger("probe")
-            fresh.confirmed = set(ledger.confirmed)
-            fs.read_consumer_events(events, fresh)
-            missing = fresh.unconsumed_confirmed()
-            dlq = fs.message_count(f"{queue}.dlq") or 0
-            return fs.message_count(queue) == 0 and missing <= dlq and dlq >= poison
-
-        drained = fs.wait_until(settled, 60, 0.5)
-        time.sleep(1)
+        drained = fs.wait_until(lambda: children.settled(ledger, poison), 60, 0.5)
+        fs.wait_none_unacked(NODE, queue)  # the last consumer's acks have reached the broker
         final.send_signal(signal.SIGTERM)
         final.wait(10)
-        time.sleep(0.5)
-        fs.read_consumer_events(events, ledger)
+        fs.wait_none_unacked(NODE, queue)  # what it still held is back in the queue
+        children.read_events(ledger)
         metrics = proxy.metrics()
         account = self.account(ledger, queue, "consumer kill -9")
         self.record(fault="consumer kill -9 (x2) holding unacked deliveries and delayed "
                           "republishes (requeue: delayed)",
-                    kills=kills, drained=drained,
-                    returns_total=sum(v for k, v in metrics.items()
-                                      if k.startswith("nackguard_returns_total")),
-                    requeues={k.split("action=")[1].split('"')[1]: v for k, v in metrics.items()
-                              if k.startswith("nackguard_requeues_total")},
-                    fallbacks=proxy.metric_sum("nackguard_fallbacks_total"),
-                    fallback_causes={k.split("cause=")[1].split('"')[1]: v
-                                     for k, v in metrics.items()
-                                     if k.startswith("nackguard_fallbacks_total") and v},
-                    fallback_log=[line.split(" ", 2)[-1][:200]
-                                  for line in proxy.log_lines("fallback")[:3]])
+                    kills=kills, drained=drained, **ps.copy_counters(proxy, metrics))
         self.assertTrue(any(k["unacked_at_kill"] for k in kills),
                         f"the consumer held no unacked deliveries when killed: {kills}")
         self.assertTrue(any(k["in_delay_queue_at_kill"] for k in kills),
@@ -211,7 +146,7 @@ class ProcessFaultTest(fs.FaultTest):
         self.assertTrue(burst, "no dead-letter burst before the kill")
         pub_err = fs.wait_until(lambda: pub.events.since(t_kill, "error"), 10, 0.05)
         con_err = fs.wait_until(lambda: con.events.since(t_kill, "error"), 10, 0.05)
-        time.sleep(1.5)
+        time.sleep(1.5)  # deliberate: the proxy stays down 1.5 s while the clients retry
         t_restart = time.monotonic()
         proxy.restart()
         restart_s = time.monotonic() - t_restart
@@ -226,18 +161,13 @@ class ProcessFaultTest(fs.FaultTest):
         poison = sum(1 for i in ledger.confirmed if fs.number_of(i) % 3 == 0)
         drained = fs.wait_drained(ledger, queue, 60, dlq_expected=poison)
         self.assertTrue(con.stop(), "the consumer thread is stuck")
-        time.sleep(0.5)
+        fs.wait_none_unacked(NODE, queue)  # the consumer's close has reached the broker
         account = self.account(ledger, queue, "proxy kill -9", poison_every=3)
         errors = sorted({d for _, _, d in pub.events.since(t_kill, "error")
                          + con.events.since(t_kill, "error")})
         self.record(fault="proxy kill -9 during a republish/dead-letter burst, restart",
                     dlq_at_kill=dlq_at_kill, drained=drained, restart_s=round(restart_s, 2),
-                    metrics_before_kill={
-                        "dead_letters": sum(v for k, v in before.items()
-                                            if k.startswith("nackguard_dead_letters_total")),
-                        "delayed": sum(v for k, v in before.items()
-                                       if k.startswith("nackguard_requeues_total")
-                                       and "delayed" in k)},
+                    metrics_before_kill=ps.dead_letter_counters(before),
                     client_errors=errors[:6])
         self.assertTrue(pub_err and con_err, "a client did not notice the proxy's death")
         self.assertTrue(drained, f"not drained: {fs.Ledger.summary(account)}")
@@ -259,7 +189,7 @@ class ProcessFaultTest(fs.FaultTest):
         self.addCleanup(con.stop, 5)
         con.start()
         pub.start()
-        time.sleep(3)
+        fs.wait_flowing(ledger, 100)  # both clients connected, the stream flowing
         self.addCleanup(lambda: proxy.alive() and os.kill(proxy.pid, signal.SIGCONT))
         t_stop = time.monotonic()
         os.kill(proxy.pid, signal.SIGSTOP)
@@ -268,7 +198,7 @@ class ProcessFaultTest(fs.FaultTest):
             got_con = fs.wait_until(lambda: con.events.since(t_stop, "error"), 15, 0.05)
             remaining = 10 - (time.monotonic() - t_stop)
             if remaining > 0:
-                time.sleep(remaining)
+                time.sleep(remaining)  # deliberate: the stall lasts 10 s
         finally:
             os.kill(proxy.pid, signal.SIGCONT)
         t_cont = time.monotonic()
@@ -278,13 +208,14 @@ class ProcessFaultTest(fs.FaultTest):
         back = fs.wait_until(lambda: pub.events.since(t_cont, "connected")
                              and con.events.since(t_cont, "connected"), 40, 0.1)
         self.assertTrue(back, "the clients did not reconnect after SIGCONT")
-        time.sleep(3)
+        fs.wait_flowing(ledger)  # the stream flows again
         self.assertTrue(pub.stop(), "the publisher thread is stuck")
         poison = sum(1 for i in ledger.confirmed if fs.number_of(i) % 25 == 0)
         drained = fs.wait_drained(ledger, queue, 45, dlq_expected=poison)
         self.assertTrue(con.stop(), "the consumer thread is stuck")
         self.account(ledger, queue, "proxy stall (SIGSTOP)")
-        closes = {"publisher": round(pub_err[0] - t_stop, 2), "consumer": round(con_err[0] - t_stop, 2)}
+        closes = {"publisher": round(pub_err[0] - t_stop, 2),
+                  "consumer": round(con_err[0] - t_stop, 2)}
         self.record(fault="proxy stalled (SIGSTOP 10 s, SIGCONT), clients with heartbeat 2",
                     heartbeat=hb, close_after_s=closes, errors=[pub_err[2], con_err[2]],
                     drained=drained)
@@ -293,6 +224,8 @@ class ProcessFaultTest(fs.FaultTest):
                         f"pika noticed the stalled proxy only after {closes}")
         for error in (pub_err[2], con_err[2]):
             self.assertTrue(error.startswith(("AMQPHeartbeatTimeout", "StreamLostError")), error)
+
+    # ------------------------------------------------------------ slow consumers
     def slow_setup(self, tag, extra_config="", keep_bodies=False):
         """keep_bodies: the queue's own policy says `requeue: delayed`, under which every
         delivery keeps its body (a first return needs a copy); under `immediate` a first
@@ -319,60 +252,27 @@ class ProcessFaultTest(fs.FaultTest):
         4 s, then reads slowly (acking what it took), then drains: TCP back-pressure."""
         queue, proxy, ledger, bystander, sampler = self.slow_setup("slowread")
         baseline = proxy.rss_kb()
-        client = rawamqp.Client(proxy.port, timeout=10, rcvbuf=65536)
-        self.addCleanup(client.abort)
-        client.handshake()
-        client.open_channel(1)
-        client.send(rawamqp.basic_qos(1, 0))
-        client.expect(rawamqp.BASIC_QOS_OK)
-        client.send(rawamqp.basic_consume(1, queue))
-        client.expect(rawamqp.BASIC_CONSUME_OK)
-        time.sleep(4)  # not reading at all: the broker could send all 80 MB meanwhile
+        consumer = ps.SlowRawConsumer(proxy.port, queue, ledger)
+        self.addCleanup(consumer.abort)
+        consumer.start()
+        # Deliberate: 4 s of not reading at all; the broker could send all 80 MB meanwhile.
+        time.sleep(4)
         peak_stalled = sampler.max_rss_kb()
         retained_stalled = proxy.metric_sum("nackguard_retained_body_bytes")
-        # Every 500th message is nacked (requeue) once; the rest are acked, multiple=true,
-        # after each read.
-        taken = collections.Counter()
-
-        def read_and_settle(seconds):
-            client.pump(seconds)
-            last = None
-            for d in client.deliveries:
-                if d is None:
-                    continue
-                if fs.number_of(d.id) % 500 == 0 and not d.redelivered:
-                    if last is not None:
-                        client.send(rawamqp.basic_ack(1, last, multiple=True))
-                        last = None
-                    client.send(rawamqp.basic_nack(1, d.tag, requeue=True))
-                    ledger.returned(d.id)
-                    continue
-                ledger.consume(d.id)
-                taken[d.id] += 1
-                last = d.tag
-            client.deliveries.clear()
-            if last is not None:
-                client.send(rawamqp.basic_ack(1, last, multiple=True))
-
-        slow_until = time.monotonic() + 3
-        while time.monotonic() < slow_until:  # slow: ~10 ms of reading every 100 ms
-            read_and_settle(0.01)
-            time.sleep(0.09)
-        slow_taken = len(taken)
-        deadline = time.monotonic() + 60
-        while len(taken) < 20000 and time.monotonic() < deadline:
-            read_and_settle(0.05)
-        client.close()
+        consumer.read_slowly(3)
+        slow_taken = len(consumer.taken)
+        consumer.read_all(20000, 60)
+        consumer.close()
         sampler.stop()
         peak = sampler.max_rss_kb()
-        by_account = self.finish_bystander(*bystander)
+        by_account = self.finish_bystander(bystander)
         account = self.account(ledger, queue, "slow consumer (not reading)")
         self.record(fault="slow consumer, prefetch 0, 20k x 4 KiB queued: stops reading 4 s, "
                           "then reads slowly, then drains (acking as it goes)",
                     rss_kb_baseline=baseline, rss_kb_peak_not_reading=peak_stalled,
                     retained_bytes_not_reading=retained_stalled, taken_while_slow=slow_taken,
                     rss_kb_peak=peak, bystander=by_account)
-        self.assertEqual(len(taken), 20000, fs.Ledger.summary(account))
+        self.assertEqual(len(consumer.taken), 20000, fs.Ledger.summary(account))
         self.assertLess(peak, 100 * 1024, f"RSS peaked at {peak} KiB")
 
     RETAINED_LIMIT = 32 << 20
@@ -396,17 +296,9 @@ class ProcessFaultTest(fs.FaultTest):
             "slowpika", extra_config=f"limits: {{retained_body_bytes: {limit}}}\n",
             keep_bodies=True)
         baseline = proxy.rss_kb()
-        retained = []
-        halt = threading.Event()
-
-        def sample_retained():
-            while not halt.is_set():
-                retained.append(proxy.metric_sum("nackguard_retained_body_bytes"))
-                halt.wait(0.2)
-
-        watcher = threading.Thread(target=sample_retained, daemon=True)
+        watcher = ps.MetricWatcher(proxy, "nackguard_retained_body_bytes")
         watcher.start()
-        self.addCleanup(halt.set)
+        self.addCleanup(watcher.stop)
         slow = fs.Consumer(proxy.port, queue, ledger, prefetch=0, work=0.0005,
                            decide=lambda i, r, h: "ack", name="pika-slow")
         self.addCleanup(slow.stop, 5)
@@ -414,10 +306,9 @@ class ProcessFaultTest(fs.FaultTest):
         ok = fs.wait_until(lambda: len(ledger.consumed) >= 20000, 120, 0.5)
         slow.stop()
         sampler.stop()
-        halt.set()
-        watcher.join(5)
+        retained = watcher.stop().values
         peak = sampler.max_rss_kb()
-        by_account = self.finish_bystander(*bystander)
+        by_account = self.finish_bystander(bystander)
         account = self.account(ledger, queue, "slow consumer (pika, all unacked)")
         limit_metric = proxy.metric_sum("nackguard_retained_body_bytes_limit")
         retained_peak = max(retained, default=0)
@@ -446,115 +337,6 @@ class ProcessFaultTest(fs.FaultTest):
                              f"+ the {limit >> 20} MiB budget + {self.RSS_SLACK >> 20} MiB")
 
     # ------------------------------------------------------------ (8) many connections
-    # How long no new connection may open before the clients stop waiting for the others. A
-    # 4.0 or 4.3 node pauses its handshakes about 5 s now and then under a burst: 300
-    # connections straight to the 4.3 node, no nackguard, stalled 5.0 s in 3 runs of 4 here
-    # (3.10: none). A stall shorter than this is waited out; a longer one fails the test.
-    STALL_S = 10
-
-    def many_connections(self, proxy, n_conns, queue, prefix, gate_size=100):
-        """n_conns raw asyncio clients through `proxy`, all at once: handshake, channels
-        1-3, confirm.select and one persistent publish on channel 1 (its confirm awaited),
-        then each stays open until all are (or until no more open for STALL_S), closes
-        channels 2 and 3 and the connection. Returns (ledger, stats)."""
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < 3 * n_conns + 200:
-            if hard < 3 * n_conns + 200:
-                self.skipTest(f"RLIMIT_NOFILE hard limit {hard} is too low for {n_conns} "
-                              "connections")
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        ledger = fs.Ledger(prefix)
-        state = {"open": 0, "peak_open": 0}
-        release = None
-
-        async def work(conn, index, opened):
-            for ch in (1, 2, 3):
-                await conn.send(rawamqp.channel_open(ch))
-                await conn.expect(rawamqp.CHANNEL_OPEN_OK, ch)
-            await conn.send(rawamqp.confirm_select(1))
-            await conn.expect(rawamqp.CONFIRM_SELECT_OK, 1)
-            msg_id = f"{prefix}-{index:06d}"
-            ledger.publish(msg_id)
-            await conn.send(rawamqp.publish_frames(1, "", queue, fs.body_for(msg_id, 128),
-                                                   conn.frame_max, msg_id, persistent=True))
-            ack = await conn.expect(rawamqp.BASIC_ACK, 1)
-            if struct.unpack_from(">Q", ack.args, 0)[0] == 1:
-                ledger.confirm(msg_id)
-            opened()
-            state["open"] += 1
-            state["peak_open"] = max(state["peak_open"], state["open"])
-            await release.wait()
-            state["open"] -= 1
-            for ch in (2, 3):
-                await conn.send(rawamqp.channel_close(ch))
-                await conn.expect(rawamqp.CHANNEL_CLOSE_OK, ch)
-
-        async def one(index, gate):
-            # at most `gate_size` connections in their handshake at once, to keep the
-            # machine responsive; once open, a connection frees its slot and stays open
-            await gate.acquire()
-            freed = False
-
-            def opened():
-                nonlocal freed
-                if not freed:
-                    freed = True
-                    gate.release()
-
-            try:
-                return await asyncio.wait_for(
-                    rawamqp.async_session(proxy.port, lambda c: work(c, index, opened)), 90)
-            finally:
-                opened()
-
-        async def main():
-            nonlocal release
-            release = asyncio.Event()
-            gate = asyncio.Semaphore(gate_size)
-            tasks = [asyncio.ensure_future(one(i, gate)) for i in range(1, n_conns + 1)]
-            t0 = time.monotonic()
-            last, last_change = -1, time.monotonic()
-            while time.monotonic() - t0 < 60:
-                if state["open"] != last:
-                    last, last_change = state["open"], time.monotonic()
-                if state["open"] >= n_conns or time.monotonic() - last_change > self.STALL_S:
-                    break
-                await asyncio.sleep(0.05)
-            held = state["open"]
-            held_s = time.monotonic() - t0
-            await asyncio.sleep(0.5)  # let the sampler see them all
-            release.set()
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            return results, held, held_s, time.monotonic() - t0
-
-        fd_base = fs.settled_fd_count(proxy.pid)
-        rss_base = proxy.rss_kb()
-        conns_base = proxy.metric_sum("nackguard_client_connections")
-        sampler = fs.Sampler(proxy.pid, 0.1)
-        sampler.start()
-        self.addCleanup(sampler.stop)
-        results, held, held_s, total_s = asyncio.run(main())
-        failures = [repr(r) for r in results if isinstance(r, BaseException)]
-        t_closed = time.monotonic()
-        back = fs.wait_until(lambda: proxy.fds() == fd_base, 5, 0.05)
-        fd_back_s = time.monotonic() - t_closed
-        fd_after = proxy.fds()
-        # The proxy gives freed heap back at most once a second after connections close.
-        fs.wait_until(lambda: proxy.rss_kb() - rss_base < 20 * 1024, 3, 0.1)
-        rss_after = proxy.rss_kb()
-        sampler.stop()
-        stats = dict(connections=n_conns, failures=len(failures),
-                     failure_examples=failures[:3], open_at_once=held,
-                     open_phase_s=round(held_s, 1), total_s=round(total_s, 1),
-                     fd_baseline=fd_base, fd_peak=sampler.max_fds(), fd_after=fd_after,
-                     fd_back=back, fd_back_after_s=round(fd_back_s, 2),
-                     rss_kb_baseline=rss_base, rss_kb_peak=sampler.max_rss_kb(),
-                     rss_kb_after=rss_after,
-                     client_connections_metric=(conns_base,
-                                                proxy.metric_sum("nackguard_client_connections")))
-        fs.log(f"{n_conns} connections through {proxy.name}: {stats}")
-        return ledger, stats
-
     def check_connection_stats(self, stats, ledger, account):
         n = stats["connections"]
         self.assertEqual(stats["failures"], 0, f"{stats['failures']} of {n} connections "
@@ -576,7 +358,7 @@ class ProcessFaultTest(fs.FaultTest):
         upstream = fs.ScriptedBroker().start()
         self.addCleanup(upstream.stop)
         proxy = self.start_proxy(name="conns1000", upstream_port=upstream.port)
-        ledger, stats = self.many_connections(proxy, 1000, "scripted", "cs")
+        ledger, stats = connection_burst.open_many(proxy, 1000, "scripted", "cs")
         account = ledger.account(queued=upstream.received)
         stats["upstream_peak_open"] = upstream.peak_open
         stats["upstream_errors"] = upstream.errors[:3]
@@ -593,9 +375,9 @@ class ProcessFaultTest(fs.FaultTest):
         proxy = self.start_proxy(name="conns300", policies={
             "all.yaml": fs.policy_yaml("faults.*", 3, rate=fs.NO_RATE_LIMITS)})
         bystander = self.bystander(proxy, "connsby", rate=30)
-        time.sleep(2)
-        ledger, stats = self.many_connections(proxy, 300, queue, "cn", gate_size=50)
-        by_account = self.finish_bystander(*bystander)
+        fs.wait_flowing(bystander.ledger, 60)  # the steady stream is flowing
+        ledger, stats = connection_burst.open_many(proxy, 300, queue, "cn", gate_size=50)
+        by_account = self.finish_bystander(bystander)
         account = ledger.account(queued=fs.drain_ids(queue))
         self.record(fault="300 concurrent client connections (3 channels, 1 confirmed "
                           "publish, close) through the proxy to the private node",
