@@ -13,6 +13,7 @@ import pika
 import pika.exceptions
 
 import rawamqp  # noqa: F401  (first: it puts tests/integration on sys.path)
+import waiting  # noqa: E402  (from tests/integration)
 import proxy_process  # noqa: E402  (tests/integration)
 
 
@@ -79,13 +80,8 @@ wait_for_port = proxy_process.wait_for_port
 
 
 def wait_until(cond, timeout, step=0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        if cond():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(step)
+    """Whether cond() held within `timeout` s (waiting.wait_for)."""
+    return bool(waiting.wait_for(cond, timeout, step))
 
 
 def tmp_root():
