@@ -127,8 +127,9 @@ bool first_return_needs_copy(const Policy& policy);
 // Returns the broker may count that the client never saw. A requeue that crosses the consumer's
 // basic.cancel or its channel's close: the broker counts the requeue, hands the message to the
 // same consumer again before the cancel takes effect, and counts one more return when the
-// channel closes, for a delivery the client never got (seen on 4.0.5, test_redelivery's
-// test_i: a poison nacked at x-delivery-count 19 of 20, then the consumer closed; gone).
+// channel closes, for a delivery the client never got (seen on 4.0.5: a poison nacked at
+// x-delivery-count 19 of 20, then its consumer closed, was gone; the integration test
+// RedeliveryGuardTest.test_i_no_configure_permission_falls_back).
 inline constexpr std::uint32_t kUnseenReturns = 1;
 
 // Whether one more return of a message that carries x-delivery-count `broker_count` may take

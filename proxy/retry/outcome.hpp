@@ -26,7 +26,8 @@ inline constexpr std::uint32_t kAssumedBrokerLimit = 2;
 
 // What the guard knows besides the message.
 struct Circumstances {
-  // The queue's delivery limit in force (nullopt: none), as broker_limits.hpp gives it.
+  // The queue's delivery limit in force (nullopt: none), as retry::broker_delivery_limit
+  // (queue_facts.hpp) gives it.
   std::optional<std::uint32_t> broker_limit;
   // The delivery's body is kept (a copy needs it), and a first delivery kept none by design.
   bool body_kept = true;

@@ -55,8 +55,6 @@ class Session {
  public:
   explicit Session(SessionOptions options = {}, SessionObserver* observer = nullptr);
 
-  // Bytes received from `from`. Complete frames are handled; a partial one is kept.
-  void feed(Side from, amqp::ByteView data);
   // Where to read `from`'s next bytes: straight after the partial frame kept from the last
   // read, moved to the front of a buffer of at least `buffer_bytes`, so that a frame split
   // across reads is completed in place rather than copied to be reassembled. The buffer grows
@@ -84,6 +82,9 @@ class Session {
   void finish_bookkeeping() {
     if (router_.has_deferred()) router_.settle_deferred();
   }
+  // Bytes received from `from`, copied in: complete frames are handled, a partial one is kept.
+  // For the unit tests' scripts; the relay reads into input_space() instead.
+  void feed(Side from, amqp::ByteView data);
   // `side` is gone: its TCP connection closed or failed, or its heartbeats stopped.
   void on_eof(Side side);
   // Called about once a second with a monotonic time: releases deliveries held back too long,
