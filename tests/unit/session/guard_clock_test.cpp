@@ -43,12 +43,7 @@ TEST_F(GuardClock, ConfirmsInFlightDoNotTimeOutWhenTheWallClockSteps) {
 }
 
 TEST_F(GuardClock, AConfirmAfterTheStepSettlesTheOriginal) {
-  start(policy(0));
-  deliver_passes(delivery(1, message("m1")));
-  client(nack(kCh, 1));
-  open_proxy_channel();
-  broker(declare_ok("q.dlq"));
-  to_broker();
+  dead_letter_in_flight();
   wall_step += kHour;
   conn->session.on_tick(now);
   confirm(1);

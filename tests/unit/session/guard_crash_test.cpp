@@ -13,18 +13,7 @@ namespace {
 
 using retry::DeadLetterReason;
 
-class GuardCrash : public GuardTest {
- protected:
-  // The first nack of m1 past max_redeliveries 0: its dead-letter is published, not confirmed.
-  void dead_letter_in_flight() {
-    start(policy(0));
-    deliver_passes(delivery(1, message("m1")));
-    client(nack(kCh, 1));
-    open_proxy_channel();
-    broker(declare_ok("q.dlq"));
-    to_broker();
-  }
-};
+class GuardCrash : public GuardTest {};
 
 TEST_F(GuardCrash, SuspectsAreHandedOutOneAtATime) {
   start(policy(5));

@@ -244,12 +244,7 @@ TEST_F(GuardDeadLetter, CopyIsSplitByTheNegotiatedFrameMax) {
 }
 
 TEST_F(GuardDeadLetter, PolicyReloadWhileACopyIsInFlight) {
-  start(policy(0));
-  deliver_passes(delivery(1, message("m1")));
-  client(nack(kCh, 1));
-  open_proxy_channel();
-  broker(declare_ok("q.dlq"));
-  to_broker();
+  dead_letter_in_flight();
   // The new policies allow 5 returns; the copy in flight finishes under the old decision.
   context->set_policies(
       std::make_shared<const retry::PolicySet>(std::vector<retry::Policy>{policy(5)}));

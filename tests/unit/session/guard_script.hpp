@@ -286,16 +286,22 @@ class GuardTest : public ::testing::Test {
     EXPECT_EQ(to_broker(), decode_frames(bytes));
   }
 
-  // A first nack under max_redeliveries 0: its dead-letter is published, and the client is in
-  // the middle of a publish on channel kCh (3 of 6 body bytes sent) when the confirm comes.
-  // The ack of the original waits for the publish's last body frame, body_frame(kCh, "def").
-  void dead_letter_confirmed_mid_publish() {
+  // The first nack of m1 (broker tag 1) past max_redeliveries 0: its dead-letter is
+  // published, not confirmed (publish sequence 1); what the proxy sent is taken.
+  void dead_letter_in_flight() {
     start(policy(0));
     deliver_passes(delivery(1, message("m1")));
     client(nack(kCh, 1));
     open_proxy_channel();
     broker(declare_ok("q.dlq"));
     to_broker();
+  }
+
+  // dead_letter_in_flight, and the client is in the middle of a publish on channel kCh (3 of
+  // 6 body bytes sent) when the confirm comes. The ack of the original waits for the
+  // publish's last body frame, body_frame(kCh, "def").
+  void dead_letter_confirmed_mid_publish() {
+    dead_letter_in_flight();
     amqp::BasicPublish publish;
     publish.routing_key = "elsewhere";
     client_passes(cat({method(kCh, publish), content_header(kCh, 6, {}), body_frame(kCh, "abc")}));
