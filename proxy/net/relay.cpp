@@ -43,7 +43,10 @@ Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
       guard_(options_.guard_context
                  ? std::make_unique<session::Guard>(*options_.guard_context, connection_seed(id))
                  : nullptr),
-      session_(options_.session, guard_.get()),
+      session_(options_.guard_context
+                   ? session::guarded(options_.session, *options_.guard_context)
+                   : options_.session,
+               guard_.get()),
       started_(Clock::now()) {
   client_.stream.tcp() = std::move(client);
 }
@@ -143,7 +146,7 @@ void Relay::UpstreamLease::release() {
 bool Relay::now_ready_to_close() const {
   auto now = Clock::now();
   if (now >= shutdown_forced_at_) return true;
-  return now >= *shutdown_at_ && (!guard_ || guard_->outstanding() == 0);
+  return now >= *shutdown_at_ && session_.copies_outstanding() == 0;
 }
 
 std::size_t Relay::queued_towards(Side side) {

@@ -197,6 +197,9 @@ class ChannelState {
   void add_taken_over(Delivery delivery);
   const Delivery* find_unacked(std::uint64_t client_tag) const;
   Delivery* find_taken_over(std::uint64_t broker_tag);
+  const Delivery* find_taken_over(std::uint64_t broker_tag) const {
+    return const_cast<ChannelState*>(this)->find_taken_over(broker_tag);
+  }
   // Removes and returns the deliveries a client ack/nack/reject names: one tag, or with
   // `multiple` every tag up to it (0 meaning all).
   std::vector<Delivery> take_settled(std::uint64_t client_tag, bool multiple);

@@ -128,7 +128,7 @@ int major_version(std::string_view version) {
 bool build_copy(const CopyFacts& facts, const Delivery& d, CopyIntent& intent,
                 PublishRequest& request, retry::FallbackCause& cause, const char*& detail) {
   const retry::Policy& policy = *intent.policy;
-  request.job = intent.job = facts.job;
+  request.ticket.job = facts.job;
   request.body = d.body;
   request.deadline_ms = facts.deadline_ms;
   const std::int64_t now = facts.wall_now;  // for the header timestamps

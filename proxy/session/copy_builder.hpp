@@ -21,8 +21,8 @@
 
 namespace nackguard::session {
 
-// What the guard will do with a delivery it owns, from its decision until the broker confirmed
-// the copy and the original was settled.
+// What the guard will do with a delivery it owns, from its decision until its copy is built
+// (the copy's Ticket then carries what the settlement needs).
 struct CopyIntent {
   retry::Decision decision;
   std::shared_ptr<const retry::PolicySet> policies;  // keeps `policy` alive across reloads
@@ -33,12 +33,8 @@ struct CopyIntent {
   std::int64_t first_return_ms = 0;
   std::int64_t last_return_ms = 0;
   SettleKind fallback = SettleKind::nack;  // how to give it back if the copy fails
-  std::uint64_t job = 0;
   // The delivery's content header as the decision decoded it, until build_copy takes it.
   std::optional<RawProperties> props;
-  // The ack after the copy's confirm (or the reject of `via: reject`) is asked for: the
-  // outcome is recorded once on_settle_written says it went out.
-  bool settling = false;
 };
 
 // What a copy needs besides its intent and delivery: the connection's facts, the queue's, and
@@ -56,7 +52,8 @@ struct CopyFacts {
 };
 
 // The copy `intent` asks for, taking `intent.props` if the decision decoded the header; false
-// if it cannot be built (`cause` and `detail` then say why: malformed_properties).
+// if it cannot be built (`cause` and `detail` then say why: malformed_properties). The
+// request's ticket gets the job; the caller fills in the rest.
 bool build_copy(const CopyFacts& facts, const Delivery& delivery, CopyIntent& intent,
                 PublishRequest& request, retry::FallbackCause& cause, const char*& detail);
 

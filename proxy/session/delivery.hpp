@@ -63,6 +63,9 @@ struct Delivery {
   // channel are held back.
   bool suspect = false;
   bool settling = false;  // taken over, and the proxy's ack, nack or reject is on its way
+  // Taken over: the job of the TakeOver being carried out (Ticket::job), which its outcome
+  // must name to settle it; 0 while none is.
+  std::uint64_t take_over_job = 0;
   // Handed out with the redelivered bit set though the broker's is not (DeliveryPlan).
   bool show_redelivered = false;
   // Delivered after the client closed its channel or connection, or went away: the client

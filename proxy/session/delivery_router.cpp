@@ -277,12 +277,7 @@ void DeliveryRouter::take_over(ChannelState& ch, Delivery delivery) {
   ch.add_taken_over(std::move(delivery));
   const Delivery* owned = ch.find_taken_over(tag);
   if (!owned) return;
-  ObserverActions more = observer_.on_taken_over(*owned);
-  if (actions_.empty()) {
-    actions_ = std::move(more);
-  } else {
-    for (ObserverAction& action : more) actions_.push_back(std::move(action));
-  }
+  take_overs_.push_back({owned->channel, tag, observer_.on_taken_over(*owned)});
 }
 
 void DeliveryRouter::hand_out(ChannelState& ch, Delivery& d, amqp::Bytes& method_frame,

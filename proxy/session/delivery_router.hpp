@@ -6,9 +6,12 @@
 //
 // Sans-io, and it never calls the session: the frames for the client go into its Outbox, and
 // what the observer asks for a delivery it took over (on_taken_over) is kept for the session
-// to apply (take_actions). The session checks the content sequence before a frame gets here.
+// to carry out (take_take_overs). The session checks the content sequence before a frame gets here.
 
 #include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/session/channel.hpp"
@@ -43,13 +46,13 @@ class DeliveryRouter {
   // Hands out the next delivery held back on `ch`, unless none is or a suspect delivery still
   // blocks them, or it is a suspect that waits for the client's hands to be empty (unless
   // `even_with_others_in_hand`): false then. Only at a frame boundary towards the client (the
-  // caller checks); the caller applies the actions of each before the next.
+  // caller checks); the caller carries out the take-overs of each before the next.
   bool release_next(ChannelState& ch, bool even_with_others_in_hand = false);
   // Whether some channel may have deliveries to release.
   bool any_held_back() const { return channels_with_held_back_ > 0; }
   // The held-back delivery `broker_tag` is the proxy's now (its client left before it was
   // handed out): its body taken from its buffered frames, the observer hears of it
-  // (on_taken_over; take_actions). False if no such delivery is held back.
+  // (on_taken_over; take_take_overs). False if no such delivery is held back.
   bool take_over_held_back(ChannelState& ch, std::uint64_t broker_tag);
   // The channel ends: its held-back deliveries, taken out of the router's count.
   std::deque<ChannelState::HeldBackDelivery> take_held_back(ChannelState& ch);
@@ -63,9 +66,15 @@ class DeliveryRouter {
   bool has_deferred() const { return deferred_.ch != nullptr; }
   void settle_deferred();
 
-  // The observer's actions for the deliveries taken over since the last call, in order.
-  bool has_actions() const { return !actions_.empty(); }
-  ObserverActions take_actions() { return std::move(actions_); }
+  // A delivery taken over, and what the observer decided for it (on_taken_over).
+  struct TakenOver {
+    std::uint16_t channel = 0;
+    std::uint64_t broker_tag = 0;
+    std::optional<TakeOver> take_over;
+  };
+  // The deliveries taken over since the last call, in order, for the session to carry out.
+  bool has_take_overs() const { return !take_overs_.empty(); }
+  std::vector<TakenOver> take_take_overs() { return std::exchange(take_overs_, {}); }
 
  private:
   // The incoming delivery's header came past the body budget: forwarded untracked.
@@ -104,7 +113,7 @@ class DeliveryRouter {
   const std::int64_t& clock_ms_;
   std::uint64_t pass_ = 0;
   std::size_t channels_with_held_back_ = 0;  // channels whose held_back queue may be released
-  ObserverActions actions_;
+  std::vector<TakenOver> take_overs_;
   Deferred deferred_;
 };
 

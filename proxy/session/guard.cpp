@@ -1,7 +1,8 @@
 // The guard's core: its setup, counting returns (a client's requeue, a crash, a recover),
-// deciding them, and carrying out a decision to copy: the copy is built (copy_builder.hpp) and
-// published, and the original settled once the broker confirmed it, or given back. Deliveries
-// are planned in guard_delivery.cpp.
+// deciding them, and turning a decision to copy into a TakeOver: the copy is built
+// (copy_builder.hpp) for the session to publish; its Outcome comes back, and the original is
+// settled (acked once the broker confirmed the copy, or given back). Deliveries are planned in
+// guard_delivery.cpp.
 
 #include "proxy/session/guard.hpp"
 
@@ -19,23 +20,19 @@ namespace {
 constexpr std::int64_t kCopiesFailingMs = 30000;
 }  // namespace
 
+SessionOptions guarded(SessionOptions options, retry::GuardContext& context) {
+  options.steady_ms = [&context] { return context.steady_ms(); };
+  return options;
+}
+
 Guard::Guard(retry::GuardContext& context, std::uint64_t seed)
-    : context_(context),
-      limits_(context),
-      rng_(seed),
-      proxy_(
-          [this](amqp::Bytes frames) {
-            actions_.push_back({ObserverAction::Kind::send, std::move(frames), {}});
-          },
-          [this](std::uint64_t job, retry::FallbackCause failure, const std::string& why) {
-            finish_job(job, failure, why);
-          },
-          [this](const std::string& queue, const std::string& why) {
-            context_.notice_once(facts_.vhost + '\n' + queue, queue,
-                                 "exists with other arguments than nackguard declares; used "
-                                 "as it is (" +
-                                     why + ")");
-          }) {}
+    : context_(context), limits_(context), rng_(seed) {}
+
+void Guard::on_queue_notice(const QueueNotice& notice) {
+  context_.notice_once(facts_.vhost + '\n' + notice.queue, notice.queue,
+                       "exists with other arguments than nackguard declares; used as it is (" +
+                           notice.why + ")");
+}
 
 const retry::Policy& Guard::policy_for(const std::string& queue) {
   std::uint64_t version = context_.policies_version();
@@ -53,31 +50,11 @@ const retry::Policy& Guard::policy_for(const std::string& queue) {
 
 void Guard::on_open(const ConnectionFacts& facts) {
   facts_ = facts;
-  proxy_.configure(facts_.reserved_channel, facts_.frame_max);
   broker_major_ = major_version(facts_.broker_version);
   limits_.on_open(facts_.vhost, broker_major_);
 }
 
-ObserverActions Guard::on_tick() {
-  proxy_.on_tick(context_.steady_ms());
-  return take_actions();
-}
-
-void Guard::on_connection_end() {
-  // The copies still in flight die with the connection, and the deliveries they were for go
-  // back to the broker with it. That is no sign that copies for their queues fail: with the
-  // jobs forgotten first, fail_all marks no queue (a consumer killed mid-copy would otherwise
-  // stop every connection's copies for that queue for kCopiesFailingMs) and counts no fallback.
-  intents_.clear();
-  jobs_.clear();
-  proxy_.fail_all("the connection closed");
-  actions_.clear();
-}
-
-ObserverActions Guard::on_proxy_channel_frame(const amqp::Frame& frame) {
-  proxy_.on_frame(frame, context_.steady_ms());
-  return take_actions();
-}
+void Guard::on_connection_end() { awaiting_body_.clear(); }
 
 bool Guard::identify(const Delivery& d, Identified& out) {
   if (d.queue.empty() || d.no_ack) return false;
@@ -201,47 +178,42 @@ void Guard::report_fallback(const std::string& queue, const retry::Outcome& outc
   context_.listener().on_fallback(queue, {cause, at_limit}, detail);
 }
 
-ReturnAction Guard::on_client_return(const Delivery& d, ReturnCause cause) {
+std::optional<TakeOver> Guard::on_client_return(const Delivery& d, ReturnCause cause) {
   Identified id;
-  if (!identify(d, id) || !id.identity) return ReturnAction::forward;
+  if (!identify(d, id) || !id.identity) return std::nullopt;
   CopyIntent intent;
   const retry::Outcome outcome =
       count_return(d, id, ReturnKind::requeue, ReturnContext{}, false, intent);
   report_fallback(d.queue, outcome);
   if (outcome.decision.action == retry::Action::forward) {
     context_.listener().on_requeue(d.queue, retry::Action::forward);
-    return ReturnAction::forward;
+    return std::nullopt;
   }
+  // A transaction that rolls back drops the TakeOver: its return stays counted, as the
+  // consumer did give the message back once.
   intent.fallback = cause == ReturnCause::reject ? SettleKind::reject : SettleKind::nack;
   intent.props = std::move(id.props);
-  intents_[{d.channel, d.broker_tag}] = std::move(intent);
-  return ReturnAction::take_over;
+  return take_over(d, intent);
 }
 
-ObserverActions Guard::on_taken_over(const Delivery& d) {
-  execute(d);
-  return take_actions();
+std::optional<TakeOver> Guard::on_taken_over(const Delivery& d) {
+  auto it = awaiting_body_.find({d.channel, d.broker_tag});
+  if (it == awaiting_body_.end()) return std::nullopt;
+  CopyIntent intent = std::move(it->second);
+  awaiting_body_.erase(it);
+  return take_over(d, intent);
 }
 
-void Guard::on_takeover_dropped(const Delivery& d) {
-  // A transaction rolled back before its commit: no copy was published, and the delivery is
-  // the client's again. Its return stays counted: the consumer did give it back once.
-  intents_.erase({d.channel, d.broker_tag});
-}
-
-ReturnAction Guard::on_returned(const Delivery& d, ReturnCause cause,
-                                const ReturnContext& context) {
-  if (d.taken_over) {
-    // The broker takes back a delivery the proxy owned: its copy, if confirmed later, may be
-    // a duplicate; the original is not acked.
-    intents_.erase({d.channel, d.broker_tag});
-    return ReturnAction::forward;
-  }
+ReturnDecision Guard::on_returned(const Delivery& d, ReturnCause cause,
+                                  const ReturnContext& context) {
+  // The broker takes back a delivery the proxy owned: its copy, if confirmed later, may be a
+  // duplicate; the original is not acked (the session drops the copy's outcome).
+  if (d.taken_over) return {};
   Identified id;
-  if (!identify(d, id) || !id.identity) return ReturnAction::forward;
+  if (!identify(d, id) || !id.identity) return {};
   if (d.held_back || cause == ReturnCause::broker_lost || cause == ReturnCause::unseen) {
     // Never in a consumer's hands, or a broker's going: not the message's doing.
-    return uncounted_return(d, id, context);
+    return {uncounted_return(d, id, context), std::nullopt};
   }
   const ReturnKind kind = cause == ReturnCause::recover ? ReturnKind::recover : ReturnKind::crash;
   CopyIntent intent;
@@ -249,12 +221,11 @@ ReturnAction Guard::on_returned(const Delivery& d, ReturnCause cause,
       count_return(d, id, kind, kind == ReturnKind::recover ? ReturnContext{} : context,
                    cause == ReturnCause::consumer_timeout, intent);
   if (outcome.decision.action == retry::Action::forward || !context.can_take_over) {
-    return ReturnAction::forward;  // the broker requeues it; a pending decision waits
+    return {};  // the broker requeues it; a pending decision waits
   }
   intent.fallback = SettleKind::nack;  // a failed copy: the broker's own requeue, as at a crash
   intent.props = std::move(id.props);
-  intents_[{d.channel, d.broker_tag}] = std::move(intent);
-  return ReturnAction::take_over;
+  return {ReturnAction::take_over, take_over(d, intent)};
 }
 
 ReturnAction Guard::uncounted_return(const Delivery& d, Identified& id,
@@ -292,23 +263,25 @@ void Guard::on_returns_done() {
   crashed_queues_.clear();
 }
 
-void Guard::execute(const Delivery& d) {
-  DeliveryKey dkey{d.channel, d.broker_tag};
-  auto it = intents_.find(dkey);
-  if (it == intents_.end()) return;
-  CopyIntent& intent = it->second;
-  bool dead_letter = intent.decision.action == retry::Action::dead_letter;
-
-  if (dead_letter && intent.policy->dead_letter.via == retry::DeadLetter::Via::reject) {
-    // The broker's own dead-lettering: recorded once the reject went out (on_settle_written).
-    intent.settling = true;
-    settle(dkey, SettleKind::reject, false);
-    return;
+TakeOver Guard::take_over(const Delivery& d, CopyIntent& intent) {
+  TakeOver out;
+  Ticket& ticket = out.at_once.ticket;
+  ticket.channel = d.channel;
+  ticket.broker_tag = d.broker_tag;
+  ticket.queue = intent.queue;
+  ticket.key = intent.key;
+  ticket.identity = intent.identity;
+  ticket.decision = intent.decision;
+  ticket.fallback = intent.fallback;
+  if (intent.decision.action == retry::Action::dead_letter &&
+      intent.policy->dead_letter.via == retry::DeadLetter::Via::reject) {
+    ticket.via_reject = true;  // the broker's own dead-lettering: no copy
+    return out;
   }
   if (!d.body || d.body->bytes.size() != d.body_size) {
-    give_back(dkey, intent, retry::FallbackCause::body_not_retained,
-              "the body could not be kept within limits.retained_body_bytes");
-    return;
+    out.at_once.failure = retry::FallbackCause::body_not_retained;
+    out.at_once.why = "the body could not be kept within limits.retained_body_bytes";
+    return out;
   }
   PublishRequest request;
   retry::FallbackCause cause = retry::FallbackCause::none;
@@ -324,66 +297,39 @@ void Guard::execute(const Delivery& d) {
   facts.wall_now = context_.wall_ms();
   facts.deadline_ms = context_.steady_ms() + context_.settings().confirm_timeout.count();
   if (!build_copy(facts, d, intent, request, cause, detail)) {
-    give_back(dkey, intent, cause, detail);
-    return;
+    out.at_once.failure = cause;
+    out.at_once.why = detail;
+    return out;
   }
-  jobs_[request.job] = dkey;
-  proxy_.publish(std::move(request), context_.steady_ms());
+  ticket.job = request.ticket.job;
+  request.ticket = std::move(ticket);
+  out.copy = std::move(request);
+  return out;
 }
 
-void Guard::finish_job(std::uint64_t job, retry::FallbackCause failure, const std::string& why) {
-  auto job_it = jobs_.find(job);
-  if (job_it == jobs_.end()) return;
-  DeliveryKey dkey = job_it->second;
-  jobs_.erase(job_it);
-  auto it = intents_.find(dkey);
-  if (it == intents_.end() || it->second.job != job) return;
-  CopyIntent& intent = it->second;
-  if (failure != retry::FallbackCause::none) {
+Settle Guard::on_outcome(const Outcome& outcome) {
+  const Ticket& t = outcome.ticket;
+  retry::GuardListener& listener = context_.listener();
+  if (outcome.failure != retry::FallbackCause::none) {
     // An encode failure sent nothing of the copy, and the broker is not failing: no pause.
-    if (failure == retry::FallbackCause::republish_failed) {
-      context_.mark_copies_failing(intent.queue, context_.steady_ms() + kCopiesFailingMs);
+    if (outcome.failure == retry::FallbackCause::republish_failed) {
+      context_.mark_copies_failing(t.queue, context_.steady_ms() + kCopiesFailingMs);
     }
-    give_back(dkey, intent, failure, why);
-    return;
+    // A republish was to keep the message from the broker's own limit, which this return may
+    // now pass: said as a cause of its own.
+    const bool at_limit = t.decision.action == retry::Action::republish;
+    listener.on_fallback(t.queue, {outcome.failure, at_limit}, outcome.why);
+    listener.on_requeue(t.queue, retry::Action::forward);
+    return {t.channel, t.broker_tag, t.fallback, true};
   }
-  // The copy is the broker's: the original is acked, and the outcome recorded once the ack
-  // went out (on_settle_written).
-  intent.settling = true;
-  settle(dkey, SettleKind::ack, false);
-}
-
-void Guard::settle(const DeliveryKey& key, SettleKind kind, bool requeue) {
-  actions_.push_back({ObserverAction::Kind::settle, {}, {key.first, key.second, kind, requeue}});
-}
-
-void Guard::on_settle_written(const Settle& s, bool written) {
-  auto it = intents_.find({s.channel, s.broker_tag});
-  if (it == intents_.end() || !it->second.settling) return;  // a give_back's: recorded there
-  const CopyIntent& intent = it->second;
-  // Not written (the connection is closing, or the broker closed the channel while the
-  // settlement waited for a client's content to end): the broker delivers the original again,
-  // so it was not dead-lettered, a copy confirmed is a duplicate, and the count stays.
-  if (written) {
-    context_.listener().on_requeue(intent.queue, intent.decision.action);
-    if (intent.decision.action == retry::Action::dead_letter) {
-      context_.tracker().erase(intent.key);
-      context_.listener().on_dead_letter(intent.queue, intent.identity, intent.decision.returns,
-                                         intent.decision.reason);
-    }
+  // The copy is the broker's (or the broker dead-letters the original, `via: reject`): the
+  // settlement is written as this call returns, and booked now.
+  listener.on_requeue(t.queue, t.decision.action);
+  if (t.decision.action == retry::Action::dead_letter) {
+    context_.tracker().erase(t.key);
+    listener.on_dead_letter(t.queue, t.identity, t.decision.returns, t.decision.reason);
   }
-  intents_.erase(it);
-}
-
-void Guard::give_back(const DeliveryKey& dkey, const CopyIntent& intent, retry::FallbackCause cause,
-                      std::string_view detail) {
-  settle(dkey, intent.fallback, true);
-  // A republish was to keep the message from the broker's own limit, which this return may
-  // now pass: said as a cause of its own.
-  const bool at_limit = intent.decision.action == retry::Action::republish;
-  context_.listener().on_fallback(intent.queue, {cause, at_limit}, detail);
-  context_.listener().on_requeue(intent.queue, retry::Action::forward);
-  intents_.erase(dkey);
+  return {t.channel, t.broker_tag, t.via_reject ? SettleKind::reject : SettleKind::ack, false};
 }
 
 }  // namespace nackguard::session

@@ -3,8 +3,9 @@
 // return in the shared tracker, and per the queue's policy lets a requeue through, turns it
 // into a delayed republish, or dead-letters the message. It acks an original upstream only
 // after the broker confirmed its copy; whatever it cannot complete, it gives back to the
-// broker as the consumer asked. It never calls the session: what it sends and settles, it
-// returns as ObserverActions, which the session applies.
+// broker as the consumer asked. It never calls the session, and keeps nothing of a delivery it
+// took over: it returns a TakeOver (the copy to publish, with its Ticket), and settles from the
+// Outcome the session hands back (observer.hpp, takeover.hpp).
 
 #include <cstdint>
 #include <map>
@@ -27,31 +28,32 @@
 
 namespace nackguard::session {
 
+// `options` for a session observed by a guard of `context`: the proxy's channel reads the
+// guard's steady clock.
+SessionOptions guarded(SessionOptions options, retry::GuardContext& context);
+
 class Guard final : public SessionObserver {
  public:
   Guard(retry::GuardContext& context, std::uint64_t seed);
 
-  // The connection is gone: pending republishes are abandoned (the broker requeues them).
+  // The connection is gone: take-overs waiting for a body are forgotten (the broker requeues
+  // their deliveries).
   void on_connection_end();
-  // Republishes and dead-letters still waiting for the broker's confirm.
-  std::size_t outstanding() const { return proxy_.outstanding(); }
 
   void on_open(const ConnectionFacts& facts) override;
-  // Called about once a second: confirms that never came fall back.
-  ObserverActions on_tick() override;
   DeliveryPlan on_delivery(const Delivery& delivery) override;
   // A first delivery carries no count to decide on: plan_delivery forwards it.
   bool forwards_first_deliveries() const override { return true; }
   bool decide_before_holding_back(const Delivery& delivery) override;
   void on_settled(const Delivery& delivery, SettleKind kind) override;
-  ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) override;
-  ObserverActions on_taken_over(const Delivery& delivery) override;
-  void on_settle_written(const Settle& settle, bool written) override;
-  void on_takeover_dropped(const Delivery& delivery) override;
-  ReturnAction on_returned(const Delivery& delivery, ReturnCause cause,
-                           const ReturnContext& context) override;
+  std::optional<TakeOver> on_client_return(const Delivery& delivery, ReturnCause cause) override;
+  std::optional<TakeOver> on_taken_over(const Delivery& delivery) override;
+  // Books the outcome (the requeue, a dead-letter, a fallback) and returns the settlement.
+  Settle on_outcome(const Outcome& outcome) override;
+  void on_queue_notice(const QueueNotice& notice) override;
+  ReturnDecision on_returned(const Delivery& delivery, ReturnCause cause,
+                             const ReturnContext& context) override;
   void on_returns_done() override;
-  ObserverActions on_proxy_channel_frame(const amqp::Frame& frame) override;
   void on_queue_declare(const amqp::QueueDeclare& declare) override {
     limits_.on_queue_declare(declare);
   }
@@ -111,7 +113,8 @@ class Guard final : public SessionObserver {
                               const ReturnContext& context, bool consumer_timeout,
                               CopyIntent& intent);
   // A return that was not the message's doing (held back, never seen, a broker's going):
-  // taken over with a copy of what it carries when `context` allows, else noted uncounted.
+  // taken over with a copy of what it carries when `context` allows (on_taken_over follows),
+  // else noted uncounted.
   ReturnAction uncounted_return(const Delivery& delivery, Identified& id,
                                 const ReturnContext& context);
   // A delivery its client will never see (Delivery::unseen): decided as uncounted_return.
@@ -119,19 +122,13 @@ class Guard final : public SessionObserver {
   // Tells the listener of a copy the outcome wanted and could not have (none for a first
   // delivery's body skipped by design, unless the copy was for the broker's limit).
   void report_fallback(const std::string& queue, const retry::Outcome& outcome);
-  void execute(const Delivery& delivery);
-  void finish_job(std::uint64_t job, retry::FallbackCause failure, const std::string& why);
-  // Asks the session to settle a taken-over delivery (an ObserverAction::settle).
-  void settle(const DeliveryKey& key, SettleKind kind, bool requeue);
-  // The actions gathered since the last call, for an entry point to return.
-  ObserverActions take_actions() { return std::exchange(actions_, {}); }
-  void give_back(const DeliveryKey& key, const CopyIntent& intent, retry::FallbackCause cause,
-                 std::string_view detail);
+  // What `intent` asks for `delivery`: its copy, or the reject of `via: reject`, or, when the
+  // copy cannot be built, the delivery given back (an Outcome at once).
+  TakeOver take_over(const Delivery& delivery, CopyIntent& intent);
 
   retry::GuardContext& context_;
   LimitWatch limits_;        // the queues' types and delivery limits, as this connection sees
   ConnectionFacts facts_;    // from on_open
-  ObserverActions actions_;  // for the entry point running now to return
   // What plan_delivery decodes a delivery's header into (DeliveryReading::props).
   RawProperties decoded_scratch_;
   int broker_major_ = 0;  // RabbitMQ's major version from connection.start, 0 if unknown
@@ -139,10 +136,10 @@ class Guard final : public SessionObserver {
   std::shared_ptr<const retry::PolicySet> policies_;
   std::uint64_t policies_version_ = 0;
   std::unordered_map<std::string, const retry::Policy*> policy_cache_;
-  std::map<DeliveryKey, CopyIntent> intents_;
-  std::unordered_map<std::uint64_t, DeliveryKey> jobs_;
+  // Deliveries taken over before the client saw them, until their body is complete
+  // (on_taken_over).
+  std::map<DeliveryKey, CopyIntent> awaiting_body_;
   std::uint64_t next_job_ = 0;
-  ProxyChannel proxy_;
   // Queues that lost unacked deliveries in the current batch of crash returns: a crash counts
   // once in a queue's health (as a return of its first message), however many prefetched
   // messages it gave back.

@@ -113,7 +113,7 @@ void Guard::take_over_at_delivery(const Delivery& d, const retry::Policy& policy
   intent.fallback = SettleKind::nack;
   intent.props = std::move(*reading.props);
   reading.props = nullptr;
-  intents_[{d.channel, d.broker_tag}] = std::move(intent);
+  awaiting_body_[{d.channel, d.broker_tag}] = std::move(intent);
 }
 
 DeliveryPlan Guard::plan_unseen(const Delivery& d, const retry::Policy& policy) {

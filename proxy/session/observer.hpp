@@ -10,6 +10,8 @@
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/methods.hpp"
 #include "proxy/session/delivery.hpp"
+#include "proxy/session/proxy_channel.hpp"
+#include "proxy/session/takeover.hpp"
 
 namespace nackguard::session {
 
@@ -23,23 +25,23 @@ struct ConnectionFacts {
   std::string client_name;     // Session::client_name()
 };
 
-// A settlement, by the proxy, of a delivery it took over.
-struct Settle {
-  std::uint16_t channel = 0;
-  std::uint64_t broker_tag = 0;
-  SettleKind kind = SettleKind::ack;
-  bool requeue = false;
+// What the guard decides for a delivery it takes over: its copy, which the session publishes on
+// the proxy's channel (the copy's Outcome follows), or, when there is none to publish (a
+// dead-letter through the broker's own reject, or a copy that could not be built), the outcome
+// itself.
+struct TakeOver {
+  std::optional<PublishRequest> copy;
+  Outcome at_once;  // without a copy
+  const Ticket& ticket() const { return copy ? copy->ticket : at_once.ticket; }
 };
 
-// One thing the observer asks the session to do. The observer never calls into the session:
-// its calls return these, and the session applies them in order once the call has returned.
-struct ObserverAction {
-  enum class Kind : std::uint8_t { send, settle };
-  Kind kind = Kind::send;
-  amqp::Bytes frames;  // send: whole frames for the broker, on the proxy's channel
-  Settle settle;       // settle: whether it went out is told to on_settle_written
+// The observer's answer when the client gives a delivery back, or its close or crash does.
+// take_over without a value (on_returned, a held-back delivery only): on_taken_over follows
+// once the delivery's body is taken from its buffered frames.
+struct ReturnDecision {
+  ReturnAction action = ReturnAction::forward;
+  std::optional<TakeOver> take_over;
 };
-using ObserverActions = std::vector<ObserverAction>;
 
 class SessionObserver {
  public:
@@ -48,8 +50,8 @@ class SessionObserver {
   // The connection reached connection.open-ok.
   virtual void on_open(const ConnectionFacts& facts) { (void)facts; }
   // A delivery's content header arrived (or, after need_body, its whole body). A delivery
-  // taken over here never reaches the client; the proxy owns it and settles it with a Settle
-  // action. A held-back delivery is offered again when it is released.
+  // taken over here never reaches the client; the proxy owns it, and on_taken_over follows
+  // once its body is complete. A held-back delivery is offered again when it is released.
   virtual DeliveryPlan on_delivery(const Delivery& delivery) {
     (void)delivery;
     return {};
@@ -70,44 +72,44 @@ class SessionObserver {
   // The client acked, or nacked or rejected without requeue: the delivery is settled.
   virtual void on_settled(const Delivery& delivery, SettleKind kind) { (void)delivery, (void)kind; }
   // The client nacked or rejected with requeue=true (one call per delivery, multiple
-  // expanded). take_over keeps the frame from the broker: the delivery is taken over, and
-  // on_taken_over follows once the client's settlement has been gone through (in a
-  // transaction, at its commit).
-  virtual ReturnAction on_client_return(const Delivery& delivery, ReturnCause cause) {
+  // expanded). A TakeOver keeps the frame from the broker: the delivery is the proxy's, and
+  // the session carries the TakeOver out once the client's settlement has been gone through
+  // (in a transaction, at its commit; a rollback drops it, and the delivery is the client's
+  // again). nullopt: the client's frame goes to the broker.
+  virtual std::optional<TakeOver> on_client_return(const Delivery& delivery, ReturnCause cause) {
     (void)delivery, (void)cause;
-    return ReturnAction::forward;
+    return std::nullopt;
   }
-  // The proxy owns `delivery` now, and its body is complete (the retained body, if asked for,
-  // is in place): taken over at its delivery (DeliveryPlan::Action::take_over), before the
-  // client saw it, or at the client's requeue (ReturnAction::take_over). The actions returned
-  // publish its copy, or settle it.
-  virtual ObserverActions on_taken_over(const Delivery& delivery) {
+  // The proxy owns `delivery` now, and its body is complete: taken over at its delivery
+  // (DeliveryPlan::Action::take_over), before the client saw it, or held back at a crash
+  // (ReturnDecision without a value). nullopt: given back to the broker at once (a nack with
+  // requeue), as when there is nothing to do.
+  virtual std::optional<TakeOver> on_taken_over(const Delivery& delivery) {
     (void)delivery;
-    return {};
+    return std::nullopt;
   }
-  // Once per Settle action: `written` when its frame went into the broker's outbox (a
-  // settlement waits for the end of a content sequence the client is sending); false when it
-  // never will be: refused at once (the channel or the connection is closing, or the delivery
-  // is no longer taken over), or dropped while it waited (the broker closed the channel, the
-  // connection ended). Dropped, it settles nothing: the broker requeues the delivery.
-  virtual void on_settle_written(const Settle& settle, bool written) {
-    (void)settle, (void)written;
+  // How a take-over ended (its copy confirmed or failed, or, without a copy, at once): the
+  // settlement returned is written at once. The session calls it only at a moment it can
+  // write it (no content sequence of the client's in progress, the channel open); when the
+  // channel or the connection ends first, the broker requeues the delivery and the outcome is
+  // dropped without a call.
+  virtual Settle on_outcome(const Outcome& outcome) {
+    const Ticket& t = outcome.ticket;
+    return {t.channel, t.broker_tag, t.fallback, true};
   }
-  // On a channel in transaction mode, a requeue taken over (on_client_return) is carried out
-  // only at the client's tx.commit (on_taken_over then follows). A tx.rollback first drops it:
-  // the delivery is the client's, unacked, again.
-  virtual void on_takeover_dropped(const Delivery& delivery) { (void)delivery; }
+  // The proxy's channel uses a queue as it is: it exists with other arguments than asked for.
+  virtual void on_queue_notice(const QueueNotice& notice) { (void)notice; }
   // The broker will deliver this message again without a frame from the client to rewrite: a
   // recover, or a channel or connection that ended while it was unacked (or taken over, or held
   // back). Called once per delivery. When the client closes its channel or connection, or goes
   // away, it is called for the deliveries in the client's hands at that moment, with
   // `context.can_take_over`: take_over keeps the delivery from the broker (it becomes taken
-  // over, on_taken_over follows, and the close waits for its settlement); the broker requeues
-  // the others at the close, without a second call.
-  virtual ReturnAction on_returned(const Delivery& delivery, ReturnCause cause,
-                                   const ReturnContext& context) {
+  // over, and the close waits for its settlement); the broker requeues the others at the
+  // close, without a second call.
+  virtual ReturnDecision on_returned(const Delivery& delivery, ReturnCause cause,
+                                     const ReturnContext& context) {
     (void)delivery, (void)cause, (void)context;
-    return ReturnAction::forward;
+    return {};
   }
   // Ends a batch of on_returned calls for one channel (its end, or a recover).
   virtual void on_returns_done() {}
@@ -124,13 +126,6 @@ class SessionObserver {
   virtual void on_ack_timeout(const Delivery& delivery, std::int64_t held_ms) {
     (void)delivery, (void)held_ms;
   }
-  // A frame from the broker on the channel the proxy reserved for itself.
-  virtual ObserverActions on_proxy_channel_frame(const amqp::Frame& frame) {
-    (void)frame;
-    return {};
-  }
-  // About once a second (Session::on_tick): for work with deadlines of its own.
-  virtual ObserverActions on_tick() { return {}; }
 };
 
 }  // namespace nackguard::session

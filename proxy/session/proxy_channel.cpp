@@ -19,9 +19,9 @@ constexpr std::uint16_t kPreconditionFailed = 406;
 // Sends a method that has no field from outside the proxy (channel.open, confirm.select,
 // close-ok): it always encodes; if it ever did not, nothing would be sent.
 template <typename M>
-void send_fixed(const ProxyChannel::Send& send, std::uint16_t channel, const M& method) {
-  amqp::Bytes out;
-  if (amqp::append_method_frame(out, channel, method)) send(std::move(out));
+void append_fixed(amqp::Bytes& out, std::uint16_t channel, const M& method) {
+  amqp::Bytes frame;
+  if (amqp::append_method_frame(frame, channel, method)) out.insert(out.end(), frame.begin(), frame.end());
 }
 }  // namespace
 
@@ -30,13 +30,17 @@ void ProxyChannel::configure(std::optional<std::uint16_t> channel, std::uint32_t
   frame_max_ = std::max<std::uint32_t>(frame_max == 0 ? 131072 : frame_max, amqp::kFrameMinSize);
 }
 
-void ProxyChannel::finish(std::uint64_t job, retry::FallbackCause failure, const std::string& why) {
-  done_(job, failure, why);
+void ProxyChannel::finish(Ticket ticket, retry::FallbackCause failure, std::string why) {
+  output_.outcomes.push_back({std::move(ticket), failure, std::move(why)});
+}
+
+void ProxyChannel::send(amqp::Bytes frames) {
+  output_.frames.insert(output_.frames.end(), frames.begin(), frames.end());
 }
 
 void ProxyChannel::publish(PublishRequest request, std::int64_t now_ms) {
   if (!channel_) {
-    finish(request.job, retry::FallbackCause::no_channel,
+    finish(std::move(request.ticket), retry::FallbackCause::no_channel,
            "no channel left for the proxy (the broker's channel_max is 1)");
     return;
   }
@@ -47,7 +51,7 @@ void ProxyChannel::publish(PublishRequest request, std::int64_t now_ms) {
 void ProxyChannel::pump(std::int64_t now_ms) {
   if (waiting_.empty()) return;
   if (state_ == State::closed) {
-    send_fixed(send_, *channel_, amqp::ChannelOpen{});
+    append_fixed(output_.frames, *channel_, amqp::ChannelOpen{});
     state_ = State::opening;
     return;
   }
@@ -59,7 +63,7 @@ void ProxyChannel::pump(std::int64_t now_ms) {
       if (info.status == QueueStatus::failed && now_ms < info.failed_until_ms) {
         PublishRequest failed = std::move(head);
         waiting_.pop_front();
-        finish(failed.job, retry::FallbackCause::republish_failed,
+        finish(std::move(failed.ticket), retry::FallbackCause::republish_failed,
                "cannot declare queue " + failed.ensure->name + ": " + info.failure);
         continue;
       }
@@ -68,7 +72,7 @@ void ProxyChannel::pump(std::int64_t now_ms) {
         if (why.empty()) return;
         PublishRequest failed = std::move(head);
         waiting_.pop_front();
-        finish(failed.job, retry::FallbackCause::encode_failed, why);
+        finish(std::move(failed.ticket), retry::FallbackCause::encode_failed, why);
         continue;
       }
     }
@@ -114,7 +118,7 @@ bool ProxyChannel::ensure_queue(const QueueSpec& spec, std::int64_t now_ms, std:
           "\" does not encode (a name over 255 bytes, or its arguments)";
     return false;
   }
-  send_(std::move(out));
+  send(std::move(out));
   info.status = passive ? QueueStatus::passive_sent : QueueStatus::active_sent;
   declaring_.push_back(spec.name);
   return false;
@@ -129,7 +133,7 @@ void ProxyChannel::send_publish(PublishRequest& request) {
   publish.routing_key = request.routing_key;
   publish.mandatory = true;  // an unroutable copy comes back as basic.return, never vanishes
   if (!amqp::append_method_frame(out, *channel_, publish)) {
-    finish(request.job, retry::FallbackCause::encode_failed,
+    finish(std::move(request.ticket), retry::FallbackCause::encode_failed,
            "the basic.publish to exchange \"" + request.exchange + "\" with routing key \"" +
                request.routing_key + "\" does not encode (a name over 255 bytes)");
     return;
@@ -151,7 +155,7 @@ void ProxyChannel::send_publish(PublishRequest& request) {
     amqp::append_frame(out, amqp::FrameType::header, *channel_, payload);
   }
   if (!header_ok || out.size() - method_bytes > frame_max_) {
-    finish(request.job, retry::FallbackCause::encode_failed,
+    finish(std::move(request.ticket), retry::FallbackCause::encode_failed,
            header_ok ? "the copy's content header is larger than frame_max"
                      : "the copy's properties do not encode");
     return;
@@ -161,13 +165,13 @@ void ProxyChannel::send_publish(PublishRequest& request) {
     std::size_t n = std::min(chunk, body.size() - at);
     amqp::append_frame(out, amqp::FrameType::body, *channel_, amqp::ByteView(body).subspan(at, n));
   }
-  in_flight_[++next_seq_] = InFlight{request.job,
+  in_flight_[++next_seq_] = InFlight{std::move(request.ticket),
                                      request.exchange,
                                      request.routing_key,
                                      request.deadline_ms,
                                      false,
                                      request.ensure ? request.ensure->name : std::string()};
-  send_(std::move(out));
+  send(std::move(out));
 }
 
 void ProxyChannel::on_frame(const amqp::Frame& frame, std::int64_t now_ms) {
@@ -189,7 +193,7 @@ void ProxyChannel::on_frame(const amqp::Frame& frame, std::int64_t now_ms) {
 void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::int64_t now_ms) {
   switch (key) {
     case mid::channel_open_ok:
-      send_fixed(send_, *channel_, amqp::ConfirmSelect{});
+      append_fixed(output_.frames, *channel_, amqp::ConfirmSelect{});
       state_ = State::selecting;
       return;
     case mid::confirm_select_ok:
@@ -223,7 +227,7 @@ void ProxyChannel::on_method(const amqp::Frame& frame, std::uint32_t key, std::i
     case mid::channel_close: {
       amqp::ChannelClose close;
       (void)amqp::decode_method(frame.payload, close);
-      send_fixed(send_, *channel_, amqp::ChannelCloseOk{});
+      append_fixed(output_.frames, *channel_, amqp::ChannelCloseOk{});
       on_channel_closed(close.reply_code, close.reply_text, now_ms);
       return;
     }
@@ -239,7 +243,7 @@ void ProxyChannel::on_declare_ok(std::int64_t now_ms) {
   info.declared_at_ms = now_ms;
   if (info.as_is && !info.as_is_told) {
     info.as_is_told = true;
-    if (notice_) notice_(declaring_.front(), info.failure);
+    output_.notices.push_back({declaring_.front(), info.failure});
   }
   declaring_.pop_front();
 }
@@ -272,19 +276,19 @@ void ProxyChannel::confirm(std::uint64_t tag, bool multiple, bool ack) {
   std::vector<InFlight> settled;
   for (auto it = begin; it != end; ++it) settled.push_back(std::move(it->second));
   in_flight_.erase(begin, end);
-  for (const InFlight& flight : settled) {
+  for (InFlight& flight : settled) {
     if (!ack) {
-      finish(flight.job, retry::FallbackCause::republish_failed,
+      finish(std::move(flight.ticket), retry::FallbackCause::republish_failed,
              "the broker refused the copy (basic.nack)");
     } else if (flight.returned) {
       // The queue it was declared for is gone (deleted by hand): declare it again next time.
       if (!flight.ensured_queue.empty())
         queues_[flight.ensured_queue].status = QueueStatus::unknown;
-      finish(flight.job, retry::FallbackCause::republish_failed,
+      finish(std::move(flight.ticket), retry::FallbackCause::republish_failed,
              "the copy was unroutable: exchange \"" + flight.exchange + "\" has no binding for \"" +
                  flight.routing_key + "\"");
     } else {
-      finish(flight.job, retry::FallbackCause::none, "");
+      finish(std::move(flight.ticket), retry::FallbackCause::none, "");
     }
   }
 }
@@ -317,29 +321,29 @@ void ProxyChannel::on_channel_closed(std::uint16_t code, const std::string& text
   std::map<std::uint64_t, InFlight> lost = std::move(in_flight_);
   in_flight_.clear();
   for (const auto& [seq, flight] : lost) {
-    finish(flight.job, retry::FallbackCause::republish_failed,
+    finish(std::move(flight.ticket), retry::FallbackCause::republish_failed,
            "the proxy's channel was closed: " + text);
   }
   pump(now_ms);
 }
 
 void ProxyChannel::on_tick(std::int64_t now_ms) {
-  std::vector<std::uint64_t> expired;
+  std::vector<Ticket> expired;
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     if (now_ms >= it->second.deadline_ms) {
-      expired.push_back(it->second.job);
+      expired.push_back(std::move(it->second.ticket));
       it = in_flight_.erase(it);
     } else {
       ++it;
     }
   }
-  for (std::uint64_t job : expired)
-    finish(job, retry::FallbackCause::republish_failed, "no publisher confirm in time");
+  for (Ticket& ticket : expired)
+    finish(std::move(ticket), retry::FallbackCause::republish_failed, "no publisher confirm in time");
   if (!expired.empty() && state_ == State::ready) pump(now_ms);
   while (!waiting_.empty() && now_ms >= waiting_.front().deadline_ms) {
-    std::uint64_t job = waiting_.front().job;
+    Ticket ticket = std::move(waiting_.front().ticket);
     waiting_.pop_front();
-    finish(job, retry::FallbackCause::republish_failed,
+    finish(std::move(ticket), retry::FallbackCause::republish_failed,
            "the proxy's channel or queue declaration did not complete in time");
   }
 }
@@ -350,9 +354,9 @@ void ProxyChannel::fail_all(const std::string& why) {
   std::map<std::uint64_t, InFlight> in_flight = std::move(in_flight_);
   in_flight_.clear();
   for (const auto& request : waiting)
-    finish(request.job, retry::FallbackCause::republish_failed, why);
+    finish(std::move(request.ticket), retry::FallbackCause::republish_failed, why);
   for (const auto& [seq, flight] : in_flight)
-    finish(flight.job, retry::FallbackCause::republish_failed, why);
+    finish(std::move(flight.ticket), retry::FallbackCause::republish_failed, why);
   state_ = State::closed;
 }
 

@@ -1,23 +1,26 @@
 #pragma once
 // The proxy's own channel on a client's upstream connection (the channel number reserved at
 // tune): it declares queues and publishes copies with publisher confirms, using the client's
-// credentials and vhost. Sans-io: frames go out through `send`, come in through on_frame, and
-// each publish ends in exactly one `done` call.
+// credentials and vhost. Sans-io and without callbacks: broker frames come in through on_frame,
+// and what the calls produce (frames for the broker, each publish's one outcome, notices) is
+// taken as a value with take_output().
 
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/properties.hpp"
 #include "proxy/retry/body_budget.hpp"
 #include "proxy/retry/fallback.hpp"
+#include "proxy/session/takeover.hpp"
 
 namespace nackguard::session {
 
@@ -33,7 +36,7 @@ struct QueueSpec {
 };
 
 struct PublishRequest {
-  std::uint64_t job = 0;
+  Ticket ticket;  // handed back in the publish's Outcome; ticket.job numbers the publish
   std::optional<QueueSpec> ensure;  // declared before the publish
   std::string exchange;
   std::string routing_key;
@@ -45,22 +48,27 @@ struct PublishRequest {
   std::int64_t deadline_ms = 0;  // no confirm by then: failed
 };
 
+// A queue that exists with other arguments than asked for is used as it is: told once per
+// channel and queue, with the broker's reply text.
+struct QueueNotice {
+  std::string queue;
+  std::string why;
+};
+
 class ProxyChannel {
  public:
-  using Send = std::function<void(amqp::Bytes)>;
-  // `failure` none: the broker confirmed the copy and routed it. encode_failed: a frame of it
-  // could not be encoded (a name over 255 bytes, a content header larger than frame_max), and
-  // nothing of it was sent. republish_failed: anything else (refused, unroutable, no confirm
-  // in time, the channel or connection gone). `why` says what failed.
-  using Done =
-      std::function<void(std::uint64_t job, retry::FallbackCause failure, const std::string& why)>;
-
-  // A queue that exists with other arguments than asked for is used as it is: `notice` hears
-  // of it once per channel and queue, with the broker's reply text.
-  using Notice = std::function<void(const std::string& queue, const std::string& why)>;
-
-  ProxyChannel(Send send, Done done, Notice notice = {})
-      : send_(std::move(send)), done_(std::move(done)), notice_(std::move(notice)) {}
+  // What the calls since the last take_output() produced, in order within each kind.
+  struct Output {
+    amqp::Bytes frames;  // whole frames for the broker, on the proxy's channel
+    // One per publish. `failure` none: the broker confirmed the copy and routed it.
+    // encode_failed: a frame of it could not be encoded (a name over 255 bytes, a content
+    // header larger than frame_max), and nothing of it was sent. republish_failed: anything
+    // else (refused, unroutable, no confirm in time, the channel or connection gone). `why`
+    // says what failed.
+    std::vector<Outcome> outcomes;
+    std::vector<QueueNotice> notices;
+    bool empty() const { return frames.empty() && outcomes.empty() && notices.empty(); }
+  };
 
   // The reserved channel and the negotiated frame_max; without a channel every publish fails.
   void configure(std::optional<std::uint16_t> channel, std::uint32_t frame_max);
@@ -71,6 +79,7 @@ class ProxyChannel {
   void fail_all(const std::string& why);
 
   std::size_t outstanding() const { return waiting_.size() + in_flight_.size(); }
+  Output take_output() { return std::exchange(output_, {}); }
 
  private:
   enum class State { closed, opening, selecting, ready };
@@ -85,7 +94,7 @@ class ProxyChannel {
     std::string failure;
   };
   struct InFlight {
-    std::uint64_t job = 0;
+    Ticket ticket;
     std::string exchange;
     std::string routing_key;
     std::int64_t deadline_ms = 0;
@@ -105,11 +114,10 @@ class ProxyChannel {
   void on_return(const amqp::Frame& frame);
   void on_channel_closed(std::uint16_t code, const std::string& text, std::int64_t now_ms);
   void confirm(std::uint64_t tag, bool multiple, bool ack);
-  void finish(std::uint64_t job, retry::FallbackCause failure, const std::string& why);
+  void finish(Ticket ticket, retry::FallbackCause failure, std::string why);
 
-  Send send_;
-  Done done_;
-  Notice notice_;
+  void send(amqp::Bytes frames);
+  Output output_;
   std::optional<std::uint16_t> channel_;
   std::uint32_t frame_max_ = 131072;
   State state_ = State::closed;

@@ -209,7 +209,8 @@ void Session::on_tick(std::int64_t now_ms) {
   }
   tick_crash_holds(now_ms);
   tick_client_close(now_ms);
-  apply(observer_->on_tick());
+  proxy_channel_.on_tick(steady_ms());  // confirms that never came fail
+  pump_proxy_channel();
 }
 
 bool Session::settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
@@ -324,7 +325,8 @@ void Session::handle_broker_frame(const Frame& frame) {
     return;
   }
   if (reserved_channel() && frame.channel == *reserved_channel()) {
-    apply(observer_->on_proxy_channel_frame(frame));
+    proxy_channel_.on_frame(frame, steady_ms());
+    pump_proxy_channel();
     return;
   }
   if (frame.channel == 0) {

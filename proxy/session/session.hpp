@@ -10,6 +10,7 @@
 // Malformed input ends in connection.close (501 or 505) to the side that sent it.
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,6 +45,10 @@ struct SessionOptions {
   // settling it gets the deliveries held back behind it anyway: it may be waiting for a batch
   // before it acks.
   std::int64_t suspect_hold_ms = 10000;
+  // The steady clock, in milliseconds, for the proxy's channel's deadlines (a copy's confirm,
+  // a declaration's retry): the guard's, so that both read the same time. Without it, on_tick's
+  // last reading.
+  std::function<std::int64_t()> steady_ms = nullptr;
 };
 
 struct SessionStats {
@@ -113,15 +118,19 @@ class Session {
   }
 
   // Queues whole frames for `to`, written at the next frame boundary that is not inside a
-  // content sequence of any channel in that direction. The observer's frames come this way
-  // (ObserverAction::send).
+  // content sequence of any channel in that direction. The proxy's channel's frames come this
+  // way.
   void inject(Side to, amqp::Bytes frames);
-  // Acks, nacks or rejects a delivery the proxy took over (ObserverAction::settle): queued
-  // (false if unknown, already settling, or its channel or the connection is closing), then
-  // written at the next frame boundary, or dropped if its channel or the connection closes
-  // first. Session::apply tells the observer which (on_settle_written).
+  // Acks, nacks or rejects a delivery the proxy took over: queued (false if unknown, already
+  // settling, or its channel or the connection is closing), then written at the next frame
+  // boundary, or dropped if its channel or the connection closes first.
   bool settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
                          bool requeue);
+  // Copies published on the proxy's channel and not yet confirmed, and outcomes waiting to be
+  // settled.
+  std::size_t copies_outstanding() const {
+    return proxy_channel_.outstanding() + outcomes_.size();
+  }
 
   bool is_open() const { return phase_ == Phase::open; }
   bool handshake_done() const {
@@ -147,8 +156,7 @@ class Session {
     amqp::Bytes frames;
     std::uint16_t channel = 0;  // 0: not tied to a client channel
     // A taken-over delivery this settles: it stays taken over (so a client's multiple ack keeps
-    // around it, and a connection lost first reports it) until the frame is written. The
-    // observer hears on_settle_written once: when it is written, or dropped unwritten.
+    // around it, and a connection lost first reports it) until the frame is written.
     std::optional<Settle> settles;
     bool tx_commit = false;  // a client's tx.commit the proxy held (transaction.hpp)
     bool tx_resend = false;  // a proxy settlement written again after the client's rollback
@@ -284,8 +292,22 @@ class Session {
   void end_gone_client();
 
   void emit(Side to, amqp::ByteView bytes) { io(to).out.emit(bytes); }
-  // Carries out what an observer's call returned, in order.
-  void apply(ObserverActions actions);
+  // Carries out the observer's TakeOver of a delivery the session has marked taken over
+  // (session_output.cpp): its copy published, or its outcome queued at once. nullopt: the
+  // delivery is given back to the broker (nack with requeue).
+  void carry_out(std::uint16_t channel, std::uint64_t broker_tag,
+                 std::optional<TakeOver> take_over);
+  // Carries out the router's take-overs (DeliveryRouter::take_take_overs), in order.
+  void carry_out_router_take_overs();
+  // Moves what the proxy's channel produced: frames to the broker, notices and outcomes.
+  void pump_proxy_channel();
+  // Hands each queued outcome to the observer and writes the settlement it returns, once no
+  // content sequence of the client's is in progress; drops those whose delivery is no longer
+  // the proxy's (the broker requeues it).
+  void deliver_outcomes();
+  bool can_settle(const Ticket& ticket) const;
+  // The steady clock for the proxy's channel: SessionOptions::steady_ms, else on_tick's.
+  std::int64_t steady_ms() const { return options_.steady_ms ? options_.steady_ms() : clock_ms_; }
   // connection.close (channel 0, no failing method) to `to`.
   void emit_connection_close(Side to, std::uint16_t code, std::string text);
   void flush_injections(Side to);
@@ -294,8 +316,6 @@ class Session {
   void drop_injections(std::uint16_t channel);
   // Drops every injection queued for `to`: the connection is ending.
   void drop_all_injections(Side to);
-  // Tells the observer that the settlements among `dropped` were never written.
-  void report_unwritten(const std::vector<Injection>& dropped, std::size_t from = 0);
   // The client closes a channel on which a delivery is taken over and not yet settled (its
   // copy awaits the broker's confirm): the close waits, so that the settlement goes first. Not
   // in a transaction, which the close rolls back anyway. False if it need not wait.
@@ -336,6 +356,9 @@ class Session {
   std::vector<const Delivery*> forwarded_scratch_;
   // basic.deliver is decoded into this one: its strings keep their buffers between deliveries.
   amqp::BasicDeliver deliver_scratch_;
+  ProxyChannel proxy_channel_;     // the proxy's own channel: copies and their confirms
+  std::vector<Outcome> outcomes_;  // take-overs' outcomes waiting for deliver_outcomes
+  bool delivering_outcomes_ = false;
   bool tx_replay_pending_ = false;  // some channel's frames wait for replay_behind_commits
   std::int64_t clock_ms_ = -1;      // on_tick's last reading; -1 before the first tick
   DeliveryRouter router_;           // after what it refers to: observer_, io_, clock_ms_

@@ -92,7 +92,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   settled.clear();
   forwarded.clear();
   if (!unknown) ch.take_settled(tag, multiple, settled);
-  std::vector<std::uint64_t> taken;
+  std::vector<TakeOver> taken;
   bool gate_opened = false;
   for (const Delivery& d : settled) {
     if (ch.suspect_client_tag != 0 && d.client_tag == ch.suspect_client_tag) {
@@ -111,18 +111,20 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
     }
     ReturnCause cause = kind == SettleKind::nack ? ReturnCause::nack : ReturnCause::reject;
     // A slim record (kept past the budget) was never shown to the observer.
-    if (!ChannelState::is_slim(d) &&
-        observer_->on_client_return(d, cause) == ReturnAction::take_over) {
+    std::optional<TakeOver> take_over;
+    if (!ChannelState::is_slim(d)) take_over = observer_->on_client_return(d, cause);
+    if (take_over) {
       ch.add_taken_over(d);
       // In a transaction the copy waits for the commit.
-      (ch.tx.active ? ch.tx.takeovers : taken).push_back(d.broker_tag);
+      (ch.tx.active ? ch.tx.takeovers : taken).push_back(std::move(*take_over));
     } else {
       if (ch.tx.active) ch.tx_settle(d, kind, requeue);
       forwarded.push_back(&d);
     }
   }
-  for (std::uint64_t broker_tag : taken) {
-    if (const Delivery* d = ch.find_taken_over(broker_tag)) apply(observer_->on_taken_over(*d));
+  for (TakeOver& take_over : taken) {
+    const Ticket& t = take_over.ticket();
+    carry_out(t.channel, t.broker_tag, std::move(take_over));
   }
 
   if (ch.tags_identical()) {

@@ -155,7 +155,8 @@ void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
     }
   }
   if (from == Side::broker && reserved_channel() && frame.channel == *reserved_channel()) {
-    apply(observer_->on_proxy_channel_frame(frame));
+    proxy_channel_.on_frame(frame, steady_ms());
+    pump_proxy_channel();
   }
 }
 

@@ -90,6 +90,7 @@ void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t 
     case mid::connection_open_ok:
       phase_ = Phase::open;
       emit(Side::client, frame.raw);
+      proxy_channel_.configure(tuning_.reserved_channel(), frame_max());
       observer_->on_open(
           {vhost_, tuning_.reserved_channel(), frame_max(), broker_version_, client_name_});
       return;

@@ -33,16 +33,16 @@ bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool
   ch.crash_tag = ch.last_client_tag();
   ch.client_left = true;
   const ReturnContext context{.solo = solo, .can_take_over = can_take_over};
-  std::vector<std::uint64_t> taken;
+  std::vector<TakeOver> taken;
   for (std::uint64_t tag : ch.in_hand_tags()) {
     const Delivery* d = ch.find_unacked(tag);
     if (!d) continue;
-    ReturnAction action = observer_->on_returned(*d, cause, context);
-    if (action != ReturnAction::take_over || !can_take_over) continue;
+    ReturnDecision decision = observer_->on_returned(*d, cause, context);
+    if (!decision.take_over || !can_take_over) continue;
     std::vector<Delivery> one = ch.take_settled(tag, false);
     if (one.empty()) continue;
     if (ch.suspect_client_tag == tag) ch.suspect_client_tag = 0;
-    taken.push_back(one.front().broker_tag);
+    taken.push_back(std::move(*decision.take_over));
     ch.add_taken_over(std::move(one.front()));
   }
   // Held back behind a suspect, never in the client's hands: kept from the broker's requeue
@@ -50,19 +50,20 @@ bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool
   std::vector<std::uint64_t> held;
   for (const ChannelState::HeldBackDelivery& h : ch.held_back) {
     if (h.delivery.no_ack || !can_take_over) continue;
-    if (observer_->on_returned(h.delivery, ReturnCause::unseen, ReturnContext{false, true}) ==
-        ReturnAction::take_over) {
+    if (observer_->on_returned(h.delivery, ReturnCause::unseen, ReturnContext{false, true})
+            .action == ReturnAction::take_over) {
       held.push_back(h.delivery.broker_tag);
     }
   }
   observer_->on_returns_done();
   const std::uint16_t number = number_of(ch);
   if (can_take_over) stop_consumers(ch, number);
-  for (std::uint64_t broker_tag : taken) {
-    if (const Delivery* d = ch.find_taken_over(broker_tag)) apply(observer_->on_taken_over(*d));
+  for (TakeOver& take_over : taken) {
+    const Ticket& t = take_over.ticket();
+    carry_out(t.channel, t.broker_tag, std::move(take_over));
   }
   for (std::uint64_t broker_tag : held) router_.take_over_held_back(ch, broker_tag);
-  if (router_.has_actions()) apply(router_.take_actions());
+  carry_out_router_take_overs();
   if (ch.held_back.empty()) ch.suspect_client_tag = 0;
   return !taken.empty() || !held.empty();
 }

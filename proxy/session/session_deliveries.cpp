@@ -40,7 +40,7 @@ void Session::handle_broker_content(ChannelState& ch, const Frame& frame) {
     }
     if (!state.in_progress()) {
       router_.complete(ch);
-      if (router_.has_actions()) apply(router_.take_actions());
+      carry_out_router_take_overs();
     }
   } else {
     // basic.return content: passed through.
@@ -61,7 +61,7 @@ void Session::release_held_back(ChannelState& ch, bool even_with_others_in_hand)
   bool force = even_with_others_in_hand;
   while (router_.release_next(ch, force)) {
     force = false;
-    if (router_.has_actions()) apply(router_.take_actions());
+    carry_out_router_take_overs();
   }
 }
 

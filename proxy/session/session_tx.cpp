@@ -22,11 +22,10 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
   if (key == tx_mid::rollback) {
     // RabbitMQ puts every delivery settled in the transaction back among the unacked.
     for (ChannelTx::Settled& s : ch.tx_take_settled()) ch.add_unacked(std::move(s.delivery));
-    for (std::uint64_t broker_tag : tx.takeovers) {
-      std::optional<Delivery> d = ch.remove_taken_over(broker_tag);
+    for (const TakeOver& take_over : tx.takeovers) {
+      std::optional<Delivery> d = ch.remove_taken_over(take_over.ticket().broker_tag);
       if (!d) continue;  // given back meanwhile (a recover)
       d->taken_over = false;
-      observer_->on_takeover_dropped(*d);
       ch.add_unacked(std::move(*d));
     }
     tx.takeovers.clear();
@@ -52,7 +51,7 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
       observer_->on_settled(s.delivery, s.kind);
     }
   }
-  std::vector<std::uint64_t> takeovers = std::move(tx.takeovers);
+  std::vector<TakeOver> takeovers = std::move(tx.takeovers);
   tx.takeovers.clear();
   if (takeovers.empty()) {
     emit(Side::broker, frame.raw);
@@ -61,11 +60,13 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
   }
   // The copies are published now; the commit follows the proxy's settlement of each.
   tx.held_commit.emplace(frame.raw.begin(), frame.raw.end());
-  tx.awaiting = takeovers;
-  for (std::uint64_t broker_tag : takeovers) {
+  tx.awaiting.clear();
+  for (const TakeOver& take_over : takeovers) tx.awaiting.push_back(take_over.ticket().broker_tag);
+  for (TakeOver& take_over : takeovers) {
+    const std::uint64_t broker_tag = take_over.ticket().broker_tag;
     const Delivery* d = ch.find_taken_over(broker_tag);
     if (d && !d->settling) {
-      apply(observer_->on_taken_over(*d));
+      carry_out(frame.channel, broker_tag, std::move(take_over));
     } else {
       tx_settlement_queued(ch, frame.channel, broker_tag);
     }

@@ -23,6 +23,7 @@
 #include "proxy/amqp/constants.hpp"
 #include "proxy/retry/body_budget.hpp"
 #include "proxy/session/delivery.hpp"
+#include "proxy/session/observer.hpp"
 
 namespace nackguard::session {
 
@@ -48,9 +49,9 @@ struct ChannelTx {
     std::uint64_t cost = 0;  // charged to the channel's records (ChannelState::tx_settle)
   };
   std::vector<Settled> settled;
-  // Broker tags of the client's requeues taken over in the open transaction: taken over, their
-  // copies published only at the commit.
-  std::vector<std::uint64_t> takeovers;
+  // The client's requeues taken over in the open transaction: taken over, carried out (their
+  // copies published) only at the commit; a rollback drops them.
+  std::vector<TakeOver> takeovers;
 
   // A tx.commit held until the proxy's settlement of each tag in `awaiting` is queued; then
   // queued itself behind them (commit_queued) until written, and the frames that waited

@@ -267,7 +267,7 @@ void BM_Session_DeliverAck_Guard(benchmark::State& state) {
   GuardRig rig;
   SessionOptions options;
   options.body_budget = &rig.context.budget();
-  Session session(options, &rig.guard);
+  Session session(guarded(options, rig.context), &rig.guard);
   if (!open_session(session)) return state.SkipWithError("handshake failed");
   consume_loop(state, session);
 }
@@ -278,7 +278,7 @@ void BM_Session_PublishConfirm_Guard(benchmark::State& state) {
   GuardRig rig;
   SessionOptions options;
   options.body_budget = &rig.context.budget();
-  Session session(options, &rig.guard);
+  Session session(guarded(options, rig.context), &rig.guard);
   if (!open_session(session)) return state.SkipWithError("handshake failed");
   const Batch publish = publishes();
   Batch confirm = acks();
@@ -306,7 +306,7 @@ void BM_Session_DeliverAck_Guard_RelayReads(benchmark::State& state) {
   GuardRig rig;
   SessionOptions options;
   options.body_budget = &rig.context.budget();
-  Session session(options, &rig.guard);
+  Session session(guarded(options, rig.context), &rig.guard);
   if (!open_session(session)) return state.SkipWithError("handshake failed");
   Batch deliver = deliveries();
   Batch ack = acks();

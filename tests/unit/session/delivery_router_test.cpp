@@ -1,5 +1,5 @@
 // The delivery router alone, without a Session: what reaches the client's outbox, what the
-// channel records, and that the observer's actions for a takeover are kept for the session
+// channel records, and that the observer's TakeOver of a delivery is kept for the session
 // to apply rather than applied (the takeover tests check the same through a Session).
 
 #include <gtest/gtest.h>
@@ -77,7 +77,7 @@ TEST_F(DeliveryRouterTest, AForwardedDeliveryReachesTheClientUnchangedAndIsRecor
   EXPECT_EQ(d->handed_out_ms, 5000);
   EXPECT_EQ(static_cast<std::uint64_t>(d->body_hash), XXH3_64bits("first", 5));
   EXPECT_EQ(observer.take_events(), (std::vector<std::string>{"delivery ch1 b1"}));
-  EXPECT_FALSE(router.has_actions());
+  EXPECT_FALSE(router.has_take_overs());
 }
 
 // A copy of nackguard's is a retry the broker delivers as new: the client sees it redelivered,
@@ -128,21 +128,21 @@ TEST_F(DeliveryRouterTest, AnEmptyBodyIsRecordedWithTheHashOfNothing) {
   EXPECT_EQ(static_cast<std::uint64_t>(ch.find_unacked(1)->body_hash), XXH3_64bits("", 0));
 }
 
-TEST_F(DeliveryRouterTest, ATakeoverKeepsTheObserversActionsForTheSession) {
+TEST_F(DeliveryRouterTest, ATakeoverKeepsTheObserversTakeOverForTheSession) {
   observer.take_over_at_delivery.insert({1, 1});
-  ObserverAction send;
-  send.frames = raw_method(7, 60, 40);
-  observer.actions.push_back(send);
   deliver_one(1, "poison");
   EXPECT_TRUE(to_client().empty());
   EXPECT_EQ(ch.taken_over_count(), 1u);
   EXPECT_EQ(observer.take_events(),
             (std::vector<std::string>{"delivery ch1 b1", "taken-over ch1 b1 poison"}));
-  ASSERT_TRUE(router.has_actions());
-  ObserverActions actions = router.take_actions();
-  ASSERT_EQ(actions.size(), 1u);
-  EXPECT_EQ(actions[0].frames, send.frames);
-  EXPECT_FALSE(router.has_actions());
+  ASSERT_TRUE(router.has_take_overs());
+  std::vector<DeliveryRouter::TakenOver> taken = router.take_take_overs();
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].channel, 1);
+  EXPECT_EQ(taken[0].broker_tag, 1u);
+  ASSERT_TRUE(taken[0].take_over.has_value());
+  EXPECT_EQ(taken[0].take_over->ticket().job, observer.jobs);
+  EXPECT_FALSE(router.has_take_overs());
 
   // The client's tags go on without the gap: broker tag 2 is client tag 1.
   deliver_one(2, "next");

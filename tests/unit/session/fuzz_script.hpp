@@ -111,7 +111,7 @@ class Connection {
             nullptr,
             nackguard::retry::GuardClocks{[this] { return now_; }, [this] { return now_; }}),
         guard_(context_, 1),
-        session_(options(), &guard_) {}
+        session_(session::guarded(options(), context_), &guard_) {}
 
   void handshake() {
     session::test::HandshakeParams p;

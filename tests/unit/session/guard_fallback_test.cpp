@@ -146,8 +146,9 @@ TEST_F(GuardFallback, ChannelClosedWithTheCopyInFlightFallsBack) {
   std::vector<Wire> sent = dead_letter_first_nack();
   EXPECT_EQ(take_copy(sent).frames, sent.size());
   broker(channel_close(406, "PRECONDITION_FAILED - something", 60, 40));
-  // Close-ok first, then the nack; nothing else waits, so the channel stays closed.
-  EXPECT_EQ(to_broker(), frames({method(kProxyChannel, amqp::ChannelCloseOk{}), nack(kCh, 1)}));
+  // The nack (the settlements come first), then the close-ok; nothing else waits, so the
+  // channel stays closed.
+  EXPECT_EQ(to_broker(), frames({nack(kCh, 1), method(kProxyChannel, amqp::ChannelCloseOk{})}));
   expect_one_fallback(retry::FallbackCause::republish_failed,
                       "the proxy's channel was closed: PRECONDITION_FAILED - something");
   // A later confirm with the old number means nothing.

@@ -40,7 +40,7 @@ namespace nackguard::session::guard_test {
 // nothing; GuardTest::connect drives the handshake.
 struct Connection {
   Connection(retry::GuardContext& context, SessionOptions options, std::uint64_t seed)
-      : guard(context, seed), session(options, &guard) {}
+      : guard(context, seed), session(guarded(options, context), &guard) {}
   Guard guard;
   Session session;
 };

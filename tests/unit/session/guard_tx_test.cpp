@@ -67,7 +67,7 @@ TEST_F(GuardTx, RollbackDropsTheTakeoverAndTheClientAcksItLater) {
   client_passes(tx_commit());
   // No copy was published, nothing was dead-lettered: the proxy's channel never opened.
   EXPECT_TRUE(listener.dead_letters.empty());
-  EXPECT_EQ(conn->guard.outstanding(), 0u);
+  EXPECT_EQ(conn->session.copies_outstanding(), 0u);
 }
 
 TEST_F(GuardTx, NackAgainAfterARollbackIsDeadLetteredOnce) {

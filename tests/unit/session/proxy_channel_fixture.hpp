@@ -1,6 +1,7 @@
 #pragma once
-// The proxy's own channel alone, for its tests: frames out through `send` (take_sent), broker
-// frames in through on_frame (feed), and each publish's one `done` (take_done).
+// The proxy's own channel alone, for its tests: broker frames in through on_frame (feed); what
+// each call produced (take_output) is moved after it into `sent` (take_sent), `done` (each
+// publish's one outcome: take_done) and `notices`.
 
 #include <gtest/gtest.h>
 
@@ -38,23 +39,14 @@ inline Done failed(std::uint64_t job, std::string why,
 
 class ProxyChannelTest : public ::testing::Test {
  protected:
-  ProxyChannelTest()
-      : channel([this](Bytes frames) { sent.insert(sent.end(), frames.begin(), frames.end()); },
-                [this](std::uint64_t job, retry::FallbackCause failure, const std::string& why) {
-                  done.push_back({job, failure, why});
-                },
-                [this](const std::string& queue, const std::string& why) {
-                  notices.emplace_back(queue, why);
-                }) {
-    channel.configure(kProxyChannel, 131072);
-  }
+  ProxyChannelTest() { channel.configure(kProxyChannel, 131072); }
 
   // A request for `job`, its body `body`, to the default exchange and queue `queue`, which
   // the channel is to declare itself (arguments: one TTL).
   PublishRequest request(std::uint64_t job, const std::string& queue = "dq",
                          std::string_view body = "copy") {
     PublishRequest r;
-    r.job = job;
+    r.ticket.job = job;
     r.exchange = "";
     r.routing_key = queue;
     QueueSpec spec;
@@ -77,7 +69,25 @@ class ProxyChannelTest : public ::testing::Test {
     return r;
   }
 
-  void publish(PublishRequest r) { channel.publish(std::move(r), now); }
+  void publish(PublishRequest r) {
+    channel.publish(std::move(r), now);
+    collect();
+  }
+  void tick(std::int64_t at) {
+    channel.on_tick(at);
+    collect();
+  }
+  void fail_all(const std::string& why) {
+    channel.fail_all(why);
+    collect();
+  }
+  // Moves what the channel produced into `sent`, `done` and `notices`.
+  void collect() {
+    ProxyChannel::Output out = channel.take_output();
+    sent.insert(sent.end(), out.frames.begin(), out.frames.end());
+    for (const Outcome& o : out.outcomes) done.push_back({o.ticket.job, o.failure, o.why});
+    for (const QueueNotice& n : out.notices) notices.emplace_back(n.queue, n.why);
+  }
   // Every frame of `bytes` through on_frame, at the current time.
   void feed(const Bytes& bytes) {
     amqp::FrameDecoder decoder(1u << 30);
@@ -86,6 +96,7 @@ class ProxyChannelTest : public ::testing::Test {
       amqp::FrameResult r = decoder.decode(rest);
       ASSERT_EQ(r.status, amqp::FrameResult::Status::frame);
       channel.on_frame(r.frame, now);
+      collect();
       rest = rest.subspan(r.frame.raw.size());
     }
   }

@@ -55,7 +55,7 @@ TEST_F(ProxyChannelTest, FailAllFailsWaitingAndInFlightJobsAndCloses) {
   take_sent();
   publish(request(2));  // waits for its declaration
   take_sent();
-  channel.fail_all("the connection closed");
+  fail_all("the connection closed");
   EXPECT_EQ(take_done(), (std::vector<Done>{failed(2, "the connection closed"),
                                             failed(1, "the connection closed")}));
   EXPECT_EQ(channel.outstanding(), 0u);
@@ -85,9 +85,9 @@ TEST_F(ProxyChannelTest, TickFailsJobsPastTheirDeadlineOnly) {
   now += 1000;
   publish(to_exchange(2, "a"));  // deadline kT0 + 31000
   take_sent();
-  channel.on_tick(kT0 + 29999);
+  tick(kT0 + 29999);
   EXPECT_TRUE(done.empty());
-  channel.on_tick(kT0 + 30000);
+  tick(kT0 + 30000);
   EXPECT_EQ(take_done(), (std::vector<Done>{failed(1, "no publisher confirm in time")}));
   feed(method(kProxyChannel, amqp::BasicAck{2, true}));  // covers 1 too: only 2 is left
   EXPECT_EQ(take_done(), std::vector<Done>{ok(2)});
@@ -96,7 +96,7 @@ TEST_F(ProxyChannelTest, TickFailsJobsPastTheirDeadlineOnly) {
 TEST_F(ProxyChannelTest, TickFailsAJobStillWaitingForItsChannel) {
   publish(request(1));
   take_sent();
-  channel.on_tick(kT0 + 30000);
+  tick(kT0 + 30000);
   EXPECT_EQ(take_done(),
             (std::vector<Done>{
                 failed(1, "the proxy's channel or queue declaration did not complete in time")}));

@@ -3,7 +3,7 @@
 // one line per callback in `events` (for checking order and "exactly once" at a glance):
 //   "open /", "delivery ch1 b3", "taken-over ch1 b3 <body>", "settled ch1 b3 c2 ack",
 //   "client-return ch1 b3 c2 nack", "taken-over ch1 b3 <no body>", "returned ch1 b3 recover",
-//   "proxy-frame ch2047 type1". on_returns_done, which ends every batch of returns (even an
+//   "outcome ch1 b3 none" (with `copies`). on_returns_done, which ends every batch of returns (even an
 // empty one), is only counted, in `returns_done`.
 // It takes over the deliveries named in `take_over_at_delivery` as they arrive, and the
 // client's requeues of those named in `take_over`, both by (channel, broker tag). The bodies of
@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "proxy/retry/body_budget.hpp"
 #include "proxy/session/observer.hpp"
 
 namespace nackguard::session::test {
@@ -44,11 +45,6 @@ class RecordingObserver : public SessionObserver {
     ReturnCause cause;
     ReturnContext context;
   };
-  struct ProxyFrame {
-    std::uint8_t type;
-    std::uint16_t channel;
-    amqp::Bytes raw;
-  };
 
   std::set<Key> take_over_at_delivery;
   std::set<Key> take_over;
@@ -60,16 +56,20 @@ class RecordingObserver : public SessionObserver {
   std::int64_t ack_timeout = 0;  // what ack_timeout_ms answers for every delivery
 
   std::vector<std::string> events;
-  // Returned, and so applied by the session, from the next on_taken_over or
-  // on_proxy_channel_frame.
-  ObserverActions actions;
+  // How its take-overs go. By default a TakeOver the test carries out itself: no copy, and an
+  // outcome answered with no settlement (the test settles with Session::settle_taken_over).
+  // With `copies`, a TakeOver publishes a copy (to exchange "", routing key "copies") and the
+  // outcome is answered with the settlement the guard would write: an ack once the copy is
+  // confirmed, the consumer's own frame if it failed; each outcome is an event.
+  bool copies = false;
+  std::uint64_t jobs = 0;
   std::vector<std::string> opens;
   std::vector<Delivery> deliveries;
   std::vector<Delivery> taken_over;
   std::vector<Settled> settled;
   std::vector<Returned> client_returns;
   std::vector<Returned> returned;
-  std::vector<ProxyFrame> proxy_frames;
+  std::vector<Outcome> outcomes;
   int returns_done = 0;
 
   void on_open(const ConnectionFacts& facts) override {
@@ -93,42 +93,57 @@ class RecordingObserver : public SessionObserver {
     events.push_back("settled " + name(d) + " c" + std::to_string(d.client_tag) + " " +
                      std::string(to_string(kind)));
   }
-  ReturnAction on_client_return(const Delivery& d, ReturnCause cause) override {
+  std::optional<TakeOver> on_client_return(const Delivery& d, ReturnCause cause) override {
     client_returns.push_back({d, cause, {}});
     events.push_back("client-return " + name(d) + " c" + std::to_string(d.client_tag) + " " +
                      std::string(session::to_string(cause)));
-    return take_over.count({d.channel, d.broker_tag}) ? ReturnAction::take_over
-                                                      : ReturnAction::forward;
+    if (!take_over.count({d.channel, d.broker_tag})) return std::nullopt;
+    std::optional<TakeOver> out = on_taken_over(d);
+    const SettleKind fallback = cause == ReturnCause::reject ? SettleKind::reject : SettleKind::nack;
+    out->at_once.ticket.fallback = fallback;
+    if (out->copy) out->copy->ticket.fallback = fallback;
+    return out;
   }
-  ObserverActions on_taken_over(const Delivery& d) override {
+  std::optional<TakeOver> on_taken_over(const Delivery& d) override {
     taken_over.push_back(d);
     std::string body = d.body ? std::string(amqp::as_chars(d.body->bytes)) : "<no body>";
     events.push_back("taken-over " + name(d) + " " + body);
-    return std::exchange(actions, {});
+    TakeOver out;
+    Ticket& ticket = out.at_once.ticket;
+    ticket.channel = d.channel;
+    ticket.broker_tag = d.broker_tag;
+    ticket.job = ++jobs;
+    if (!copies) return out;
+    PublishRequest copy;
+    copy.routing_key = "copies";
+    copy.body = retry::RetainedBody::make(nullptr, 0);
+    if (d.body) copy.body->bytes = d.body->bytes;
+    copy.deadline_ms = 30000;
+    copy.ticket = ticket;
+    out.copy = std::move(copy);
+    return out;
   }
-  void on_settle_written(const Settle& s, bool written) override {
-    events.push_back("settle-written ch" + std::to_string(s.channel) + " b" +
-                     std::to_string(s.broker_tag) + (written ? " written" : " not written"));
+  Settle on_outcome(const Outcome& o) override {
+    outcomes.push_back(o);
+    const Ticket& t = o.ticket;
+    if (!copies) return {};  // channel 0: nothing is written
+    events.push_back("outcome " + name(t) + " " + std::string(retry::to_string(o.failure)));
+    if (o.failure != retry::FallbackCause::none) return {t.channel, t.broker_tag, t.fallback, true};
+    return {t.channel, t.broker_tag, SettleKind::ack, false};
   }
-  ReturnAction on_returned(const Delivery& d, ReturnCause cause,
-                           const ReturnContext& context) override {
+  ReturnDecision on_returned(const Delivery& d, ReturnCause cause,
+                             const ReturnContext& context) override {
     returned.push_back({d, cause, context});
     events.push_back("returned " + name(d) + " " + std::string(session::to_string(cause)));
-    return context.can_take_over && take_over_at_crash.count({d.channel, d.broker_tag})
-               ? ReturnAction::take_over
-               : ReturnAction::forward;
+    if (!context.can_take_over || !take_over_at_crash.count({d.channel, d.broker_tag})) return {};
+    // A held-back delivery's body is in its buffered frames: on_taken_over follows.
+    if (d.held_back) return {ReturnAction::take_over, std::nullopt};
+    return {ReturnAction::take_over, on_taken_over(d)};
   }
   void on_returns_done() override { ++returns_done; }
   std::int64_t ack_timeout_ms(const Delivery&) override { return ack_timeout; }
   void on_ack_timeout(const Delivery& d, std::int64_t held_ms) override {
     events.push_back("ack-timeout " + name(d) + " held " + std::to_string(held_ms));
-  }
-  ObserverActions on_proxy_channel_frame(const amqp::Frame& frame) override {
-    proxy_frames.push_back(
-        {frame.type, frame.channel, amqp::Bytes(frame.raw.begin(), frame.raw.end())});
-    events.push_back("proxy-frame ch" + std::to_string(frame.channel) + " type" +
-                     std::to_string(frame.type));
-    return std::exchange(actions, {});
   }
 
   // The events recorded since the last call, which forgets them.
@@ -138,6 +153,9 @@ class RecordingObserver : public SessionObserver {
     return out;
   }
 
+  static std::string name(const Ticket& t) {
+    return "ch" + std::to_string(t.channel) + " b" + std::to_string(t.broker_tag);
+  }
   static std::string name(const Delivery& d) {
     return "ch" + std::to_string(d.channel) + " b" + std::to_string(d.broker_tag);
   }

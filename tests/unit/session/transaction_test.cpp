@@ -67,12 +67,15 @@ TEST_F(SessionTx, TakeoverIsCarriedOutAtTheCommitAndTheCommitWaitsForIt) {
   deliveries(1, "c1", 1, 2);
   link.observer.take_events();
   EXPECT_EQ(client_sends(nack(1, 1, false, true)), frames({}));
-  EXPECT_EQ(link.observer.take_events(), Events{"client-return ch1 b1 c1 nack"});
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"client-return ch1 b1 c1 nack", "taken-over ch1 b1 <no body>"}));
   EXPECT_EQ(client_sends(ack(1, 2)), frames({ack(1, 2)}));
+  // Decided, and not carried out yet: no outcome can come before the commit.
+  EXPECT_TRUE(link.observer.outcomes.empty());
   // The commit: the proxy's copy may now be published; the commit waits for its settlement.
   EXPECT_EQ(client_sends(tx_commit()), frames({}));
-  EXPECT_EQ(link.observer.take_events(),
-            (Events{"settled ch1 b2 c2 ack", "taken-over ch1 b1 <no body>"}));
+  EXPECT_EQ(link.observer.take_events(), Events{"settled ch1 b2 c2 ack"});
+  EXPECT_EQ(link.observer.outcomes.size(), 1u);
   ASSERT_TRUE(link.session.settle_taken_over(1, 1, SettleKind::ack, false));
   EXPECT_EQ(link.to_broker(), frames({ack(1, 1), tx_commit()}));
   broker_passes(tx_commit_ok());
@@ -86,12 +89,15 @@ TEST_F(SessionTx, RollbackDropsAPendingTakeoverAndTheTagIsTheClientsAgain) {
   link.observer.take_events();
   EXPECT_EQ(client_sends(nack(1, 1, false, true)), frames({}));
   EXPECT_EQ(client_sends(tx_rollback()), frames({tx_rollback()}));
-  EXPECT_EQ(link.observer.take_events(), Events{"client-return ch1 b1 c1 nack"});
+  EXPECT_EQ(link.observer.take_events(),
+            (Events{"client-return ch1 b1 c1 nack", "taken-over ch1 b1 <no body>"}));
   EXPECT_EQ(link.session.channel(1)->taken_over_count(), 0u);
   EXPECT_FALSE(link.session.settle_taken_over(1, 1, SettleKind::ack, false));
   EXPECT_EQ(client_sends(ack(1, 1)), frames({ack(1, 1)}));
   EXPECT_EQ(client_sends(tx_commit()), frames({tx_commit()}));
   EXPECT_EQ(link.observer.take_events(), Events{"settled ch1 b1 c1 ack"});
+  // The TakeOver the rollback dropped was never carried out.
+  EXPECT_TRUE(link.observer.outcomes.empty());
 }
 
 TEST_F(SessionTx, FallbackNackGoesBeforeTheCommit) {
