@@ -43,9 +43,8 @@ Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
       guard_(options_.guard_context
                  ? std::make_unique<session::Guard>(*options_.guard_context, connection_seed(id))
                  : nullptr),
-      session_(options_.guard_context
-                   ? session::guarded(options_.session, *options_.guard_context)
-                   : options_.session,
+      session_(options_.guard_context ? session::guarded(options_.session, *options_.guard_context)
+                                      : options_.session,
                guard_.get()),
       started_(Clock::now()) {
   client_.stream.tcp() = std::move(client);

@@ -29,9 +29,9 @@ Guard::Guard(retry::GuardContext& context, std::uint64_t seed)
     : context_(context), limits_(context), rng_(seed) {}
 
 void Guard::on_queue_notice(const QueueNotice& notice) {
-  context_.notice_once(facts_.vhost + '\n' + notice.queue, notice.queue,
-                       "exists with other arguments than nackguard declares; used as it is (" +
-                           notice.why + ")");
+  context_.notice_once(
+      facts_.vhost + '\n' + notice.queue, notice.queue,
+      "exists with other arguments than nackguard declares; used as it is (" + notice.why + ")");
 }
 
 const retry::Policy& Guard::policy_for(const std::string& queue) {
@@ -54,7 +54,9 @@ void Guard::on_open(const ConnectionFacts& facts) {
   limits_.on_open(facts_.vhost, broker_major_);
 }
 
-void Guard::on_connection_end() { awaiting_body_.clear(); }
+void Guard::on_connection_end() {
+  awaiting_body_.clear();
+}
 
 bool Guard::identify(const Delivery& d, Identified& out) {
   if (d.queue.empty() || d.no_ack) return false;

@@ -127,8 +127,8 @@ class Guard final : public SessionObserver {
   TakeOver take_over(const Delivery& delivery, CopyIntent& intent);
 
   retry::GuardContext& context_;
-  LimitWatch limits_;        // the queues' types and delivery limits, as this connection sees
-  ConnectionFacts facts_;    // from on_open
+  LimitWatch limits_;      // the queues' types and delivery limits, as this connection sees
+  ConnectionFacts facts_;  // from on_open
   // What plan_delivery decodes a delivery's header into (DeliveryReading::props).
   RawProperties decoded_scratch_;
   int broker_major_ = 0;  // RabbitMQ's major version from connection.start, 0 if unknown

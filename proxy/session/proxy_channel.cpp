@@ -21,7 +21,8 @@ constexpr std::uint16_t kPreconditionFailed = 406;
 template <typename M>
 void append_fixed(amqp::Bytes& out, std::uint16_t channel, const M& method) {
   amqp::Bytes frame;
-  if (amqp::append_method_frame(frame, channel, method)) out.insert(out.end(), frame.begin(), frame.end());
+  if (amqp::append_method_frame(frame, channel, method))
+    out.insert(out.end(), frame.begin(), frame.end());
 }
 }  // namespace
 
@@ -338,7 +339,8 @@ void ProxyChannel::on_tick(std::int64_t now_ms) {
     }
   }
   for (Ticket& ticket : expired)
-    finish(std::move(ticket), retry::FallbackCause::republish_failed, "no publisher confirm in time");
+    finish(std::move(ticket), retry::FallbackCause::republish_failed,
+           "no publisher confirm in time");
   if (!expired.empty() && state_ == State::ready) pump(now_ms);
   while (!waiting_.empty() && now_ms >= waiting_.front().deadline_ms) {
     Ticket ticket = std::move(waiting_.front().ticket);

@@ -10,8 +10,8 @@
 // Malformed input ends in connection.close (501 or 505) to the side that sent it.
 
 #include <array>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -128,9 +128,7 @@ class Session {
                          bool requeue);
   // Copies published on the proxy's channel and not yet confirmed, and outcomes waiting to be
   // settled.
-  std::size_t copies_outstanding() const {
-    return proxy_channel_.outstanding() + outcomes_.size();
-  }
+  std::size_t copies_outstanding() const { return proxy_channel_.outstanding() + outcomes_.size(); }
 
   bool is_open() const { return phase_ == Phase::open; }
   bool handshake_done() const {

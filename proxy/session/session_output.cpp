@@ -109,7 +109,9 @@ void Session::drop_injections(std::uint16_t channel) {
   std::erase_if(queued, on_channel);
 }
 
-void Session::drop_all_injections(Side to) { io(to).injections.clear(); }
+void Session::drop_all_injections(Side to) {
+  io(to).injections.clear();
+}
 
 bool Session::hold_client_close(ChannelState& ch, const amqp::Frame& close) {
   const bool waits = ch.taken_over_count() > 0 || ch.cancels_pending > 0;

@@ -53,8 +53,7 @@ TEST_F(SessionCrashHold, EofWithATakeoverKeepsTheBrokerSideUntilItIsSettled) {
   EXPECT_FALSE(link.session.finished());  // until the cancel-ok: nothing more can come then
   link.broker(cancel_ok("c1"));
   ends_with_close();
-  EXPECT_EQ(link.observer.take_events(),
-            (Events{"delivery ch1 b2", "returned ch1 b2 unseen"}));
+  EXPECT_EQ(link.observer.take_events(), (Events{"delivery ch1 b2", "returned ch1 b2 unseen"}));
 }
 
 TEST_F(SessionCrashHold, AHoldEndsAfter45SecondsWithoutASettlement) {

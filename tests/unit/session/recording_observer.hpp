@@ -3,7 +3,8 @@
 // one line per callback in `events` (for checking order and "exactly once" at a glance):
 //   "open /", "delivery ch1 b3", "taken-over ch1 b3 <body>", "settled ch1 b3 c2 ack",
 //   "client-return ch1 b3 c2 nack", "taken-over ch1 b3 <no body>", "returned ch1 b3 recover",
-//   "outcome ch1 b3 none" (with `copies`). on_returns_done, which ends every batch of returns (even an
+//   "outcome ch1 b3 none" (with `copies`). on_returns_done, which ends every batch of returns (even
+//   an
 // empty one), is only counted, in `returns_done`.
 // It takes over the deliveries named in `take_over_at_delivery` as they arrive, and the
 // client's requeues of those named in `take_over`, both by (channel, broker tag). The bodies of
@@ -99,7 +100,8 @@ class RecordingObserver : public SessionObserver {
                      std::string(session::to_string(cause)));
     if (!take_over.count({d.channel, d.broker_tag})) return std::nullopt;
     std::optional<TakeOver> out = on_taken_over(d);
-    const SettleKind fallback = cause == ReturnCause::reject ? SettleKind::reject : SettleKind::nack;
+    const SettleKind fallback =
+        cause == ReturnCause::reject ? SettleKind::reject : SettleKind::nack;
     out->at_once.ticket.fallback = fallback;
     if (out->copy) out->copy->ticket.fallback = fallback;
     return out;
