@@ -126,6 +126,25 @@ inline Message message(const std::string& id, std::optional<std::int64_t> return
   return m;
 }
 
+// `m` delivered with broker tag `tag` on kCh to kConsumer from kQueue, as the session hands a
+// delivery to its observer once the body is in (retained, so a copy can be made of it).
+inline Delivery delivery_value(std::uint64_t tag, const Message& m, bool redelivered = false) {
+  Delivery d;
+  d.channel = kCh;
+  d.broker_tag = d.client_tag = tag;
+  d.consumer_tag = kConsumer;
+  d.queue = kQueue;
+  d.redelivered = redelivered;
+  const Bytes frame = test::header(kCh, m.body.size(), m.properties);
+  d.header_payload.assign(frame.begin() + amqp::kFrameHeaderSize, frame.end() - 1);
+  d.body_size = m.body.size();
+  d.body = retry::RetainedBody::make(nullptr, m.body.size());
+  const ByteView body = amqp::as_bytes(m.body);
+  d.body->bytes.assign(body.begin(), body.end());
+  d.body_complete = true;
+  return d;
+}
+
 // The message as a quorum queue redelivers it: with x-delivery-count `count`.
 // `m` with the integer header `name` (a broker's count: x-delivery-count, x-acquired-count).
 inline Message with_count(Message m, const std::string& name, std::int64_t count) {
