@@ -63,14 +63,14 @@ struct Delivery {
   // channel are held back.
   bool suspect = false;
   bool settling = false;  // taken over, and the proxy's ack, nack or reject is on its way
-  // Taken over: the job of the TakeOver being carried out (Ticket::job), which its outcome
-  // must name to settle it; 0 while none is.
-  std::uint64_t take_over_job = 0;
   // Handed out with the redelivered bit set though the broker's is not (DeliveryPlan).
   bool show_redelivered = false;
   // Delivered after the client closed its channel or connection, or went away: the client
   // never sees it (ChannelState::client_left).
   bool unseen = false;
+  // Taken over: the job of the TakeOver being carried out (Ticket::job, its low 32 bits: in
+  // the padding after the flags), which its outcome must name to settle it; 0 while none is.
+  std::uint32_t take_over_job = 0;
   amqp::Bytes header_payload;  // the raw content header: properties are decoded on demand
   std::uint64_t body_size = 0;
   BodyHash body_hash;  // XXH3-64 of the body, valid once body_complete

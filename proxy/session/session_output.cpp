@@ -24,7 +24,7 @@ void Session::carry_out(std::uint16_t channel, std::uint64_t broker_tag,
     settle_taken_over(channel, broker_tag, SettleKind::nack, true);
     return;
   }
-  if (d) d->take_over_job = take_over->ticket().job;
+  if (d) d->take_over_job = static_cast<std::uint32_t>(take_over->ticket().job);
   if (take_over->copy) {
     proxy_channel_.publish(std::move(*take_over->copy), steady_ms());
   } else {
@@ -58,7 +58,7 @@ bool Session::can_settle(const Ticket& t) const {
     return false;
   }
   const Delivery* d = it->second.find_taken_over(t.broker_tag);
-  return d && !d->settling && d->take_over_job == t.job;
+  return d && !d->settling && d->take_over_job == static_cast<std::uint32_t>(t.job);
 }
 
 void Session::deliver_outcomes() {
@@ -80,7 +80,7 @@ void Session::deliver_outcomes() {
 
 void Session::flush_injections(Side to) {
   SideIo& out = io(to);
-  if (to == Side::broker) deliver_outcomes();
+  if (to == Side::broker && !outcomes_.empty()) deliver_outcomes();
   if (out.injections.empty() || content_in_progress(to)) return;
   std::vector<Injection> ready = std::move(out.injections);
   out.injections.clear();
