@@ -41,9 +41,9 @@ Relay::Relay(tcp::socket client, RelayOptions options, std::uint64_t id)
       client_(client.get_executor()),
       broker_(client.get_executor()),
       guard_(options_.guard_context
-                 ? std::make_unique<session::Guard>(*options_.guard_context, connection_seed(id))
+                 ? std::make_unique<guard::Guard>(*options_.guard_context, connection_seed(id))
                  : nullptr),
-      session_(options_.guard_context ? session::guarded(options_.session, *options_.guard_context)
+      session_(options_.guard_context ? guard::guarded(options_.session, *options_.guard_context)
                                       : options_.session,
                guard_.get()),
       started_(Clock::now()) {

@@ -13,11 +13,11 @@
 #include <optional>
 #include <string>
 
+#include "proxy/guard/guard.hpp"
 #include "proxy/metrics/registry.hpp"
 #include "proxy/net/stream.hpp"
 #include "proxy/net/tls.hpp"
 #include "proxy/net/upstreams.hpp"
-#include "proxy/session/guard.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::net {
@@ -109,7 +109,7 @@ class Relay : public std::enable_shared_from_this<Relay> {
   Endpoint client_;
   Endpoint broker_;
   UpstreamLease upstream_lease_;
-  std::unique_ptr<session::Guard> guard_;
+  std::unique_ptr<guard::Guard> guard_;
   session::Session session_;
   std::chrono::steady_clock::time_point started_;
   std::optional<std::chrono::steady_clock::time_point> shutdown_at_;

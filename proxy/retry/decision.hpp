@@ -33,7 +33,7 @@ struct Decision {
 // broker's flag and counters.
 struct CarriedCount {
   // x-nackguard-returns, when it counts in the queue the message was delivered from
-  // (x-nackguard-returns-queue names it; see carried_count in proxy/session/identity.cpp): the
+  // (x-nackguard-returns-queue names it; see carried_count in proxy/guard/identity.cpp): the
   // count when the copy was made. 0 on an original, and on a dead letter read from its DLQ.
   std::uint32_t nackguard = 0;
   std::uint32_t broker = 0;  // x-delivery-count: a quorum queue's count of returns

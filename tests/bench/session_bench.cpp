@@ -27,14 +27,17 @@
 #include "proxy/amqp/frame.hpp"
 #include "proxy/amqp/method_codec.hpp"
 #include "proxy/amqp/methods.hpp"
+#include "proxy/guard/guard.hpp"
 #include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/policy_set.hpp"
-#include "proxy/session/guard.hpp"
 #include "proxy/session/session.hpp"
 #include "tests/unit/session/relay_read.hpp"
 
 namespace nackguard::session {
 namespace {
+
+using guard::Guard;
+using guard::guarded;
 
 using amqp::Bytes;
 using amqp::ByteView;

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "proxy/guard/guard.hpp"
 #include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/policy_set.hpp"
-#include "proxy/session/guard.hpp"
 #include "proxy/session/session.hpp"
 #include "session/frame_builders.hpp"
 
@@ -111,7 +111,7 @@ class Connection {
             nullptr,
             nackguard::retry::GuardClocks{[this] { return now_; }, [this] { return now_; }}),
         guard_(context_, 1),
-        session_(session::guarded(options(), context_), &guard_) {}
+        session_(guard::guarded(options(), context_), &guard_) {}
 
   void handshake() {
     session::test::HandshakeParams p;
@@ -316,7 +316,7 @@ class Connection {
 
   std::int64_t now_ = 1'700'000'000'000;
   nackguard::retry::GuardContext context_;
-  session::Guard guard_;
+  guard::Guard guard_;
   session::Session session_;
   Stream to_client_{false};
   Stream to_broker_{true};

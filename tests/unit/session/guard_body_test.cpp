@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
-#include "proxy/session/identity.hpp"
+#include "proxy/guard/identity.hpp"
 #include "session/guard_script.hpp"
 
 namespace nackguard::session::guard_test {

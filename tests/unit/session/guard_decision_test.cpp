@@ -7,7 +7,7 @@
 #include <memory>
 #include <optional>
 
-#include "proxy/session/guard.hpp"
+#include "proxy/guard/guard.hpp"
 #include "session/guard_listener.hpp"
 #include "session/guard_messages.hpp"
 

@@ -17,7 +17,12 @@
 #include "proxy/retry/policy.hpp"
 #include "session/script.hpp"
 
+namespace nackguard::guard {}
+
 namespace nackguard::session::guard_test {
+
+// The guard's own names (proxy/guard/), under the guard tests' namespace.
+using namespace nackguard::guard;
 
 using amqp::Bytes;
 using amqp::ByteView;

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "proxy/session/raw_properties.hpp"
+#include "proxy/guard/raw_properties.hpp"
 #include "session/guard_script.hpp"
 
 namespace nackguard::session::guard_test {

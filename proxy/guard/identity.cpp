@@ -1,4 +1,4 @@
-#include "proxy/session/identity.hpp"
+#include "proxy/guard/identity.hpp"
 
 #include <xxhash.h>
 
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <limits>
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 namespace {
 
@@ -127,4 +127,4 @@ retry::CarriedCount carried_count(const amqp::BasicProperties& properties,
   return carried;
 }
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

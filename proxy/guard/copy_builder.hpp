@@ -10,16 +10,15 @@
 #include <string>
 #include <string_view>
 
+#include "proxy/guard/raw_properties.hpp"
+#include "proxy/guard/seam.hpp"
 #include "proxy/retry/decision.hpp"
 #include "proxy/retry/fallback.hpp"
 #include "proxy/retry/policy_set.hpp"
 #include "proxy/retry/queue_facts.hpp"
 #include "proxy/retry/tracker.hpp"
-#include "proxy/session/delivery.hpp"
-#include "proxy/session/proxy_channel.hpp"
-#include "proxy/session/raw_properties.hpp"
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 // What the guard will do with a delivery it owns, from its decision until its copy is built
 // (the copy's Ticket then carries what the settlement needs).
@@ -71,4 +70,4 @@ QueueSpec delay_queue_spec(std::string_view queue, retry::Millis ttl, retry::Que
 // The major version in a broker's "version" property: 4 for "4.0.5", 0 if it has none.
 int major_version(std::string_view version);
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

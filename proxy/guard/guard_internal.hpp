@@ -7,11 +7,11 @@
 #include <string>
 #include <string_view>
 
+#include "proxy/guard/raw_properties.hpp"
+#include "proxy/guard/seam.hpp"
 #include "proxy/retry/guard_context.hpp"
-#include "proxy/session/delivery.hpp"
-#include "proxy/session/raw_properties.hpp"
 
-namespace nackguard::session::guard_internal {
+namespace nackguard::guard::guard_internal {
 
 // Bits of Delivery::cookie.
 inline constexpr std::uint64_t kCounted = 1;       // told to the listener (on_delivery) already
@@ -47,4 +47,4 @@ inline void report_health(retry::GuardListener& listener, std::string_view queue
   }
 }
 
-}  // namespace nackguard::session::guard_internal
+}  // namespace nackguard::guard::guard_internal

@@ -3,15 +3,15 @@
 // declarations of the queues it needs. Pure functions of the intent, the delivery and the
 // facts the guard gives them (copy_builder.hpp).
 
-#include "proxy/session/copy_builder.hpp"
+#include "proxy/guard/copy_builder.hpp"
 
 #include <charconv>
 
+#include "proxy/guard/identity.hpp"
 #include "proxy/retry/names.hpp"
 #include "proxy/session/consumer_label.hpp"
-#include "proxy/session/identity.hpp"
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 namespace {
 
@@ -31,8 +31,8 @@ void build_dead_letter(const CopyFacts& facts, const CopyIntent& intent,
                                       std::string(retry::to_string(intent.decision.reason)))});
   edits.push_back({kLastReturnHeader, amqp::FieldValue::timestamp(to_seconds(last_return_ms))});
   edits.push_back({kQueueHeader, amqp::FieldValue::string(intent.queue)});
-  edits.push_back({kConsumerHeader,
-                   amqp::FieldValue::string(consumer_label(facts.client_name, facts.host_name))});
+  edits.push_back({kConsumerHeader, amqp::FieldValue::string(session::consumer_label(
+                                        facts.client_name, facts.host_name))});
   request.exchange = policy.dead_letter.exchange;
   request.routing_key = retry::dead_letter_routing_key(policy.dead_letter, intent.queue);
   if (request.exchange.empty()) {
@@ -196,4 +196,4 @@ bool build_copy(const CopyFacts& facts, const Delivery& d, CopyIntent& intent,
   return build_copy_header(facts, d, props, edits, request, cause, detail);
 }
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

@@ -17,20 +17,19 @@
 #include <utility>
 #include <vector>
 
+#include "proxy/guard/copy_builder.hpp"
+#include "proxy/guard/limit_watch.hpp"
+#include "proxy/guard/raw_properties.hpp"
+#include "proxy/guard/seam.hpp"
 #include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/outcome.hpp"
-#include "proxy/session/copy_builder.hpp"
-#include "proxy/session/limit_watch.hpp"
-#include "proxy/session/observer.hpp"
-#include "proxy/session/proxy_channel.hpp"
-#include "proxy/session/raw_properties.hpp"
 #include "proxy/session/session.hpp"
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 // `options` for a session observed by a guard of `context`: the proxy's channel reads the
 // guard's steady clock.
-SessionOptions guarded(SessionOptions options, retry::GuardContext& context);
+session::SessionOptions guarded(session::SessionOptions options, retry::GuardContext& context);
 
 class Guard final : public SessionObserver {
  public:
@@ -151,4 +150,4 @@ class Guard final : public SessionObserver {
   std::vector<CrashedQueue> crashed_queues_;
 };
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

@@ -4,13 +4,13 @@
 // settled (acked once the broker confirmed the copy, or given back). Deliveries are planned in
 // guard_delivery.cpp.
 
-#include "proxy/session/guard.hpp"
+#include "proxy/guard/guard.hpp"
 
-#include "proxy/session/guard_internal.hpp"
-#include "proxy/session/identity.hpp"
-#include "proxy/session/raw_properties.hpp"
+#include "proxy/guard/guard_internal.hpp"
+#include "proxy/guard/identity.hpp"
+#include "proxy/guard/raw_properties.hpp"
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 using namespace guard_internal;
 
@@ -20,7 +20,7 @@ namespace {
 constexpr std::int64_t kCopiesFailingMs = 30000;
 }  // namespace
 
-SessionOptions guarded(SessionOptions options, retry::GuardContext& context) {
+session::SessionOptions guarded(session::SessionOptions options, retry::GuardContext& context) {
   options.steady_ms = [&context] { return context.steady_ms(); };
   return options;
 }
@@ -334,4 +334,4 @@ Settle Guard::on_outcome(const Outcome& outcome) {
   return {t.channel, t.broker_tag, t.via_reject ? SettleKind::reject : SettleKind::ack, false};
 }
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

@@ -4,11 +4,11 @@
 // keep their body; and the policy's ack_timeout.
 
 #include "proxy/amqp/properties.hpp"
-#include "proxy/session/guard.hpp"
-#include "proxy/session/guard_internal.hpp"
-#include "proxy/session/identity.hpp"
+#include "proxy/guard/guard.hpp"
+#include "proxy/guard/guard_internal.hpp"
+#include "proxy/guard/identity.hpp"
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 using namespace guard_internal;
 
@@ -201,4 +201,4 @@ void Guard::on_ack_timeout(const Delivery& d, std::int64_t held_ms) {
   context_.listener().on_ack_timeout(d.queue, identity, held_ms);
 }
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

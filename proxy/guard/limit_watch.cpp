@@ -1,9 +1,9 @@
-#include "proxy/session/limit_watch.hpp"
+#include "proxy/guard/limit_watch.hpp"
 
 #include <optional>
 #include <utility>
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 void LimitWatch::on_open(std::string vhost, int broker_major) {
   vhost_ = std::move(vhost);
@@ -78,4 +78,4 @@ bool LimitWatch::first_return_passes(const retry::Policy& policy, const std::str
   return true;
 }
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

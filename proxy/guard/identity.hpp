@@ -5,11 +5,11 @@
 #include <string>
 
 #include "proxy/amqp/properties.hpp"
+#include "proxy/guard/seam.hpp"
 #include "proxy/retry/decision.hpp"
 #include "proxy/retry/policy.hpp"
-#include "proxy/session/delivery.hpp"
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 // Header names nackguard writes on the copies it publishes.
 inline constexpr const char* kReturnsHeader = "x-nackguard-returns";
@@ -54,4 +54,4 @@ bool identity_needs_body(const std::vector<retry::IdentitySource>& sources,
 retry::CarriedCount carried_count(const amqp::BasicProperties& properties,
                                   const Delivery& delivery);
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

@@ -14,7 +14,7 @@
 #include "proxy/amqp/properties.hpp"
 #include "proxy/amqp/table.hpp"
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 struct RawProperties {
   // Every property. When `opaque`, headers holds only the top-level entries that decode on
@@ -60,4 +60,4 @@ struct HeaderEdit {
 // Applies `edits` to a decoded table, as copy_properties does to raw bytes.
 void apply_edits(amqp::FieldTable& table, const std::vector<HeaderEdit>& edits);
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

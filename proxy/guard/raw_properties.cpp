@@ -1,8 +1,8 @@
-#include "proxy/session/raw_properties.hpp"
+#include "proxy/guard/raw_properties.hpp"
 
 #include <algorithm>
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 namespace {
 
@@ -171,4 +171,4 @@ bool copy_properties(amqp::ByteView payload, const RawProperties& props,
   return true;
 }
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard

@@ -17,7 +17,7 @@
 #include "proxy/retry/guard_context.hpp"
 #include "proxy/retry/queue_facts.hpp"
 
-namespace nackguard::session {
+namespace nackguard::guard {
 
 class LimitWatch {
  public:
@@ -51,4 +51,4 @@ class LimitWatch {
   std::unordered_map<std::string, std::int64_t> asked_;
 };
 
-}  // namespace nackguard::session
+}  // namespace nackguard::guard
