@@ -47,6 +47,7 @@ import uuid
 
 import pika
 
+import waiting
 from proxy_process import (  # noqa: F401  (re-exported: the tests say harness.X)
     BROKER_HOST, BUILD_DIR, HERE, KEEP_TMP, PROXY_BIN, PROXY_LOG_LEVEL, PROXY_READY_TIMEOUT,
     PROXY_STOP_GRACE, REPO_ROOT, TEST_TIMEOUT, Proxy, ProxyError, Watchdog, _live_proxies,
@@ -70,16 +71,18 @@ def lock_file(path, holder, timeout=600):
     error. Keeps two runs (from different build directories) off one private node."""
     import fcntl
     lock = open(path, "a")
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def take():
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return lock
+            return True
         except BlockingIOError:
-            if time.monotonic() > deadline:
-                lock.close()
-                raise AssertionError(f"{path} stayed locked for {timeout:.0f} s: {holder}")
-            time.sleep(1)
+            return False
+
+    if not waiting.wait_for(take, timeout, 1):
+        lock.close()
+        raise AssertionError(f"{path} stayed locked for {timeout:.0f} s: {holder}")
+    return lock
 
 
 # ---------------------------------------------------------------- pika helpers
@@ -259,12 +262,9 @@ def wait_message_count(channel, queue, expected, timeout=5.0):
     Publishes without confirms reach a queue asynchronously, so a count taken right
     after publishing may still be short.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        count = channel.queue_declare(queue, passive=True).method.message_count
-        if count == expected or time.monotonic() >= deadline:
-            return count
-        channel.connection.sleep(0.02)
+    return waiting.poll(lambda: channel.queue_declare(queue, passive=True).method.message_count,
+                        lambda count: count == expected, timeout, 0.02,
+                        sleep=channel.connection.sleep)
 
 
 def rabbitmqctl(*args, timeout=60):

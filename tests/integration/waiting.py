@@ -6,20 +6,21 @@
   poll(fetch, condition, timeout, step)   calls fetch() until condition(value) holds or
                                           `timeout` s pass; returns the last value fetched, so
                                           that the caller's assertion shows what was there
-Assert on what they return.
+Assert on what they return. Both take sleep= (time.sleep by default): a pika connection's
+sleep, e.g., keeps its I/O going between polls.
 """
 
 import time
 
 
-def poll(fetch, condition, timeout, step=0.05):
+def poll(fetch, condition, timeout, step=0.05, sleep=time.sleep):
     deadline = time.monotonic() + timeout
     while True:
         value = fetch()
         if condition(value) or time.monotonic() >= deadline:
             return value
-        time.sleep(step)
+        sleep(step)
 
 
-def wait_for(predicate, timeout, step=0.05):
-    return poll(predicate, bool, timeout, step)
+def wait_for(predicate, timeout, step=0.05, sleep=time.sleep):
+    return poll(predicate, bool, timeout, step, sleep)
