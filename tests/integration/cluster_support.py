@@ -46,7 +46,7 @@ import harness
 import private_node
 import operations_support as ops
 import redelivery_support as rs
-from waiting import wait_for  # noqa: F401  (re-exported: the tests say cs.wait_for)
+from waiting import wait_for  # (also re-exported: the tests say cs.wait_for)
 from reconnecting_consumer import ReconnectingConsumer
 
 TESTS_DIR = os.path.dirname(harness.HERE)
@@ -197,11 +197,8 @@ def kill_node(node, timeout=20):
     if f"RABBITMQ_NODENAME={node.name}".encode() not in environ:
         raise AssertionError(f"pid {pid} in {node.dir}/beam.pid is not {node.name}'s VM")
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while node.accepts():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{node} still accepts connections {timeout} s after SIGKILL")
-        time.sleep(0.05)
+    if not wait_for(lambda: not node.accepts(), timeout):
+        raise AssertionError(f"{node} still accepts connections {timeout} s after SIGKILL")
 
 
 _pending = {}  # node index -> Popen of a start still running

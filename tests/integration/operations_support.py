@@ -26,7 +26,6 @@ import re
 import socket
 import subprocess
 import threading
-import time
 import uuid
 
 import harness
@@ -151,15 +150,17 @@ class OpsProxy(rs.GuardProxy):
     READY = "answering /healthz"
 
     def wait_started(self, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.alive():
+        def attempt():  # True: /healthz answers 200; False: the process is gone; None: not yet
+            if not self.alive():
+                return False
             try:
                 if http_get(self.metrics_port, "/healthz", timeout=1.0)[0] == 200:
                     return True
             except (OSError, http.client.HTTPException):
                 pass
-            time.sleep(0.05)
-        return False
+            return None
+
+        return waiting.poll(attempt, lambda outcome: outcome is not None, timeout) is True
 
     def stdout_text(self):
         if not self.stdout_path or not os.path.exists(self.stdout_path):

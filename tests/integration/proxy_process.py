@@ -12,11 +12,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import json
 import traceback
 
 import metrics_page
+import waiting
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -49,16 +49,16 @@ def wait_for_port(port, timeout, host="127.0.0.1", alive=None):
 
     `alive` is an optional callable; when it returns False the wait stops early.
     """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def attempt():  # True: it accepts; False: alive() says stop; None: not yet
         if alive is not None and not alive():
             return False
         try:
             with socket.create_connection((host, port), timeout=0.5):
                 return True
         except OSError:
-            time.sleep(0.05)
-    return False
+            return None
+
+    return waiting.poll(attempt, lambda outcome: outcome is not None, timeout) is True
 
 
 class ProxyError(Exception):
@@ -284,14 +284,9 @@ class Proxy:
 
     def wait_for_log(self, needle, timeout=5.0):
         """The first log line containing `needle`, waiting for it; None if it never came."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for line in self.full_log().splitlines():
-                if needle in line:
-                    return line
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.05)
+        return waiting.wait_for(
+            lambda: next((line for line in self.full_log().splitlines() if needle in line),
+                         None), timeout)
 
     def log_text(self, max_lines=200):
         """The log's last lines; a run of lines with the same text after the timestamp is
@@ -327,14 +322,11 @@ class Proxy:
     def wait_metric(self, name, want, timeout=5.0, **labels):
         """Scrapes until value(name, **labels) == want (or `want` is a callable that accepts
         the value); returns the last page."""
-        deadline = time.monotonic() + timeout
-        while True:
-            page = self.metrics()
+        def wanted(page):
             value = page.value(name, **labels)
-            ok = want(value) if callable(want) else value == want
-            if ok or time.monotonic() >= deadline:
-                return page
-            time.sleep(0.05)
+            return want(value) if callable(want) else value == want
+
+        return waiting.poll(self.metrics, wanted, timeout)
 
 
 def run_showing_logs(test, result, run, proxies):
