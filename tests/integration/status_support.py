@@ -102,26 +102,22 @@ class LoopingConsumer:
         """Waits until the limit is reached, `acks` other messages were acked and the poison's
         next delivery is held (nothing of this consumer's is in flight any more). Returns
         counts(); raises AssertionError on a timeout or an error on the thread."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def settled():
             with self._lock:
-                settled = (self._max_nacks is not None and self.nacks == self._max_nacks and
-                           self.acks == acks and len(self._pending) == 1)
-            if self.error is not None:
-                raise AssertionError(f"{self._thread.name}: {self.error!r}") from self.error
-            if settled:
-                return self.counts()
-            if time.monotonic() >= deadline:
-                raise AssertionError(f"{self._thread.name}: not settled in {timeout} s: "
-                                     f"(nacks, deliveries, poison deliveries, acks, held) = "
-                                     f"{self.counts()}, limit {self._max_nacks}, "
-                                     f"want {acks} acks")
-            time.sleep(0.05)
+                return (self._max_nacks is not None and self.nacks == self._max_nacks and
+                        self.acks == acks and len(self._pending) == 1)
+
+        if not waiting.wait_for(lambda: self.error is not None or settled(), timeout):
+            raise AssertionError(f"{self._thread.name}: not settled in {timeout} s: "
+                                 f"(nacks, deliveries, poison deliveries, acks, held) = "
+                                 f"{self.counts()}, limit {self._max_nacks}, "
+                                 f"want {acks} acks")
+        if self.error is not None:
+            raise AssertionError(f"{self._thread.name}: {self.error!r}") from self.error
+        return self.counts()
 
     def wait_nacks(self, at_least, timeout=30.0):
-        deadline = time.monotonic() + timeout
-        while self.nacks < at_least and self.error is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        waiting.wait_for(lambda: self.nacks >= at_least or self.error is not None, timeout)
         if self.error is not None:
             raise AssertionError(f"{self._thread.name}: {self.error!r}") from self.error
         return self.nacks
@@ -217,14 +213,16 @@ def settle_reloads(proxy, quiet=2.0, timeout=15.0):
     returns them as (ok, error). A proxy that watches its files reloads by itself within
     about a second of a write (reload.watch: 300 ms of quiet, at most 1 s); one that does
     not never does. Either way, the next SIGHUP then adds exactly one reload."""
-    deadline = time.monotonic() + timeout
-    counts = reload_counts(status_json(proxy))
-    since = time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
+    last = {"counts": None, "since": None}  # the counts, and when they were first seen
+
+    def quiet_for_long_enough():
         now = reload_counts(status_json(proxy))
-        if now != counts:
-            counts, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet:
-            return counts
-    raise AssertionError(f"the reload counts kept changing for {timeout} s: {counts}")
+        if now != last["counts"]:
+            last.update(counts=now, since=time.monotonic())
+            return False
+        return time.monotonic() - last["since"] >= quiet
+
+    if not waiting.wait_for(quiet_for_long_enough, timeout, 0.1):
+        raise AssertionError(f"the reload counts kept changing for {timeout} s: "
+                             f"{last['counts']}")
+    return last["counts"]
