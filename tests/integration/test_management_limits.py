@@ -36,6 +36,7 @@ from management_config import with_management
 import private_node
 import status_support
 import tls_support
+import waiting
 
 VERSION = private_node.VERSION if private_node.VERSION == "4.3" else "3.10"
 _SUFFIX, AMQP_PORT, DIST_PORT, EPMD_PORT, MGMT_PORT = {
@@ -148,19 +149,19 @@ class ManagementLimitsTest(unittest.TestCase):
         """Delivers a message through the proxy (the first delivery of the queue on the
         connection asks for its limit, and then one a refresh interval after the last ask),
         then looks at /status.json, until `condition(row)` holds; returns the row."""
-        deadline = time.monotonic() + WAIT
-        while True:
+        def deliver_and_look():
             channel.basic_publish("", queue, b"m")
             method = None
             while method is None:
                 method, _, _ = channel.basic_get(queue)
             channel.basic_ack(method.delivery_tag)
-            row = limit_row(status_support.status_json(proxy), queue)
-            if row is not None and condition(row):
-                return row
-            if time.monotonic() > deadline:
-                self.fail(f"{what}: after {WAIT:.0f} s the queue's row is {row}")
-            time.sleep(0.2)
+            return limit_row(status_support.status_json(proxy), queue)
+
+        row = waiting.poll(deliver_and_look, lambda row: row is not None and condition(row),
+                           WAIT, 0.2)
+        if row is None or not condition(row):
+            self.fail(f"{what}: after {WAIT:.0f} s the queue's row is {row}")
+        return row
 
     def test_a_policy_limit_shows_and_its_change_is_refreshed(self):
         proxy = self.start_proxy("mgmt-proxy", f"http://127.0.0.1:{MGMT_PORT}", MONITOR_PASSWORD)

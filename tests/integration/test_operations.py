@@ -40,6 +40,7 @@ from pika.exceptions import AMQPConnectionError
 import harness
 import operations_support as ops
 import redelivery_support as rs
+import waiting
 from operations_support import POISON, immediate_policy
 from redelivery_support import NO_RATE_LIMITS, props
 
@@ -142,12 +143,7 @@ class OperationsTest(ops.OpsTest):
         self.assertEqual(page.value("nackguard_client_connections"), 1)
 
         self.assertTrue(consumer.close(), "the consumer's connection did not close cleanly")
-        deadline = time.monotonic() + 3.0
-        while True:
-            last = proxy.metrics()
-            if last.value("nackguard_client_connections") == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        last = proxy.wait_metric("nackguard_client_connections", 0, timeout=3.0)
         pages.append(last)
         self.assertEqual(last.value("nackguard_client_connections"), 0,
                          "client_connections 3 s after the connection closed")
@@ -260,12 +256,9 @@ class OperationsTest(ops.OpsTest):
                                config={"upstream": {"host": "127.0.0.1", "port": closed_port,
                                                     "connect_timeout": "2s"}})
         target = f"127.0.0.1:{closed_port}"
-        deadline = time.monotonic() + 8
-        while True:
-            status, _, body = proxy.get("/readyz")
-            if (status == 503 and target in body) or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        status, _, body = waiting.poll(lambda: proxy.get("/readyz"),
+                                       lambda answer: answer[0] == 503 and target in answer[2],
+                                       8, 0.1)
         self.assertEqual(status, 503, f"/readyz: {body!r}")
         self.assertTrue(body.startswith("not ready: "), f"/readyz body {body!r}")
         self.assertIn(target, body)
@@ -340,15 +333,17 @@ class OperationsTest(ops.OpsTest):
                 self.assertEqual(outcome[1], 200)
             wanted = slow.rounds + 1  # the next scrape after one more byte to every client
         slow.close()
-        t0 = time.monotonic()
         answered = None
-        while time.monotonic() - t0 < 2.0:
+
+        def healthz():  # the last answer /healthz gave (None before the first)
+            nonlocal answered
             try:
                 answered = proxy.get("/healthz", timeout=1)[::2]
-                if answered == (200, "ok\n"):
-                    break
             except (OSError, http.client.HTTPException):
-                time.sleep(0.05)
+                pass
+            return answered
+
+        waiting.poll(healthz, lambda answer: answer == (200, "ok\n"), 2.0)
         self.assertEqual(answered, (200, "ok\n"),
                          f"/healthz within 2 s after the slow clients left (scrapes during: "
                          f"{outcomes})")
