@@ -52,6 +52,7 @@ import unittest
 
 import harness
 import operations_support as ops
+import waiting
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -97,14 +98,14 @@ def open_fds(pid):
 
 def settled_fds(pid, timeout=5.0):
     """open_fds(pid) once two counts 0.3 s apart agree."""
-    deadline = time.monotonic() + timeout
-    count = open_fds(pid)
-    while True:
-        time.sleep(0.3)
-        now = open_fds(pid)
-        if now == count or time.monotonic() > deadline:
-            return now
-        count = now
+    counts = []
+
+    def two_agree():
+        counts.append(open_fds(pid))
+        return len(counts) >= 2 and counts[-1] == counts[-2]
+
+    waiting.wait_for(two_agree, timeout, 0.3)
+    return counts[-1]
 
 
 class OutOfDescriptors(ops.OpsTest):
@@ -119,11 +120,10 @@ class OutOfDescriptors(ops.OpsTest):
         holders = [socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
                    for _ in range(3)]
         sockets.extend(holders)
-        deadline = time.monotonic() + 10
-        while open_fds(pid) < idle_fds + 6:  # each accepted and connected upstream
-            self.assertLess(time.monotonic(), deadline,
-                            f"{open_fds(pid)} descriptors open, {idle_fds} before 3 connections")
-            time.sleep(0.05)
+        opened = waiting.poll(lambda: open_fds(pid),  # each accepted and connected upstream
+                              lambda count: count >= idle_fds + 6, 10)
+        self.assertGreaterEqual(opened, idle_fds + 6,
+                                f"{opened} descriptors open, {idle_fds} before 3 connections")
         limit = settled_fds(pid)
         self.assertEqual(limit, idle_fds + 6)
         subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={limit}:{limit}"], check=True)
@@ -131,9 +131,9 @@ class OutOfDescriptors(ops.OpsTest):
 
         for _ in range(20):
             sockets.append(socket.create_connection(("127.0.0.1", proxy.port), timeout=5))
-        time.sleep(1.0)
+        time.sleep(1.0)  # not a wait: a warm-up, so that the window measures the steady state
         before = cpu_seconds(pid)
-        time.sleep(3.0)
+        time.sleep(3.0)  # not a wait: the CPU-measurement window itself
         used = cpu_seconds(pid) - before
         self.assertLess(used, 0.5, f"the proxy used {used:.2f} s of CPU in 3 s: it spins")
         self.assertTrue(proxy.alive())
@@ -144,15 +144,15 @@ class OutOfDescriptors(ops.OpsTest):
         sockets.clear()
 
         # The descriptors are free again: the backlog drains, and a client gets through.
-        deadline = time.monotonic() + 10
-        while True:
+        def connect():  # the connection, or the exception of the attempt
             try:
-                conn = harness.connect(proxy.port)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+                return harness.connect(proxy.port)
+            except Exception as exc:
+                return exc
+
+        conn = waiting.poll(connect, lambda outcome: not isinstance(outcome, Exception), 10, 0.2)
+        if isinstance(conn, Exception):
+            raise conn
         try:
             ch = conn.channel()
             ok = ch.queue_declare("", exclusive=True)
