@@ -76,7 +76,7 @@ class ReconnectingConsumer:
                     self._connect()
                 except (AMQPError, OSError) as exc:
                     self.connect_errors.append(repr(exc))
-                    time.sleep(retry_pause)
+                    time.sleep(retry_pause)  # not a wait: a pause between reconnects
                     continue
             try:
                 self.conn.process_data_events(time_limit=0.05)

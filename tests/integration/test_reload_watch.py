@@ -26,6 +26,7 @@ from redelivery_support import NO_RATE_LIMITS, props
 
 RELOADS = "nackguard_policy_reloads_total"
 # The watch waits for 300 ms of quiet; longer than that, a second reload would have started.
+# Not a wait: an observation window, after the awaited reload, in which no second one comes.
 SETTLE = 1.0
 
 
@@ -131,7 +132,7 @@ class ReloadWatchTest(ops.OpsTest):
         proxy.policies["q.yaml"] = policy(queue, 1)
         proxy.write_config()
         took = self.wait_reloads(proxy, "ok", 1, within=2.0)
-        time.sleep(SETTLE)
+        time.sleep(SETTLE)  # observation window (see SETTLE), not a wait
         self.assertEqual(self.reloads(proxy), (1, 0),
                          f"one ConfigMap update, reloads after {took:.2f} s and "
                          f"{SETTLE} s more: {proxy.log_lines('reload')}")
@@ -147,7 +148,7 @@ class ReloadWatchTest(ops.OpsTest):
         proxy.policies["q.yaml"] = f"queue: {queue}\nmax_redeliveries: lots\n"
         proxy.write_config()
         self.wait_reloads(proxy, "error", 1, within=2.0)
-        time.sleep(SETTLE)
+        time.sleep(SETTLE)  # observation window (see SETTLE), not a wait
         self.assertEqual(self.reloads(proxy), (1, 1), proxy.log_lines("reload"))
         failed = proxy.log_lines("reload failed, the previous policies stay in force: ")
         self.assertEqual(len(failed), 1, f"reload failure lines: {failed}")
@@ -168,7 +169,7 @@ class ReloadWatchTest(ops.OpsTest):
 
         volume.update({"q.yaml": policy(queue, 2)})
         self.wait_reloads(proxy, "ok", 1, within=2.0)
-        time.sleep(SETTLE)
+        time.sleep(SETTLE)  # observation window (see SETTLE), not a wait
         self.assertEqual(self.reloads(proxy), (1, 0), proxy.log_lines("reload"))
         self.assertIn(f"reload: {volume.path}/..data changed; reloading",
                       self.changed_lines(proxy)[0])
@@ -178,7 +179,7 @@ class ReloadWatchTest(ops.OpsTest):
             f.write(proxy.config_text())
         os.replace(proxy.config_path + ".tmp", proxy.config_path)
         self.wait_reloads(proxy, "ok", 2, within=2.0)
-        time.sleep(SETTLE)
+        time.sleep(SETTLE)  # observation window (see SETTLE), not a wait
         self.assertEqual(self.reloads(proxy), (2, 0), proxy.log_lines("reload"))
         changed = self.changed_lines(proxy)
         self.assertEqual(len(changed), 2, f"reload lines: {proxy.log_lines('reload')}")

@@ -193,7 +193,7 @@ class StatusTest(ops.OpsTest):
         self.assertLessEqual(doc["nackguard"]["started_at"], doc["nackguard"]["now"])
 
         # Settled means settled: nothing moves while the consumer holds the poison.
-        time.sleep(1.0)
+        time.sleep(1.0)  # not a wait: an observation window after the awaited settled state
         again = st.status_json(proxy)
         self.assertEqual(st.top_entries(again, queue), [entry])
         self.assertEqual(st.queue_row(again, queue)["total"], row["total"])
