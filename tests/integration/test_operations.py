@@ -189,7 +189,9 @@ class OperationsTest(ops.OpsTest):
         # A user who may not configure anything: the proxy cannot declare <queue>.dlq.
         if harness.RABBITMQCTL is None:
             self.skipTest("NACKGUARD_TEST_RABBITMQCTL is not set (needed for the fallback part)")
-        user = "nackguard-ops-limited"
+        # This run's own user: the module's variants may run at the same time against one node
+        # (ctest -j4), and one's cleanup deleting a shared user closed the other's connections.
+        user = f"nackguard-ops-limited-{uuid.uuid4().hex[:8]}"
         ops.add_user(user, "limited-pw", configure="^$")
         self.addCleanup(lambda: harness.rabbitmqctl("delete_user", user))
         self.broker.declare(limited_queue)

@@ -236,7 +236,7 @@ class OperationsLifecycleTest(ops.OpsTest):
         queue = self.queue_name("logs")
         secret = "S3cret-" + uuid.uuid4().hex
         wrong = "Wr0ng-" + uuid.uuid4().hex
-        user = "nackguard-ops-logs"
+        user = f"nackguard-ops-logs-{uuid.uuid4().hex[:8]}"  # this run's own, as in test_operations
         ops.add_user(user, secret)
         self.addCleanup(lambda: harness.rabbitmqctl("delete_user", user))
         proxy = self.start_ops({"q.yaml": immediate_policy(queue, max_redeliveries=1)},
