@@ -213,16 +213,22 @@ void Session::on_tick(std::int64_t now_ms) {
   pump_proxy_channel();
 }
 
-bool Session::settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
-                                bool requeue) {
-  finish_bookkeeping();
+Delivery* Session::settleable(std::uint16_t channel, std::uint64_t broker_tag) {
   auto it = channels_.find(channel);
   if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none ||
       it->second.ack_close.active || (it->second.closing && it->second.held_close.empty())) {
-    return false;
+    return nullptr;
   }
   Delivery* d = it->second.find_taken_over(broker_tag);
-  if (!d || d->settling) return false;
+  return d && !d->settling ? d : nullptr;
+}
+
+bool Session::settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
+                                bool requeue) {
+  finish_bookkeeping();
+  Delivery* d = settleable(channel, broker_tag);
+  if (!d) return false;
+  auto it = channels_.find(channel);
   d->settling = true;
   amqp::Bytes frame;
   append_settlement(frame, channel, kind, broker_tag, false, requeue);

@@ -303,7 +303,11 @@ class Session {
   // content sequence of the client's is in progress; drops those whose delivery is no longer
   // the proxy's (the broker requeues it).
   void deliver_outcomes();
-  bool can_settle(const Ticket& ticket) const;
+  // Whether `ticket`'s delivery can be settled now, by that take-over.
+  bool can_settle(const Ticket& ticket);
+  // The taken-over delivery a settlement may be written for now: its channel open (or its
+  // close held for it), the connection open, not settling already; nullptr otherwise.
+  Delivery* settleable(std::uint16_t channel, std::uint64_t broker_tag);
   // The steady clock for the proxy's channel: SessionOptions::steady_ms, else on_tick's.
   std::int64_t steady_ms() const { return options_.steady_ms ? options_.steady_ms() : clock_ms_; }
   // connection.close (channel 0, no failing method) to `to`.

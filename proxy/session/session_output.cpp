@@ -18,12 +18,12 @@ void Session::inject(Side to, amqp::Bytes frames) {
 
 void Session::carry_out(std::uint16_t channel, std::uint64_t broker_tag,
                         std::optional<TakeOver> take_over) {
-  auto it = channels_.find(channel);
-  Delivery* d = it == channels_.end() ? nullptr : it->second.find_taken_over(broker_tag);
   if (!take_over) {
     settle_taken_over(channel, broker_tag, SettleKind::nack, true);
     return;
   }
+  auto it = channels_.find(channel);
+  Delivery* d = it == channels_.end() ? nullptr : it->second.find_taken_over(broker_tag);
   if (d) d->take_over_job = static_cast<std::uint32_t>(take_over->ticket().job);
   if (take_over->copy) {
     proxy_channel_.publish(std::move(*take_over->copy), steady_ms());
@@ -50,15 +50,10 @@ void Session::pump_proxy_channel() {
   if (!out.frames.empty()) inject(Side::broker, std::move(out.frames));
 }
 
-bool Session::can_settle(const Ticket& t) const {
-  auto it = channels_.find(t.channel);
-  if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none ||
-      gone_close_sent_ || it->second.ack_close.active ||
-      (it->second.closing && it->second.held_close.empty())) {
-    return false;
-  }
-  const Delivery* d = it->second.find_taken_over(t.broker_tag);
-  return d && !d->settling && d->take_over_job == static_cast<std::uint32_t>(t.job);
+bool Session::can_settle(const Ticket& t) {
+  if (gone_close_sent_) return false;
+  const Delivery* d = settleable(t.channel, t.broker_tag);
+  return d && d->take_over_job == static_cast<std::uint32_t>(t.job);
 }
 
 void Session::deliver_outcomes() {
