@@ -92,7 +92,15 @@ class ProcessFaultTest(fs.FaultTest):
         pub.stop()
         final = children.spawn()
         poison = sum(1 for i in ledger.confirmed if fs.number_of(i) % 25 == 0)
-        drained = fs.wait_until(lambda: children.settled(ledger, poison), 60, 0.5)
+        # The drain is paced: each delivery a killed consumer held is a crash suspect, handed
+        # out alone at its next delivery, and what follows it waits for its ack, which this
+        # consumer holds up to 1 s. So up to a second per suspect, beside the delays (a
+        # quiet machine drains in about 30 s; CI once needed more than 60).
+        suspects = sum(k["unacked_at_kill"] for k in kills)
+        started = time.monotonic()
+        drained = fs.wait_until(lambda: children.settled(ledger, poison), 60 + 2 * suspects,
+                                0.5)
+        fs.log(f"drained: {drained} after {time.monotonic() - started:.1f}s")
         fs.wait_none_unacked(NODE, queue)  # the last consumer's acks have reached the broker
         final.send_signal(signal.SIGTERM)
         final.wait(10)
