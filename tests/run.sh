@@ -23,14 +23,11 @@
 #                             earlier run (default: wipe them when starting)
 #   NACKGUARD_TEST_NODE, NACKGUARD_TEST_BROKER_PORT, NACKGUARD_TEST_DIST_PORT,
 #   NACKGUARD_TEST_EPMD_PORT  the 3.10 node (build/rabbitmq); see tests/rabbitmq-node.sh
-#   NACKGUARD_TEST40_NODE, NACKGUARD_TEST40_BROKER_PORT, NACKGUARD_TEST40_DIST_PORT,
-#   NACKGUARD_TEST40_EPMD_PORT  the 4.0 node (build/rabbitmq-4.0; nackguard-test40@localhost,
-#                             22672, 22673, 22369); exported for the tests as
-#                             NACKGUARD_TEST40_* beside the 3.10 node's NACKGUARD_TEST_*
-#   NACKGUARD_TEST43_NODE, NACKGUARD_TEST43_BROKER_PORT, NACKGUARD_TEST43_DIST_PORT,
-#   NACKGUARD_TEST43_EPMD_PORT  the 4.3 node (build/rabbitmq-4.3; nackguard-test43@localhost,
-#                             24772, 24773, 24369); exported as NACKGUARD_TEST43_*
-#                             (tests/rabbitmq-versions.sh has the table of defaults)
+#   NACKGUARD_TEST40_{NODE,BROKER_PORT,DIST_PORT,EPMD_PORT}  the 4.0 node (build/rabbitmq-4.0;
+#                             nackguard-test40@localhost, 22672, 22673, 22369), and
+#   NACKGUARD_TEST43_*        the 4.3 node's (build/rabbitmq-4.3; nackguard-test43@localhost,
+#                             24772, 24773, 24369): exported for the tests beside the 3.10
+#                             node's NACKGUARD_TEST_* (tests/rabbitmq-versions.sh: defaults)
 #   NACKGUARD_TEST_ROOTFS     the Debian 13 root file system the 4.0 node runs in (default:
 #                             build/rootfs-trixie), NACKGUARD_TEST43_ROOTFS the Debian sid one
 #                             of the 4.3 node (build/rootfs-sid); each built with debootstrap
@@ -218,8 +215,11 @@ if [[ -n $extra_checks ]]; then
   step "sanitizer and fuzzer builds start in the background ($extra_checks)"
   # A build.status left by an earlier run must not pass for this run's (see built()).
   rm -f "$asan_dir/build.status" "$tsan_dir/build.status" "$fuzz_dir/build.status"
-  setsid nice -n 19 bash -c "$(declare -f build_extra build_extras wants); $(declare -p root jobs \
-    extra_checks asan_dir tsan_dir fuzz_dir cmake_node_args); build_extras" 9>&- &
+  # A session of its own is a CPU group of its own (sched_autogroup), which shared the CPU
+  # equally with the tests whatever its nice: its group's nice (/proc/self/autogroup) is 19 too.
+  setsid nice -n 19 bash -c "{ echo 19 >/proc/self/autogroup; } 2>/dev/null; \
+    $(declare -f build_extra build_extras wants); $(declare -p root jobs extra_checks asan_dir \
+    tsan_dir fuzz_dir cmake_node_args); build_extras" 9>&- &
   extras_pid=$!
 fi
 
