@@ -13,6 +13,8 @@
 
 #include "proxy/amqp/bytes.hpp"
 #include "proxy/session/delivery.hpp"
+#include "proxy/session/held_close.hpp"
+#include "proxy/session/suspect_gate.hpp"
 #include "proxy/session/tag_map.hpp"
 #include "proxy/session/transaction.hpp"
 
@@ -77,13 +79,8 @@ class ChannelState {
   std::deque<PendingGet> pending_gets;
   std::string last_declared_queue;  // what an empty queue name in consume or get means
   bool closing = false;             // a channel.close was sent by either side
-  // The client's channel.close, held back while a delivery taken over on the channel waits for
-  // its copy's confirm (Session::hold_client_close). Forwarded at once, the close would hand
-  // the original back to the broker, the copy would be a duplicate, and the ack after the
-  // confirm a frame on a closed channel (the broker ends the connection with 504).
-  amqp::Bytes held_close;
-  std::int64_t held_close_since_ms = -1;
-  ChannelTx tx;  // transaction mode (tx.select), see transaction.hpp
+  HeldClose held_close;             // the client's channel.close, held (held_close.hpp)
+  ChannelTx tx;                     // transaction mode (tx.select), see transaction.hpp
   // The channel closes because an acknowledgement timed out (RabbitMQ's consumer_timeout or
   // the policy's ack_timeout): only the delivery timed_out_broker_tag names counts a return,
   // the others go back uncounted (session_timeout.cpp).
@@ -122,11 +119,8 @@ class ChannelState {
   std::shared_ptr<retry::RetainedBody> incoming_buffer_reservation;
   std::unique_ptr<BodyHasher> hasher;  // reused across deliveries
 
-  // A delivery the client holds alone (suspect): later ones wait in `held_back` until it is
-  // settled. 0 when the gate is open.
-  std::uint64_t suspect_client_tag = 0;
-  // When on_tick first saw deliveries held back behind the suspect, or the suspect waiting.
-  std::int64_t suspect_seen_ms = -1;
+  // Closed while the client holds a suspect alone: later deliveries wait in `held_back`.
+  SuspectGate gate;
   struct HeldBackDelivery {
     Delivery delivery;
     amqp::Bytes frames;  // method (unpatched), header and body frames, as received
@@ -140,7 +134,7 @@ class ChannelState {
   std::optional<DeliveryPlan> incoming_plan;
   // A suspect waits at the front of held_back for the client to settle what it holds.
   bool suspect_waits() const {
-    return suspect_client_tag == 0 && !held_back.empty() && held_back.front().plan.has_value();
+    return !gate.closed() && !held_back.empty() && held_back.front().plan.has_value();
   }
 
   // The tag map (tag_map.hpp): the two tag sequences and the runs of untracked deliveries.

@@ -100,7 +100,7 @@ void DeliveryRouter::header(ChannelState& ch, const Frame& frame) {
   if (!d.no_ack && !admit_record(ch, d, budget_)) return forward_untracked(ch, frame);
 
   // One the client will never see is decided at once, not held back behind a suspect.
-  bool gated = !d.from_get && !d.unseen && (ch.suspect_client_tag != 0 || !ch.held_back.empty()) &&
+  bool gated = !d.from_get && !d.unseen && (ch.gate.closed() || !ch.held_back.empty()) &&
                !observer_.decide_before_holding_back(d);
   DeliveryPlan plan;
   if (gated) {
@@ -297,7 +297,7 @@ void DeliveryRouter::hand_out(ChannelState& ch, Delivery& d, amqp::Bytes& method
     // The bits octet after the tag: redelivered is its lowest bit, in deliver and get-ok alike.
     if (d.show_redelivered) method_frame[at + 8] |= 0x01;
   }
-  if (d.suspect) ch.suspect_client_tag = d.client_tag;
+  if (d.suspect) ch.gate.close(d.client_tag);
   ch.note_handed_out(d.client_tag, d.broker_tag);
   if (!renumbered && !d.show_redelivered && !original.empty()) {
     to_client_.emit(original);  // forwarded from where it was read, not copied again
@@ -326,7 +326,7 @@ void DeliveryRouter::dispatch_buffered(ChannelState& ch, Delivery d, amqp::Bytes
 }
 
 bool DeliveryRouter::release_next(ChannelState& ch, bool even_with_others_in_hand) {
-  if (ch.held_back.empty() || ch.suspect_client_tag != 0) return false;
+  if (ch.held_back.empty() || ch.gate.closed()) return false;
   const bool force = even_with_others_in_hand;
   ChannelState::HeldBackDelivery& front = ch.held_back.front();
   if (front.plan && !force && waits_for_empty_hands(ch, front.delivery, *front.plan)) return false;

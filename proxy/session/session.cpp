@@ -150,7 +150,7 @@ void Session::return_all(ChannelState& ch, ReturnCause cause) {
     returned(d, after_crash ? ReturnCause::unseen : end_cause(ch, d, cause), solo);
   }
   std::deque<ChannelState::HeldBackDelivery> held_back = router_.take_held_back(ch);
-  ch.suspect_client_tag = 0;
+  ch.gate.open();
   for (ChannelState::HeldBackDelivery& h : held_back) {
     if (!h.delivery.no_ack) returned(h.delivery, end_cause(ch, h.delivery, cause), false);
   }
@@ -184,28 +184,15 @@ void Session::on_tick(std::int64_t now_ms) {
     // Deliveries held back behind a suspect the client holds, or a suspect waiting for the
     // client's other deliveries: both for suspect_hold_ms at most. A client that sits on what
     // it holds (a batch) gets the next one even if it is a suspect.
-    if ((ch.suspect_client_tag == 0 && !ch.suspect_waits()) || ch.held_back.empty()) {
-      ch.suspect_seen_ms = -1;
-      continue;
-    }
-    if (ch.suspect_seen_ms < 0) {
-      ch.suspect_seen_ms = now_ms;
-    } else if (now_ms - ch.suspect_seen_ms >= options_.suspect_hold_ms) {
-      ch.suspect_client_tag = 0;
-      release_held_back(ch, true);
-      // What waits behind the one just handed out waits from now.
-      ch.suspect_seen_ms = ch.held_back.empty() ? -1 : now_ms;
-    }
+    const bool waiting = (ch.gate.closed() || ch.suspect_waits()) && !ch.held_back.empty();
+    if (!ch.gate.overdue(now_ms, options_.suspect_hold_ms, waiting)) continue;
+    release_held_back(ch, true);
+    ch.gate.waited_again(now_ms, !ch.held_back.empty());
   }
   if (phase_ == Phase::open && proxy_close_ == ProxyClose::none) check_ack_timeouts(now_ms);
   clock_ms_ = now_ms;
   for (auto& [number, ch] : channels_) {
-    if (ch.held_close.empty()) continue;
-    if (ch.held_close_since_ms < 0) ch.held_close_since_ms = now_ms;
-    // A copy's confirm waits 30 s at most (guard.cpp), and its settlement releases the
-    // close: this bound only keeps a client from waiting for ever should none come.
-    constexpr std::int64_t kHeldCloseMs = 45000;
-    release_held_close(ch, now_ms - ch.held_close_since_ms >= kHeldCloseMs);
+    if (ch.held_close.held()) release_held_close(ch, ch.held_close.overdue(now_ms));
   }
   tick_crash_holds(now_ms);
   tick_client_close(now_ms);
@@ -216,7 +203,7 @@ void Session::on_tick(std::int64_t now_ms) {
 Delivery* Session::settleable(std::uint16_t channel, std::uint64_t broker_tag) {
   auto it = channels_.find(channel);
   if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none ||
-      it->second.ack_close.active || (it->second.closing && it->second.held_close.empty())) {
+      it->second.ack_close.active || (it->second.closing && !it->second.held_close.held())) {
     return nullptr;
   }
   Delivery* d = it->second.find_taken_over(broker_tag);

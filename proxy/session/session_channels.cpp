@@ -95,10 +95,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   std::vector<TakeOver> taken;
   bool gate_opened = false;
   for (const Delivery& d : settled) {
-    if (ch.suspect_client_tag != 0 && d.client_tag == ch.suspect_client_tag) {
-      ch.suspect_client_tag = 0;
-      gate_opened = true;
-    }
+    if (ch.gate.settled(d.client_tag)) gate_opened = true;
     if (kind == SettleKind::ack || !requeue) {
       // In a transaction the settlement is the broker's at the commit (session_tx.cpp).
       if (ch.tx.active) {
@@ -240,7 +237,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     }
     case mid::channel_close:
       ch.closing = true;
-      ch.held_close.clear();  // the broker ends the channel: the client's close crossed it
+      ch.held_close.drop();  // the broker ends the channel: the client's close crossed it
       drop_injections(frame.channel);
       tx_abandon(ch);  // the client's close-ok may wait behind a held commit
       note_broker_channel_close(ch, frame);

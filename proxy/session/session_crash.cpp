@@ -41,7 +41,7 @@ bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool
     if (!decision.take_over || !can_take_over) continue;
     std::vector<Delivery> one = ch.take_settled(tag, false);
     if (one.empty()) continue;
-    if (ch.suspect_client_tag == tag) ch.suspect_client_tag = 0;
+    ch.gate.settled(tag);
     taken.push_back(std::move(*decision.take_over));
     ch.add_taken_over(std::move(one.front()));
   }
@@ -64,7 +64,7 @@ bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool
   }
   for (std::uint64_t broker_tag : held) router_.take_over_held_back(ch, broker_tag);
   carry_out_router_take_overs();
-  if (ch.held_back.empty()) ch.suspect_client_tag = 0;
+  if (ch.held_back.empty()) ch.gate.open();
   return !taken.empty() || !held.empty();
 }
 

@@ -67,7 +67,7 @@ void Session::release_held_back(ChannelState& ch, bool even_with_others_in_hand)
 
 void Session::release_all_held_back() {
   for (auto& [number, ch] : channels_) {
-    if (!ch.held_back.empty() && ch.suspect_client_tag == 0) release_held_back(ch);
+    if (!ch.held_back.empty() && !ch.gate.closed()) release_held_back(ch);
   }
 }
 

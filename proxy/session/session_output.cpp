@@ -111,18 +111,15 @@ void Session::drop_all_injections(Side to) {
 bool Session::hold_client_close(ChannelState& ch, const amqp::Frame& close) {
   const bool waits = ch.taken_over_count() > 0 || ch.cancels_pending > 0;
   if (!waits || ch.tx.active || ch.ack_close.active) return false;
-  ch.held_close.assign(close.raw.begin(), close.raw.end());
-  ch.held_close_since_ms = clock_ms_;
+  ch.held_close.hold(close.raw, clock_ms_);
   return true;
 }
 
 void Session::release_held_close(ChannelState& ch, bool overdue) {
   const bool waits = ch.taken_over_count() > 0 || ch.cancels_pending > 0;
-  if (ch.held_close.empty() || (waits && !overdue)) return;
+  if (!ch.held_close.held() || (waits && !overdue)) return;
   if (content_in_progress(Side::broker)) return;  // the next flush or tick sends it
-  amqp::Bytes close = std::move(ch.held_close);
-  ch.held_close.clear();
-  emit(Side::broker, close);
+  emit(Side::broker, ch.held_close.take());
 }
 
 bool Session::content_in_progress(Side to) const {

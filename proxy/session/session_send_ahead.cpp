@@ -80,8 +80,8 @@ std::size_t Session::lone_first_delivery(ByteView data) {
   auto it = channels_.find(number);
   if (it == channels_.end()) return 0;
   const ChannelState& ch = it->second;
-  if (ch.ack_close.active || ch.closing || !ch.held_close.empty() || ch.incoming ||
-      ch.from_broker.in_progress() || ch.suspect_client_tag != 0 || !ch.held_back.empty()) {
+  if (ch.ack_close.active || ch.closing || ch.held_close.held() || ch.incoming ||
+      ch.from_broker.in_progress() || ch.gate.closed() || !ch.held_back.empty()) {
     return 0;
   }
   // Decoded as start_broker_delivery decodes it, into the same scratch: it decodes it again.

@@ -156,7 +156,7 @@ TEST_F(DeliveryRouterTest, ATakeoverKeepsTheObserversTakeOverForTheSession) {
 TEST_F(DeliveryRouterTest, ADeliveryBehindASuspectOneWaitsUntilItIsSettled) {
   deliver_one(1, "suspect");
   to_client();
-  ch.suspect_client_tag = 1;  // what a suspect plan leaves behind
+  ch.gate.close(1);  // what a suspect plan leaves behind
   deliver_one(2, "waits");
   EXPECT_TRUE(to_client().empty());
   EXPECT_TRUE(router.any_held_back());
@@ -165,7 +165,7 @@ TEST_F(DeliveryRouterTest, ADeliveryBehindASuspectOneWaitsUntilItIsSettled) {
   // Held back, the observer has not been asked yet.
   EXPECT_EQ(observer.take_events(), (std::vector<std::string>{"delivery ch1 b1"}));
 
-  ch.suspect_client_tag = 0;
+  ch.gate.open();
   EXPECT_TRUE(router.release_next(ch));
   EXPECT_FALSE(router.release_next(ch));
   EXPECT_FALSE(router.any_held_back());
@@ -176,7 +176,7 @@ TEST_F(DeliveryRouterTest, ADeliveryBehindASuspectOneWaitsUntilItIsSettled) {
 
 TEST_F(DeliveryRouterTest, AnEndingChannelTakesItsHeldBackDeliveriesOutOfTheCount) {
   deliver_one(1, "suspect");
-  ch.suspect_client_tag = 1;
+  ch.gate.close(1);
   deliver_one(2, "waits");
   ASSERT_TRUE(router.any_held_back());
   std::deque<ChannelState::HeldBackDelivery> held = router.take_held_back(ch);
