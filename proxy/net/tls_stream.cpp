@@ -158,18 +158,25 @@ asio::awaitable<TlsStream::Result> TlsStream::read_some(void* data, std::size_t 
   co_return Result{boost::system::error_code{}, total};
 }
 
-asio::awaitable<TlsStream::Result> TlsStream::write(const void* data, std::size_t size) {
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  std::size_t total = 0;
+TlsStream::WriteStop TlsStream::write_records(const unsigned char* bytes, std::size_t size,
+                                              std::size_t& total) {
   while (total < size) {
     ERR_clear_error();
     std::size_t n = 0;
     const int result = SSL_write_ex(ssl_.get(), bytes + total, size - total, &n);
-    if (result == 1) {
-      total += n;
-      continue;
-    }
-    if (auto ec = co_await wait_or_fail(result, errno)) co_return Result{ec, total};
+    if (result != 1) return WriteStop{result, errno};
+    total += n;
+  }
+  return WriteStop{};
+}
+
+asio::awaitable<TlsStream::Result> TlsStream::write(const void* data, std::size_t size) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  std::size_t total = 0;
+  for (;;) {
+    const WriteStop stop = write_records(bytes, size, total);
+    if (stop.result == 1) break;
+    if (auto ec = co_await wait_or_fail(stop.result, stop.sys_errno)) co_return Result{ec, total};
   }
   co_return Result{boost::system::error_code{}, total};
 }
@@ -189,20 +196,12 @@ std::size_t TlsStream::try_send(const void* data, std::size_t size, boost::syste
   ec.clear();
   const auto* bytes = static_cast<const unsigned char*>(data);
   std::size_t total = 0;
-  while (total < size) {
-    ERR_clear_error();
-    std::size_t n = 0;
-    const int result = SSL_write_ex(ssl_.get(), bytes + total, size - total, &n);
-    if (result == 1) {
-      total += n;
-      continue;
-    }
-    // A failure after whole records were sent is met by the next write: what was sent counts.
-    const int error = SSL_get_error(ssl_.get(), result);
-    if (error != SSL_ERROR_WANT_WRITE && error != SSL_ERROR_WANT_READ && total == 0) {
-      ec = boost::asio::error::broken_pipe;
-    }
-    break;
+  const WriteStop stop = write_records(bytes, size, total);
+  if (stop.result == 1) return total;
+  // A failure after whole records were sent is met by the next write: what was sent counts.
+  const int error = SSL_get_error(ssl_.get(), stop.result);
+  if (error != SSL_ERROR_WANT_WRITE && error != SSL_ERROR_WANT_READ && total == 0) {
+    ec = boost::asio::error::broken_pipe;
   }
   return total;
 }

@@ -59,6 +59,13 @@ class TlsStream {
   // the error it ended with. `sys_errno` is errno right after that call, read by the caller
   // before this coroutine's frame is allocated.
   boost::asio::awaitable<boost::system::error_code> wait_or_fail(int result, int sys_errno);
+  // SSL_write_ex from bytes[total] on, `total` advanced, until all `size` bytes are written
+  // (result 1) or a write fails: its result, and errno right after it.
+  struct WriteStop {
+    int result = 1;
+    int sys_errno = 0;
+  };
+  WriteStop write_records(const unsigned char* bytes, std::size_t size, std::size_t& total);
 
   Tcp socket_;
   std::unique_ptr<SSL, FreeSsl> ssl_;
