@@ -37,6 +37,16 @@ FallbackCause copy_blocked(const Decision& decision, const Circumstances& c) {
   return FallbackCause::none;
 }
 
+// What a decision at a delivery or an uncounted return starts from: the returns and deliveries
+// counted before it, and whether the message is a crash suspect.
+Decision counted_so_far(const TrackerEntry* entry, const CarriedCount& carried) {
+  Decision d;
+  d.returns = count_base(entry, carried);
+  d.deliveries = deliveries_before(entry, carried);
+  d.suspect = carried.suspect || (entry && entry_matches(*entry, carried) && entry->crash_suspect);
+  return d;
+}
+
 void forward_instead(Outcome& out, FallbackCause cause) {
   out.wanted = out.decision.action;
   out.decision.action = Action::forward;
@@ -158,11 +168,9 @@ void note_uncounted_return(TrackerEntry& entry, const CarriedCount& carried) {
 Outcome decide_uncounted_return(const TrackerEntry* entry, const CarriedCount& carried,
                                 const Circumstances& c) {
   Outcome out;
+  out.decision = counted_so_far(entry, carried);
   Decision& d = out.decision;
   const bool matching = entry && entry_matches(*entry, carried);
-  d.returns = count_base(entry, carried);
-  d.deliveries = deliveries_before(entry, carried);
-  d.suspect = carried.suspect || (matching && entry->crash_suspect);
   d.action = Action::republish;
   // A decision a crash left pending is carried out now, as at its next delivery.
   if (matching &&
@@ -181,12 +189,10 @@ Outcome decide_delivery(const Policy& policy, const TrackerEntry* entry,
                         const CarriedCount& carried, const Circumstances& c) {
   (void)policy;
   Outcome out;
+  out.decision = counted_so_far(entry, carried);
   Decision& d = out.decision;
   const bool matching = entry && entry_matches(*entry, carried);
-  d.returns = count_base(entry, carried);
-  d.deliveries = deliveries_before(entry, carried);
-  out.suspect = carried.suspect || (matching && entry->crash_suspect);
-  d.suspect = out.suspect;
+  out.suspect = d.suspect;
   if (matching) {
     switch (entry->pending_action) {
       case Action::delay:
