@@ -267,6 +267,15 @@ def wait_message_count(channel, queue, expected, timeout=5.0):
                         sleep=channel.connection.sleep)
 
 
+def get_message(channel, queue, timeout=5.0):
+    """Polls basic.get (auto-ack) until a message comes, `timeout` s at most; returns the
+    last (method, properties, body): method None if none came. A message published without
+    confirms reaches its queue asynchronously."""
+    return waiting.poll(lambda: channel.basic_get(queue, auto_ack=True),
+                        lambda got: got[0] is not None, timeout, 0.02,
+                        sleep=channel.connection.sleep)
+
+
 def rabbitmqctl(*args, timeout=60):
     if RABBITMQCTL is None:
         raise unittest.SkipTest("NACKGUARD_TEST_RABBITMQCTL is not set")

@@ -14,6 +14,8 @@ import time
 
 from pika.exceptions import AMQPChannelError
 
+import waiting
+
 
 class Result:
     def __init__(self):
@@ -103,8 +105,7 @@ def run(conn, queue, poison, innocent, done, limit_s=60.0, hang_limit_s=20.0, ma
             return
         result.poison_headers.append(dict(properties.headers or {}))
         start = time.monotonic()
-        while ch.is_open and time.monotonic() - start < hang_limit_s:
-            conn.sleep(0.05)
+        waiting.wait_for(lambda: not ch.is_open, hang_limit_s, 0.05, sleep=conn.sleep)
         result.hangs.append(time.monotonic() - start)
         result.events.append(("closed" if not ch.is_open else "hang-limit", poison,
                               state["consumer"]))

@@ -65,12 +65,7 @@ def idle_with_heartbeats(target):
             result["heartbeats_sent"] = checker._heartbeat_frames_sent
             result["open_after_idle"] = conn.is_open and ch.is_open
             ch.basic_publish("", queue, b"after idle")
-            method = body = None
-            deadline = time.monotonic() + 5
-            while method is None and time.monotonic() < deadline:
-                method, _, body = ch.basic_get(queue, auto_ack=True)
-                if method is None:
-                    conn.sleep(0.02)
+            method, _, body = harness.get_message(ch, queue)
             result["after_idle"] = (body, method.delivery_tag if method else None)
             if harness.RABBITMQCTL:
                 # rabbitmqctl takes seconds: keep servicing the connection meanwhile,

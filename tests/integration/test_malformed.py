@@ -156,13 +156,7 @@ def pika_works(port, queue):
         ch = conn.channel()
         harness.declare_queue(ch, queue)
         ch.basic_publish("", queue, b"still works")
-        method, _, body = None, None, None
-        for _ in range(250):
-            method, _, body = ch.basic_get(queue, auto_ack=True)
-            if method is not None:
-                break
-            conn.sleep(0.02)
-        return body
+        return harness.get_message(ch, queue)[2]
     finally:
         harness.close_connection(conn)
 

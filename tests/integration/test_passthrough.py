@@ -251,12 +251,7 @@ class PassthroughTest(harness.IntegrationTest):
                     ch = conn.channel()
                     harness.declare_queue(ch, queue)
                     ch.basic_publish("", queue, b"h", properties_for("empty", 0))
-                    method, props, body = None, None, None
-                    for _ in range(100):
-                        method, props, body = ch.basic_get(queue, auto_ack=True)
-                        if method is not None:
-                            break
-                        conn.sleep(0.01)
+                    method, props, body = harness.get_message(ch, queue)
                     return method is not None, body, props.headers if props else None, \
                         harness.describe_properties(props) if props else None
                 finally:
