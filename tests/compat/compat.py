@@ -57,6 +57,7 @@ from compat_clients import BY_NAME, CLIENTS, Run
 from compat_report import print_result, write_report, write_result
 from metrics_page import MetricsFormatError
 from redelivery_support import NO_RATE_LIMITS, Broker, GuardProxy, policy_yaml
+import waiting
 
 
 # ---------------------------------------------------------------- one run
@@ -268,10 +269,9 @@ def collect(result, run, broker, proxy, queue, dlq):
         behind = len(GOOD) - GOOD.index(MESSAGES[MESSAGES.index(POISON) + 1])
         # The broker requeues what the killed process held once the proxy has closed the
         # upstream connection too: give that a moment.
-        deadline = time.monotonic() + 5
-        while left != behind + 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
-            left = broker.message_count(queue)
+        if left != behind + 1:
+            left = waiting.poll(lambda: broker.message_count(queue), lambda n: n == behind + 1,
+                                5, 0.1)
         result["left_in_queue"] = left
         check("consumer stalled behind the poison (prefetch 1)",
               len(good_acked) == len(GOOD) - behind,

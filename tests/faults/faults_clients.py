@@ -257,21 +257,19 @@ class Consumer(ClientThread):
 def wait_drained(ledger, queue, timeout, dlq_expected=None, quiet=1.5, node=None):
     """Waits until the source queue is empty and every confirmed message is consumed or
     (if dlq_expected says how many poison ids there are) dead-lettered; then `quiet` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def drained():
         try:
             ready = message_count(queue)
             dlq = message_count(f"{queue}.dlq") or 0
         except Exception:
-            time.sleep(0.5)
-            continue
+            return False  # the node not answering at that moment: ask again
         missing = ledger.unconsumed_confirmed()
         if ready == 0 and missing <= dlq and (dlq_expected is None or dlq >= dlq_expected):
-            time.sleep(quiet)
-            if message_count(queue) == 0:
-                return True
-        time.sleep(0.3)
-    return False
+            time.sleep(quiet)  # not a wait: the window in which the queue must stay empty
+            return message_count(queue) == 0
+        return False
+
+    return wait_until(drained, timeout, 0.3)
 
 
 def wait_flowing(ledger, more=50, timeout=10):

@@ -10,13 +10,13 @@ running after the run)."""
 
 import json
 import os
-import time
 
 if os.environ.get("NACKGUARD_LEDGER_VERSION"):
     os.environ["NACKGUARD_TEST_CLUSTER_VERSION"] = os.environ["NACKGUARD_LEDGER_VERSION"]
 
 import rawamqp  # noqa: E402,F401  (first: it puts tests/integration on sys.path)
 import cluster_support as cs  # noqa: E402
+import waiting  # noqa: E402
 
 NODES = cs.NODES
 VERSION = cs.VERSION
@@ -93,16 +93,13 @@ def quorum_queues_online(prefixes, via=None):
 
 def wait_quorum_online(prefixes, timeout):
     """Polls until every member of those quorum queues is online; whether it happened."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def online():
         try:
-            if quorum_queues_online(prefixes):
-                return True
+            return quorum_queues_online(prefixes)
         except AssertionError:
-            pass  # a node went away while it was asked: ask again
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.5)
+            return False  # a node went away while it was asked: ask again
+
+    return waiting.wait_for(online, timeout, 0.5)
 
 
 def queues_named(prefix, via=None):

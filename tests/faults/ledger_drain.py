@@ -5,9 +5,10 @@ queues."""
 
 import time
 
-import ledger_cluster as lc
+import ledger_cluster as lc  # first: it puts tests/integration on sys.path (waiting)
 import ledger_traffic as lt
 from ledger_plan import GOOD, kind_of
+import waiting
 
 
 def delay_queues(queue):
@@ -50,37 +51,30 @@ class DrainWatch:
                 and now - self.quiet_since >= self.quiet)
 
     def wait(self, timeout):
-        deadline = time.monotonic() + timeout
-        while True:
+        def at_rest():
             try:
-                if self._at_rest():
-                    return True
+                return self._at_rest()
             except AssertionError as exc:  # a node not up at that moment: ask again
                 self.state = f"asking failed: {exc}"
-            if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.5)
+
+        return waiting.wait_for(at_rest, timeout, 0.5)
 
 
 def wait_nothing_unacked(queues_prefix, timeout):
     """After the consumers stopped: polls until no queue of the run has an unacked message
     (a sidecar may hold a crashed consumer's close up to 45 s while it makes a copy).
     Returns (whether it happened, {queue: unacked} at the end)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def unacked():
         try:
             rows = lc.queue_rows()
-            unacked = {name: row.get("messages_unacknowledged", 0)
-                       for name, row in rows.items()
-                       if name.startswith(queues_prefix) and
-                       row.get("messages_unacknowledged", 0)}
-            if not unacked:
-                return True, {}
         except AssertionError as exc:
-            unacked = {"?": str(exc)}
-        if time.monotonic() >= deadline:
-            return False, unacked
-        time.sleep(0.5)
+            return {"?": str(exc)}
+        return {name: row["messages_unacknowledged"] for name, row in rows.items()
+                if name.startswith(queues_prefix) and row.get("messages_unacknowledged", 0)}
+
+    left = waiting.poll(unacked, lambda u: not u, timeout, 0.5)
+    return not left, left
 
 
 def take_everything(queue):
