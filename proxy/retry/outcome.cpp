@@ -38,12 +38,13 @@ FallbackCause copy_blocked(const Decision& decision, const Circumstances& c) {
 }
 
 // What a decision at a delivery or an uncounted return starts from: the returns and deliveries
-// counted before it, and whether the message is a crash suspect.
-Decision counted_so_far(const TrackerEntry* entry, const CarriedCount& carried) {
+// counted before it, and whether the message is a crash suspect. `matching`: the entry is the
+// message's since its last copy (entry_matches).
+Decision counted_so_far(const TrackerEntry* entry, const CarriedCount& carried, bool matching) {
   Decision d;
   d.returns = count_base(entry, carried);
   d.deliveries = deliveries_before(entry, carried);
-  d.suspect = carried.suspect || (entry && entry_matches(*entry, carried) && entry->crash_suspect);
+  d.suspect = carried.suspect || (matching && entry->crash_suspect);
   return d;
 }
 
@@ -168,9 +169,9 @@ void note_uncounted_return(TrackerEntry& entry, const CarriedCount& carried) {
 Outcome decide_uncounted_return(const TrackerEntry* entry, const CarriedCount& carried,
                                 const Circumstances& c) {
   Outcome out;
-  out.decision = counted_so_far(entry, carried);
-  Decision& d = out.decision;
   const bool matching = entry && entry_matches(*entry, carried);
+  out.decision = counted_so_far(entry, carried, matching);
+  Decision& d = out.decision;
   d.action = Action::republish;
   // A decision a crash left pending is carried out now, as at its next delivery.
   if (matching &&
@@ -189,9 +190,9 @@ Outcome decide_delivery(const Policy& policy, const TrackerEntry* entry,
                         const CarriedCount& carried, const Circumstances& c) {
   (void)policy;
   Outcome out;
-  out.decision = counted_so_far(entry, carried);
-  Decision& d = out.decision;
   const bool matching = entry && entry_matches(*entry, carried);
+  out.decision = counted_so_far(entry, carried, matching);
+  Decision& d = out.decision;
   out.suspect = d.suspect;
   if (matching) {
     switch (entry->pending_action) {
