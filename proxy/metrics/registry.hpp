@@ -83,7 +83,7 @@ class Registry {
   // The whole page, in the text format 0.0.4.
   std::string render() const;
 
-  // A queue's counters since start, for /status (registry_read.cpp).
+  // A queue's counters since start, for /status (registry.cpp).
   struct QueueCounts {
     std::string queue;  // "_other" for the queues past max_queue_labels
     std::uint64_t deliveries = 0;

@@ -32,6 +32,16 @@ Client::~Client() {
   close();
 }
 
+void Client::open() {
+  connection_ = amqp_new_connection();
+  if (connection_ == nullptr) throw Failure("out of memory for the AMQP connection");
+  open_connection(connection_, settings_);  // amqp_client_open.cpp
+  open_ = true;
+  amqp_channel_open_t channel_open{};
+  send_method(kChannel, AMQP_CHANNEL_OPEN_METHOD, &channel_open);
+  expect(AMQP_CHANNEL_OPEN_OK_METHOD, "channel.open-ok");
+}
+
 [[noreturn]] void Client::fail(int status, const std::string& doing) {
   if (status == AMQP_STATUS_HEARTBEAT_TIMEOUT) {
     throw Failure(endpoint() + " sent nothing for two heartbeat intervals while " + doing +

@@ -115,10 +115,6 @@ class Client {
     amqp::Bytes body;
   };
 
-  void connect_socket();
-  void login();
-  // Throws what a failed login means for the user (`rpc_reply`: rabbitmq-c's amqp_rpc_reply_t).
-  [[noreturn]] void login_failed(const void* rpc_reply);
   // The next method from the broker (with its content), after heartbeats and
   // connection.blocked; nullopt when `deadline` passes. Throws on a closed channel or
   // connection.

@@ -10,6 +10,10 @@
 #include <cstdint>
 #include <string>
 
+namespace nackguard::replay {
+struct ClientSettings;
+}
+
 namespace nackguard::replay::detail {
 
 inline constexpr amqp_channel_t kChannel = 1;  // the client uses channel 1 only
@@ -28,6 +32,10 @@ inline timeval to_timeval(std::chrono::steady_clock::duration d) {
       std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::microseconds>(d).count());
   return {static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
 }
+
+// Opens `connection`'s socket (TCP, or TLS as settings.tls says) and logs in
+// (amqp_client_open.cpp). Throws a Failure that names the host and what to check.
+void open_connection(amqp_connection_state_t connection, const ClientSettings& settings);
 
 // "30 s", for messages.
 inline std::string seconds(std::chrono::milliseconds d) {
