@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "proxy/amqp/bytes.hpp"
+#include "proxy/session/content_state.hpp"
 #include "proxy/session/delivery.hpp"
 #include "proxy/session/held_close.hpp"
 #include "proxy/session/suspect_gate.hpp"
@@ -33,15 +34,6 @@ class BodyHasher {
 
  private:
   void* state_;
-};
-
-// Where a channel is in a content sequence (method, header, body frames) in one direction.
-struct ContentState {
-  enum class Phase { idle, awaiting_header, awaiting_body };
-  Phase phase = Phase::idle;
-  std::uint64_t remaining = 0;
-
-  bool in_progress() const { return phase != Phase::idle; }
 };
 
 struct Consumer {

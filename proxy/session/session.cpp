@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "proxy/amqp/method_codec.hpp"
+#include "proxy/session/ack_timeout.hpp"
 
 namespace nackguard::session {
 
@@ -286,28 +287,13 @@ void Session::handle_client_frame(const Frame& frame) {
 }
 
 bool Session::track_client_content(ChannelState& ch, const Frame& frame) {
-  ContentState& state = ch.from_client;
-  if (frame.frame_type() == FrameType::header) {
-    std::optional<std::uint64_t> size = amqp::peek_body_size(frame.payload);
-    if (state.phase != ContentState::Phase::awaiting_header || !size) {
-      protocol_error(Side::client, reply::unexpected_frame,
-                     "UNEXPECTED_FRAME - content header without a publish on channel " +
-                         std::to_string(frame.channel));
-      return false;
-    }
-    state.remaining = *size;
-    state.phase = *size == 0 ? ContentState::Phase::idle : ContentState::Phase::awaiting_body;
-    return true;
-  }
-  if (state.phase != ContentState::Phase::awaiting_body || frame.payload.size() > state.remaining) {
-    protocol_error(Side::client, reply::unexpected_frame,
-                   "UNEXPECTED_FRAME - content body beyond the announced size on channel " +
-                       std::to_string(frame.channel));
-    return false;
-  }
-  state.remaining -= frame.payload.size();
-  if (state.remaining == 0) state.phase = ContentState::Phase::idle;
-  return true;
+  if (ch.from_client.take(frame)) return true;
+  protocol_error(Side::client, reply::unexpected_frame,
+                 (frame.frame_type() == FrameType::header
+                      ? "UNEXPECTED_FRAME - content header without a publish on channel "
+                      : "UNEXPECTED_FRAME - content body beyond the announced size on channel ") +
+                     std::to_string(frame.channel));
+  return false;
 }
 
 // ---- frames from the broker ----

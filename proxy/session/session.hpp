@@ -185,29 +185,17 @@ class Session {
   void handle_broker_channel_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   // Content frames from the broker: a delivery's go through the delivery router.
   void handle_broker_content(ChannelState& ch, const amqp::Frame& frame);
-  // Basic-class bookkeeping (in session_channels.cpp); each is false for a method that does
-  // not decode. A client's ack, nack or reject, to settle_from_client:
+  // In session_channels.cpp; each is false for a method that does not decode. A client's ack,
+  // nack or reject, to settle_from_client:
   bool client_settlement(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
-  // basic.consume, cancel, get, recover and recover-async from the client:
-  bool note_client_basic_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   // basic.deliver or get-ok from the broker: a delivery begins (DeliveryRouter::begin).
   bool start_broker_delivery(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
-  // basic.consume-ok, cancel or cancel-ok from the broker:
-  bool note_broker_consumer_method(ChannelState& ch, const amqp::Frame& frame, std::uint32_t key);
   // Hands out what is held back on `ch` (DeliveryRouter::release_next), at a frame boundary;
   // a suspect waiting for the client's hands to be empty first if `even_with_others_in_hand`.
   void release_held_back(ChannelState& ch, bool even_with_others_in_hand = false);
   void release_all_held_back();
   void settle_from_client(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
                           std::uint64_t tag, bool multiple, bool requeue);
-  // The broker's part of a client's settlement when the tag sequences differ: the deliveries
-  // `forwarded` (of those it `settled`) under their broker tags, in one frame where a
-  // multiple one takes nothing of the proxy's. `unknown`: the tag
-  // is above any the client was given.
-  void write_settlement(ChannelState& ch, const amqp::Frame& frame, SettleKind kind,
-                        std::uint64_t tag, bool multiple, bool requeue, bool unknown,
-                        const std::vector<Delivery>& settled,
-                        const std::vector<const Delivery*>& forwarded);
   bool track_client_content(ChannelState& ch, const amqp::Frame& frame);
 
   // Transactions (session_tx.cpp, transaction.hpp).
@@ -224,16 +212,11 @@ class Session {
   // Handles the frames that waited behind a commit now written.
   void replay_behind_commits();
 
-  // Acknowledgement timeouts (session_timeout.cpp). The broker closes `ch` with `close`: if it
-  // is RabbitMQ's consumer_timeout, the oldest unacked delivery is the one that timed out.
-  void note_broker_channel_close(ChannelState& ch, const amqp::Frame& frame);
+  // Acknowledgement timeouts (session_timeout.cpp; their rules: ack_timeout.hpp).
   // The broker cancels a consumer of `ch` (basic.cancel): from RabbitMQ 4.3 on, a quorum
   // queue's consumer timeout, which requeues what the consumer held. Its oldest delivery is a
   // consumer_timeout return, the others are no consumer's doing. False if malformed.
   bool note_broker_cancel(ChannelState& ch, const amqp::Frame& frame);
-  // Why `d` goes back to the broker when its channel ends for `cause`: the delivery whose ack
-  // timed out is a consumer_timeout return, the others are no consumer's doing (broker_lost).
-  static ReturnCause end_cause(const ChannelState& ch, const Delivery& d, ReturnCause cause);
   // The policy's ack_timeout: closes, on both sides, each channel whose oldest unacked
   // delivery was handed out longer ago than its timeout allows.
   void check_ack_timeouts(std::int64_t now_ms);

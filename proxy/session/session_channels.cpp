@@ -1,11 +1,13 @@
-// Channel-level methods from both sides: consumers, settlements and the delivery tag mapping
-// (the deliveries themselves: session_deliveries.cpp).
-
-#include <limits>
+// Channel-level methods from both sides: settlements and the delivery tag mapping (written by
+// settlement.hpp), consumers (basic_methods.hpp), the deliveries' start (the rest of them:
+// session_deliveries.cpp).
 
 #include "proxy/amqp/method_codec.hpp"
 #include "proxy/amqp/method_name.hpp"
+#include "proxy/session/ack_timeout.hpp"
+#include "proxy/session/basic_methods.hpp"
 #include "proxy/session/session.hpp"
+#include "proxy/session/settlement.hpp"
 
 namespace nackguard::session {
 
@@ -14,13 +16,6 @@ using amqp::Frame;
 using amqp::FrameType;
 namespace mid = amqp::mid;
 namespace reply = amqp::reply;
-
-namespace {
-
-// A tag the broker never issued, so a client's ack of an unknown tag still fails there.
-constexpr std::uint64_t kUnknownTagBit = std::uint64_t{1} << 63;
-
-}  // namespace
 
 void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
                                            std::uint32_t key) {
@@ -42,7 +37,16 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     case mid::basic_get:
     case mid::basic_recover:
     case mid::basic_recover_async:
-      if (!note_client_basic_method(ch, frame, key)) return malformed();
+      switch (note_client_basic_method(ch, frame, key)) {
+        case BasicNote::malformed:
+          return malformed();
+        case BasicNote::requeues_all:
+          // The broker requeues everything unacked on the channel, the proxy's own included.
+          return_all(ch, ReturnCause::recover);
+          break;
+        case BasicNote::noted:
+          break;
+      }
       break;
     case tx_mid::select:
     case tx_mid::commit:
@@ -127,7 +131,11 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   if (ch.tags_identical()) {
     emit(Side::broker, frame.raw);
   } else {
-    write_settlement(ch, frame, kind, tag, multiple, requeue, unknown, settled, forwarded);
+    amqp::Bytes out;
+    append_client_settlement(out, ch,
+                             ClientSettlement{frame.channel, kind, tag, multiple, requeue, unknown},
+                             settled, forwarded);
+    if (!out.empty()) emit(Side::broker, out);
   }
   // Kept for the next one unless a large multiple settlement grew them; the deliveries'
   // buffers serve the next deliveries.
@@ -139,58 +147,6 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   if (forwarded.capacity() <= kKeptCapacity) forwarded_scratch_ = std::move(forwarded);
   // The suspect settled, or the last delivery a waiting suspect waited for.
   if (gate_opened || (ch.suspect_waits() && ch.unacked_count() == 0)) release_held_back(ch);
-}
-
-void Session::write_settlement(ChannelState& ch, const Frame& frame, SettleKind kind,
-                               std::uint64_t tag, bool multiple, bool requeue, bool unknown,
-                               const std::vector<Delivery>& settled,
-                               const std::vector<const Delivery*>& forwarded) {
-  amqp::Bytes out;
-  // A delivery forwarded with no record (the budget was full) is outstanding at the broker
-  // under its run's offset from the client's tag.
-  // (A plain tag and flag: GCC's -O2 takes a std::optional here for maybe-uninitialized.)
-  const std::optional<std::uint64_t> found = unknown ? std::nullopt : ch.untracked_broker_tag(tag);
-  const bool untracked = found.has_value();
-  const std::uint64_t untracked_tag = found.value_or(0);
-  bool untracked_all = multiple && tag == 0 && ch.has_untracked();
-  if (!multiple && untracked && settled.empty()) {
-    append_settlement(out, frame.channel, kind, untracked_tag, false, requeue);
-  } else if (multiple && (untracked || untracked_all)) {
-    // One multiple settlement, as the client sent it, if it takes nothing of the proxy's;
-    // else the recorded ones alone (the untracked ones stay with the broker, which
-    // delivers them again when the channel ends: a duplicate, never a loss).
-    std::uint64_t top = untracked ? untracked_tag : 0;
-    std::uint64_t reach = untracked ? untracked_tag : std::numeric_limits<std::uint64_t>::max();
-    if (forwarded.size() == settled.size() && !ch.owned_at_or_below(reach) &&
-        !ch.unacked_at_or_below(reach)) {
-      append_settlement(out, frame.channel, kind, top, true, requeue);
-    } else {
-      for (const Delivery* d : forwarded) {
-        append_settlement(out, frame.channel, kind, d->broker_tag, false, requeue);
-      }
-    }
-  } else if (settled.empty()) {
-    // Nothing of the client's is outstanding: "all" settles nothing; an unknown tag must
-    // still fail at the broker, and must not name a delivery the proxy owns.
-    if (!(multiple && tag == 0)) {
-      append_settlement(out, frame.channel, kind, kUnknownTagBit | tag, multiple, requeue);
-    }
-  } else if (!forwarded.empty()) {
-    std::uint64_t highest = forwarded.back()->broker_tag;
-    if (!multiple) {
-      append_settlement(out, frame.channel, kind, highest, false, requeue);
-    } else if (forwarded.size() == settled.size() && !ch.owned_at_or_below(highest) &&
-               !ch.unacked_at_or_below(highest)) {
-      append_settlement(out, frame.channel, kind, highest, true, requeue);
-    } else {
-      // A multiple settlement would take deliveries the proxy owns, or (after a reorder)
-      // ones the client did not name, with it: expand.
-      for (const Delivery* d : forwarded) {
-        append_settlement(out, frame.channel, kind, d->broker_tag, false, requeue);
-      }
-    }
-  }
-  if (!out.empty()) emit(Side::broker, out);
 }
 
 void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
@@ -253,9 +209,9 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
   emit(Side::client, frame.raw);
 }
 
-// ---- basic-class bookkeeping: which consumer or get a delivery belongs to, recovers, and
-// the start of a delivery. Each is false for a method that does not decode: the caller closes
-// with 501. In this file so that the compiler may inline them into the dispatch above.
+// ---- a settlement's and a delivery's decoding (the consumers' and gets' bookkeeping:
+// basic_methods.hpp). Each is false for a method that does not decode: the caller closes with
+// 501. In this file so that the compiler may inline them into the dispatch above.
 
 bool Session::client_settlement(ChannelState& ch, const Frame& frame, std::uint32_t key) {
   switch (key) {
@@ -275,50 +231,6 @@ bool Session::client_settlement(ChannelState& ch, const Frame& frame, std::uint3
       amqp::BasicReject m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
       settle_from_client(ch, frame, SettleKind::reject, m.delivery_tag, false, m.requeue);
-      return true;
-    }
-  }
-}
-
-bool Session::note_client_basic_method(ChannelState& ch, const Frame& frame, std::uint32_t key) {
-  switch (key) {
-    case mid::basic_consume: {
-      amqp::BasicConsume m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
-      std::string queue = m.queue.empty() ? ch.last_declared_queue : m.queue;
-      if (m.no_wait) {
-        ch.consumers[m.consumer_tag] = Consumer{queue, m.no_ack};
-      } else {
-        ch.pending_consumes.push_back(PendingConsume{queue, m.consumer_tag, m.no_ack});
-      }
-      return true;
-    }
-    case mid::basic_cancel: {
-      amqp::BasicCancel m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
-      // The consumer's deliveries in flight still arrive until cancel-ok; forget it then, or
-      // with no-wait keep it among the recently cancelled.
-      if (m.no_wait) ch.forget_consumer(m.consumer_tag);
-      return true;
-    }
-    case mid::basic_get: {
-      amqp::BasicGet m;
-      if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
-      ch.pending_gets.push_back(
-          PendingGet{m.queue.empty() ? ch.last_declared_queue : m.queue, m.no_ack});
-      return true;
-    }
-    default: {  // basic.recover, basic.recover-async
-      amqp::BasicRecover m;
-      amqp::BasicRecoverAsync async;
-      bool ok = key == mid::basic_recover
-                    ? amqp::decode_method(frame.payload, m) == amqp::MethodError::none
-                    : amqp::decode_method(frame.payload, async) == amqp::MethodError::none;
-      if (!ok) return false;
-      // The broker requeues everything unacked on the channel, the proxy's own included.
-      if (key == mid::basic_recover ? m.requeue : async.requeue) {
-        return_all(ch, ReturnCause::recover);
-      }
       return true;
     }
   }
@@ -354,28 +266,6 @@ bool Session::start_broker_delivery(ChannelState& ch, const Frame& frame, std::u
     d.routing_key = std::move(m.routing_key);
   }
   router_.begin(ch, frame, std::move(d));
-  return true;
-}
-
-bool Session::note_broker_consumer_method(ChannelState& ch, const Frame& frame, std::uint32_t key) {
-  if (key == mid::basic_consume_ok) {
-    amqp::BasicConsumeOk m;
-    if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
-    Consumer consumer;
-    if (!ch.pending_consumes.empty()) {
-      consumer.queue = ch.pending_consumes.front().queue;
-      consumer.no_ack = ch.pending_consumes.front().no_ack;
-      ch.pending_consumes.pop_front();
-    }
-    ch.consumers[m.consumer_tag] = std::move(consumer);
-    return true;
-  }
-  // basic.cancel or cancel-ok: the same fields either way; a broker-sent cancel has a no-wait
-  // bit after the tag.
-  amqp::ByteReader in(frame.payload.subspan(4));
-  std::string tag = in.shortstr();
-  if (!in.ok()) return false;
-  ch.forget_consumer(tag);
   return true;
 }
 

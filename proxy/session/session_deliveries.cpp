@@ -12,24 +12,12 @@ namespace reply = amqp::reply;
 
 void Session::handle_broker_content(ChannelState& ch, const Frame& frame) {
   ContentState& state = ch.from_broker;
-  bool is_header = frame.frame_type() == FrameType::header;
-  std::optional<std::uint64_t> size;
-  if (is_header) size = amqp::peek_body_size(frame.payload);
-  bool in_sequence = is_header ? state.phase == ContentState::Phase::awaiting_header && size
-                               : state.phase == ContentState::Phase::awaiting_body &&
-                                     frame.payload.size() <= state.remaining;
-  if (!in_sequence) {
+  const bool is_header = frame.frame_type() == FrameType::header;
+  if (!state.take(frame)) {
     protocol_error(Side::broker, reply::unexpected_frame,
                    "UNEXPECTED_FRAME - nackguard got a content frame out of sequence on channel " +
                        std::to_string(frame.channel));
     return;
-  }
-  if (is_header) {
-    state.remaining = *size;
-    state.phase = *size == 0 ? ContentState::Phase::idle : ContentState::Phase::awaiting_body;
-  } else {
-    state.remaining -= frame.payload.size();
-    if (state.remaining == 0) state.phase = ContentState::Phase::idle;
   }
 
   if (ch.incoming) {

@@ -16,15 +16,12 @@
 // else first, Outbox::ahead_missed() says so and handle_input() closes the connection (541).
 
 #include "proxy/amqp/method_codec.hpp"
-#include "proxy/amqp/properties.hpp"
+#include "proxy/session/send_ahead.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
 
 using amqp::ByteView;
-using amqp::FrameResult;
-using amqp::FrameType;
-namespace mid = amqp::mid;
 
 amqp::ByteView Session::receive_input(Side from, std::size_t n) {
   const bool fresh = io(from).in.empty();  // no partial frame kept from the last read
@@ -47,36 +44,9 @@ std::size_t Session::lone_first_delivery(ByteView data) {
       !observer_->forwards_first_deliveries()) {
     return 0;
   }
-  FrameResult method = broker.decoder.decode(data);
-  if (method.status != FrameResult::Status::frame ||
-      method.frame.frame_type() != FrameType::method || method.frame.channel == 0 ||
-      method.frame.channel == reserved_channel() ||
-      amqp::peek_method_key(method.frame.payload) != mid::basic_deliver) {
-    return 0;
-  }
-  // The frames first, cheaply: under load a read holds many, and is no lone delivery.
-  const std::uint16_t number = method.frame.channel;
-  std::size_t at = method.frame.raw.size();
-  FrameResult header = broker.decoder.decode(data.subspan(at));
-  if (header.status != FrameResult::Status::frame ||
-      header.frame.frame_type() != FrameType::header || header.frame.channel != number ||
-      amqp::peek_has_headers(header.frame.payload)) {
-    return 0;
-  }
-  std::optional<std::uint64_t> body_size = amqp::peek_body_size(header.frame.payload);
-  if (!body_size) return 0;
-  at += header.frame.raw.size();
-  std::uint64_t remaining = *body_size;
-  while (remaining > 0) {
-    FrameResult body = broker.decoder.decode(data.subspan(at));
-    if (body.status != FrameResult::Status::frame || body.frame.frame_type() != FrameType::body ||
-        body.frame.channel != number || body.frame.payload.size() > remaining) {
-      return 0;
-    }
-    remaining -= body.frame.payload.size();
-    at += body.frame.raw.size();
-  }
-  if (at != data.size()) return 0;
+  std::optional<LoneDelivery> lone = lone_delivery(broker.decoder, data, reserved_channel());
+  if (!lone) return 0;
+  const std::uint16_t number = lone->method.channel;
   auto it = channels_.find(number);
   if (it == channels_.end()) return 0;
   const ChannelState& ch = it->second;
@@ -87,11 +57,11 @@ std::size_t Session::lone_first_delivery(ByteView data) {
   // Decoded as start_broker_delivery decodes it, into the same scratch: it decodes it again.
   // hand_out patches the tag unless the client's next tag is the broker's own.
   amqp::BasicDeliver& m = deliver_scratch_;
-  if (amqp::decode_method(method.frame.payload, m) != amqp::MethodError::none || m.redelivered ||
+  if (amqp::decode_method(lone->method.payload, m) != amqp::MethodError::none || m.redelivered ||
       m.delivery_tag != ch.last_client_tag() + 1) {
     return 0;
   }
-  return at;
+  return lone->size;
 }
 
 }  // namespace nackguard::session

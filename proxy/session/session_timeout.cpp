@@ -1,58 +1,14 @@
-// Deliveries whose acknowledgement timed out. RabbitMQ's consumer_timeout (30 min by default;
-// per queue from 3.12 with x-consumer-timeout or a policy) closes the channel with 406
-// "delivery acknowledgement on channel N timed out" once the oldest unacked delivery on it has
-// waited that long, and requeues every delivery of the channel. Only that delivery is the
-// consumer's doing: it counts a return (consumer_timeout), the others count nothing. RabbitMQ
-// 4.3 times out only quorum queues' consumers, with a basic.cancel of the consumer (the
-// channel stays open) that requeues what it held: the same count (note_broker_cancel).
+// Acknowledgement timeouts, applied (their rules: ack_timeout.hpp): the broker's, by a channel
+// close or a consumer cancel; the policy's ack_timeout, by the proxy's own close of the channel.
 
 #include <algorithm>
-#include <charconv>
 #include <string>
-#include <string_view>
 
-#include "proxy/amqp/constants.hpp"
 #include "proxy/amqp/method_codec.hpp"
+#include "proxy/session/ack_timeout.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
-
-namespace {
-
-namespace mid = amqp::mid;
-constexpr std::uint16_t kPreconditionFailed = amqp::reply::precondition_failed;
-
-// RabbitMQ's text (rabbit_channel, 3.8 to 4.x): "PRECONDITION_FAILED - delivery
-// acknowledgement on channel 1 timed out. Timeout value used: 1800000 ms. ..."
-bool is_consumer_timeout(const amqp::ChannelClose& close) {
-  const std::string_view text = close.reply_text;
-  return close.reply_code == kPreconditionFailed &&
-         text.find("delivery acknowledgement on channel") != std::string_view::npos &&
-         text.find("timed out") != std::string_view::npos;
-}
-
-// Whether the broker (its "version" server property) requeues a consumer's deliveries when it
-// cancels it for a consumer timeout: RabbitMQ 4.3 and later.
-bool cancel_requeues(std::string_view version) {
-  int major = 0;
-  int minor = 0;
-  auto [end, error] = std::from_chars(version.data(), version.data() + version.size(), major);
-  if (error != std::errc()) return false;
-  if (end != version.data() + version.size() && *end == '.') {
-    std::from_chars(end + 1, version.data() + version.size(), minor);
-  }
-  return major > 4 || (major == 4 && minor >= 3);
-}
-
-}  // namespace
-
-void Session::note_broker_channel_close(ChannelState& ch, const amqp::Frame& frame) {
-  amqp::ChannelClose close;
-  if (amqp::decode_method(frame.payload, close) != amqp::MethodError::none) return;
-  if (!is_consumer_timeout(close)) return;
-  ch.ack_timed_out = true;
-  ch.timed_out_broker_tag = ch.broker_oldest_unsettled();
-}
 
 bool Session::note_broker_cancel(ChannelState& ch, const amqp::Frame& frame) {
   // A broker-sent cancel: the consumer tag, then the no-wait bit.
@@ -72,13 +28,6 @@ bool Session::note_broker_cancel(ChannelState& ch, const amqp::Frame& frame) {
   }
   ch.forget_consumer(tag);
   return true;
-}
-
-ReturnCause Session::end_cause(const ChannelState& ch, const Delivery& d, ReturnCause cause) {
-  if (!ch.ack_timed_out) return cause;
-  return d.broker_tag == ch.timed_out_broker_tag && !d.taken_over && !d.held_back
-             ? ReturnCause::consumer_timeout
-             : ReturnCause::broker_lost;
 }
 
 // ---- the policy's ack_timeout: the proxy closes the channel itself ----
@@ -127,24 +76,9 @@ void Session::start_ack_close(std::uint16_t number, ChannelState& ch, const Deli
   observer_->on_ack_timeout(d, held_ms);
   drop_injections(number);  // settlements of taken-over deliveries: the broker requeues them
 
-  amqp::ChannelClose to_client;
-  to_client.reply_code = kPreconditionFailed;
-  to_client.reply_text = "PRECONDITION_FAILED - nackguard: delivery acknowledgement on channel " +
-                         std::to_string(number) + " timed out: delivery tag " +
-                         std::to_string(d.client_tag) + " from queue '" + d.queue +
-                         "' unacked for " + std::to_string(held_ms) +
-                         " ms, over its policy's ack_timeout of " + std::to_string(timeout_ms) +
-                         " ms; its channel's deliveries are requeued";
-  amqp::Bytes frame;
-  amqp::append_close_frame(frame, number, to_client);
-  inject(Side::client, std::move(frame));
-
-  amqp::ChannelClose to_broker;
-  to_broker.reply_code = amqp::reply::success;
-  to_broker.reply_text = "nackguard: ack_timeout of a delivery on this channel";
-  amqp::Bytes broker_frame;
-  amqp::append_close_frame(broker_frame, number, to_broker);
-  inject(Side::broker, std::move(broker_frame));
+  AckTimeoutClose frames = ack_timeout_close(number, d, held_ms, timeout_ms);
+  inject(Side::client, std::move(frames.to_client));
+  inject(Side::broker, std::move(frames.to_broker));
 }
 
 void Session::client_frame_while_ack_close(ChannelState& ch, const amqp::Frame& frame) {
@@ -160,9 +94,8 @@ void Session::client_frame_while_ack_close(ChannelState& ch, const amqp::Frame& 
 }
 
 bool Session::ends_close(Side from, const amqp::Frame& frame) {
-  if (frame.frame_type() != amqp::FrameType::method) return false;
-  std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
-  if (key != mid::channel_close) return key == mid::channel_close_ok;
+  const CloseEnd end = close_end(frame);
+  if (end != CloseEnd::crossed_close) return end == CloseEnd::close_ok;
   // That side closed too, before it read the proxy's close: it waits for a close-ok. The
   // broker (its own consumer_timeout, say) then sends none for the proxy's close; the client
   // may still send one, which is dropped (stray_close_oks_).
@@ -183,8 +116,7 @@ bool Session::take_stray_close_ok(const amqp::Frame& frame) {
   auto it = std::find(stray_close_oks_.begin(), stray_close_oks_.end(), frame.channel);
   if (it == stray_close_oks_.end()) return false;
   stray_close_oks_.erase(it);
-  return frame.frame_type() == amqp::FrameType::method &&
-         amqp::peek_method_key(frame.payload) == mid::channel_close_ok;
+  return close_end(frame) == CloseEnd::close_ok;
 }
 
 void Session::finish_ack_close(std::uint16_t number) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "proxy/amqp/method_codec.hpp"
+#include "proxy/session/ack_timeout.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
