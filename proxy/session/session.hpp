@@ -22,6 +22,7 @@
 #include "proxy/amqp/methods.hpp"
 #include "proxy/session/channel.hpp"
 #include "proxy/session/channel_table.hpp"
+#include "proxy/session/connection_hold.hpp"
 #include "proxy/session/delivery_router.hpp"
 #include "proxy/session/input_buffer.hpp"
 #include "proxy/session/observer.hpp"
@@ -269,7 +270,8 @@ class Session {
   void release_crash_holds(bool overdue);
   void tick_crash_holds(std::int64_t now_ms);
   // Ends a gone client's connection: its channels, then the broker side with connection.close,
-  // closed at the broker's close-ok (handle_frame_while_proxy_closes) or kGoneCloseOkMs.
+  // closed at the broker's close-ok (handle_frame_while_proxy_closes) or
+  // ConnectionHold::kGoneCloseOkMs.
   void end_gone_client();
 
   void emit(Side to, amqp::ByteView bytes) { io(to).out.emit(bytes); }
@@ -350,17 +352,12 @@ class Session {
   // Channels on which the client closed while the proxy's ack-timeout close crossed it: the
   // client's close-ok for the proxy's close is still to come, and is not forwarded.
   std::vector<std::uint16_t> stray_close_oks_;
-  // session_crash.cpp: the client's connection.close held, or the client gone, while
-  // deliveries its crash gave up are taken over; since when (clock_ms_).
-  amqp::Bytes held_connection_close_;
+  // The client's connection.close held, or the client gone, while deliveries its crash gave
+  // up are taken over; then a gone client's close (session_crash.cpp).
+  ConnectionHold connection_hold_;
   // close_broker_await_client: since when the client's side waits for the client's close.
   bool awaiting_client_close_ = false;
   std::int64_t client_close_since_ms_ = -1;
-  bool client_gone_ = false;
-  std::int64_t crash_hold_since_ms_ = -1;
-  // end_gone_client's connection.close went out; since when its close-ok is awaited.
-  bool gone_close_sent_ = false;
-  std::int64_t gone_close_since_ms_ = -1;
 };
 
 }  // namespace nackguard::session

@@ -112,11 +112,10 @@ void Session::on_eof(Side side) {
   if (side == Side::client && phase_ == Phase::open) {
     // What it held is counted as a crash (session_crash.cpp); the broker side stays open while
     // deliveries it gave up are taken over.
-    if (!client_gone_) client_gone();
+    if (!connection_hold_.gone()) client_gone();
     return;
   }
-  client_gone_ = false;
-  held_connection_close_.clear();
+  connection_hold_.drop();
   end_all_channels(side == Side::broker ? ReturnCause::broker_lost
                                         : ReturnCause::connection_closed);
   close_both_after_flush();

@@ -4,13 +4,12 @@
 // broker, publishes a copy that carries what the broker's requeue cannot (a count, a delay, a
 // dead-letter), and acks the original once the copy is confirmed. The close waits until then
 // (as it does for a copy already in flight, which it would otherwise duplicate),
-// 45 s at most (kCrashHoldMs): a channel.close in held_close, a connection.close in
-// held_connection_close_, an EOF in client_gone_ (the client side closed, the broker side
-// still open). The deliveries the client did not hold (held back, or handed out after the
-// crash) go back to the broker uncounted at the close. A gone client's broker side ends with
-// a connection.close of the proxy's (end_gone_client), not with the socket: RabbitMQ may stop
-// the channels of a connection whose socket ended before it applied the acks just read on it,
-// and requeue originals beside their confirmed copies (issue 37).
+// 45 s at most: a channel.close in the channel's held_close (held_close.hpp), a
+// connection.close or an EOF in connection_hold_ (connection_hold.hpp). The deliveries the client
+// did not hold (held back, or handed out after the crash) go back to the broker uncounted at the
+// close. A gone client's broker side ends with a connection.close of the proxy's (end_gone_client),
+// not with the socket: RabbitMQ may stop the channels of a connection whose socket ended before it
+// applied the acks just read on it, and requeue originals beside their confirmed copies (issue 37).
 
 #include <algorithm>
 
@@ -18,14 +17,6 @@
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
-
-namespace {
-// A copy's confirm waits 30 s at most (guard.cpp), and its settlement releases the
-// close: this bound only keeps a close from waiting for ever should none come.
-constexpr std::int64_t kCrashHoldMs = 45000;
-// How long a gone client's broker side waits for the close-ok of end_gone_client's close.
-constexpr std::int64_t kGoneCloseOkMs = 10000;
-}  // namespace
 
 bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool can_take_over) {
   can_take_over = can_take_over && phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
@@ -122,16 +113,14 @@ bool Session::close_must_wait() const {
 }
 
 void Session::release_crash_holds(bool overdue) {
-  if (held_connection_close_.empty() && !client_gone_) return;
+  if (!connection_hold_.held()) return;
   if (close_must_wait() && !overdue) return;
-  if (!held_connection_close_.empty()) {
+  if (connection_hold_.close_held()) {
     if (content_in_progress(Side::broker)) return;  // the next flush or tick sends it
-    amqp::Bytes close = std::move(held_connection_close_);
-    held_connection_close_.clear();
-    emit(Side::broker, close);
+    emit(Side::broker, connection_hold_.take_close());
     return;
   }
-  client_gone_ = false;
+  connection_hold_.release_gone();
   end_gone_client();
 }
 
@@ -150,20 +139,17 @@ void Session::end_gone_client() {
   emit_connection_close(Side::broker, amqp::reply::success,
                         "nackguard: the client connection ended");
   proxy_close_ = ProxyClose::awaiting_broker;
-  gone_close_sent_ = true;
-  gone_close_since_ms_ = clock_ms_;
+  connection_hold_.gone_close_sent(clock_ms_);
 }
 
 void Session::tick_crash_holds(std::int64_t now_ms) {
-  if (gone_close_sent_ && phase_ != Phase::closed) {
-    if (gone_close_since_ms_ < 0) gone_close_since_ms_ = now_ms;
+  if (connection_hold_.gone_close_sent() && phase_ != Phase::closed) {
     // No close-ok in time: the socket ends it.
-    if (now_ms - gone_close_since_ms_ >= kGoneCloseOkMs) close_both_after_flush();
+    if (connection_hold_.gone_close_overdue(now_ms)) close_both_after_flush();
     return;
   }
-  if (held_connection_close_.empty() && !client_gone_) return;
-  if (crash_hold_since_ms_ < 0) crash_hold_since_ms_ = now_ms;
-  release_crash_holds(now_ms - crash_hold_since_ms_ >= kCrashHoldMs);
+  if (!connection_hold_.held()) return;
+  release_crash_holds(connection_hold_.overdue(now_ms));
 }
 
 bool Session::hold_client_connection_close(const amqp::Frame& close) {
@@ -172,8 +158,7 @@ bool Session::hold_client_connection_close(const amqp::Frame& close) {
   crash_connection(true);
   stop_all_consumers();
   if (!close_must_wait()) return false;
-  held_connection_close_.assign(close.raw.begin(), close.raw.end());
-  crash_hold_since_ms_ = clock_ms_;
+  connection_hold_.hold_close(close.raw, clock_ms_);
   return true;
 }
 
@@ -185,8 +170,7 @@ void Session::client_gone() {
   crash_connection(can_settle);
   if (can_settle) stop_all_consumers();
   if (can_settle && close_must_wait()) {
-    client_gone_ = true;
-    crash_hold_since_ms_ = clock_ms_;
+    connection_hold_.hold_gone(clock_ms_);
     return;
   }
   end_gone_client();

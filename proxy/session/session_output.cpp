@@ -11,7 +11,7 @@ namespace nackguard::session {
 
 void Session::inject(Side to, amqp::Bytes frames) {
   finish_bookkeeping();
-  if (to == Side::broker && gone_close_sent_) return;  // after the connection.close
+  if (to == Side::broker && connection_hold_.gone_close_sent()) return;  // after the connection.close
   io(to).injections.push_back(Injection{std::move(frames), 0, std::nullopt});
   flush_injections(to);
 }
@@ -51,7 +51,7 @@ void Session::pump_proxy_channel() {
 }
 
 bool Session::can_settle(const Ticket& t) {
-  if (gone_close_sent_) return false;
+  if (connection_hold_.gone_close_sent()) return false;
   const Delivery* d = settleable(t.channel, t.broker_tag);
   return d && d->take_over_job == static_cast<std::uint32_t>(t.job);
 }
@@ -91,7 +91,7 @@ void Session::flush_injections(Side to) {
       release_held_close(it->second);
       release_crash_holds(false);
       // A gone client's connection ended, or its close went out: nothing may follow.
-      if (phase_ == Phase::closed || gone_close_sent_) return;
+      if (phase_ == Phase::closed || connection_hold_.gone_close_sent()) return;
     }
     // In the client's transaction: dropped by a rollback, written again after it.
     if (it->second.tx.active) it->second.tx.proxy_settles.push_back(std::move(injection.frames));

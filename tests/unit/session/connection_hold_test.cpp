@@ -1,0 +1,55 @@
+// A client's connection end held alone: its close kept as it came, a gone client, and the two
+// bounds (crash_hold_test.cpp checks the same through a Session).
+
+#include <gtest/gtest.h>
+
+#include "proxy/session/connection_hold.hpp"
+
+namespace nackguard::session {
+namespace {
+
+const amqp::Bytes kClose{1, 0, 0, 0, 0, 0, 4, 0, 10, 0, 50, 0xce};
+
+TEST(ConnectionHold, KeepsTheClientsCloseAsItCameUntilTaken) {
+  ConnectionHold hold;
+  EXPECT_FALSE(hold.held());
+  hold.hold_close(kClose, 100);
+  EXPECT_TRUE(hold.held());
+  EXPECT_TRUE(hold.close_held());
+  EXPECT_FALSE(hold.gone());
+  EXPECT_EQ(hold.take_close(), kClose);
+  EXPECT_FALSE(hold.held());
+}
+
+TEST(ConnectionHold, AGoneClientIsHeldUntilReleased) {
+  ConnectionHold hold;
+  hold.hold_gone(100);
+  EXPECT_TRUE(hold.held());
+  EXPECT_FALSE(hold.close_held());
+  hold.release_gone();
+  EXPECT_FALSE(hold.held());
+  hold.hold_close(kClose, 100);
+  hold.hold_gone(100);
+  hold.drop();
+  EXPECT_FALSE(hold.held());
+}
+
+TEST(ConnectionHold, OverdueAfterTheBoundFromTheFirstTickWhenUndated) {
+  ConnectionHold hold;
+  hold.hold_gone(-1);  // before the session's first tick
+  EXPECT_FALSE(hold.overdue(5000));
+  EXPECT_FALSE(hold.overdue(5000 + ConnectionHold::kCrashHoldMs - 1));
+  EXPECT_TRUE(hold.overdue(5000 + ConnectionHold::kCrashHoldMs));
+}
+
+TEST(ConnectionHold, TheGoneClientsCloseOkIsAwaitedForItsBound) {
+  ConnectionHold hold;
+  EXPECT_FALSE(hold.gone_close_sent());
+  hold.gone_close_sent(2000);
+  EXPECT_TRUE(hold.gone_close_sent());
+  EXPECT_FALSE(hold.gone_close_overdue(2000 + ConnectionHold::kGoneCloseOkMs - 1));
+  EXPECT_TRUE(hold.gone_close_overdue(2000 + ConnectionHold::kGoneCloseOkMs));
+}
+
+}  // namespace
+}  // namespace nackguard::session
