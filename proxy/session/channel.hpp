@@ -88,6 +88,10 @@ class ChannelState {
     // the broker's close-ok is in.
     amqp::Bytes queued;
     std::vector<std::shared_ptr<retry::RetainedBody>> reservations;
+    void keep(amqp::ByteView frame, std::shared_ptr<retry::RetainedBody> reservation) {
+      queued.insert(queued.end(), frame.begin(), frame.end());
+      reservations.push_back(std::move(reservation));
+    }
   };
   AckClose ack_close;
   // A delivery the client settled in its open transaction (tx.settled): its record stays

@@ -233,11 +233,10 @@ class Session {
   // A client close-ok on a channel of stray_close_oks_: dropped (true). Any other frame on it
   // means none is coming.
   bool take_stray_close_ok(const amqp::Frame& frame);
-  // Keeps a client frame for later in `queued`, its bytes counted against the body budget;
-  // past the budget the client's connection is closed (506), naming what it waited for.
-  void keep_client_frame(const amqp::Frame& frame, amqp::Bytes& queued,
-                         std::vector<std::shared_ptr<retry::RetainedBody>>& reservations,
-                         std::string_view waiting_for);
+  // A client frame kept for later: its bytes reserved against the body budget. Past the
+  // budget, nullptr, and the client's connection is closed (506), naming what it waited for.
+  std::shared_ptr<retry::RetainedBody> reserve_kept_frame(const amqp::Frame& frame,
+                                                          std::string_view waiting_for);
   // Handles client frames kept for later (behind a commit, or a close), in order.
   void replay_client_frames(const amqp::Bytes& queued);
 

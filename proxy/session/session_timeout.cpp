@@ -85,7 +85,8 @@ void Session::client_frame_while_ack_close(ChannelState& ch, const amqp::Frame& 
   ChannelState::AckClose& close = ch.ack_close;
   if (close.client_done) {
     // Frames for the channel's next life: they wait for the broker's close-ok.
-    keep_client_frame(frame, close.queued, close.reservations, "the broker closed it");
+    auto reservation = reserve_kept_frame(frame, "the broker closed it");
+    if (reservation) close.keep(frame.raw, std::move(reservation));
     return;
   }
   if (!ends_close(Side::client, frame)) return;

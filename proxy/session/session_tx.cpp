@@ -60,9 +60,9 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
     return;
   }
   // The copies are published now; the commit follows the proxy's settlement of each.
-  tx.held_commit.emplace(frame.raw.begin(), frame.raw.end());
-  tx.awaiting.clear();
-  for (const TakeOver& take_over : takeovers) tx.awaiting.push_back(take_over.ticket().broker_tag);
+  std::vector<std::uint64_t> awaited;
+  for (const TakeOver& take_over : takeovers) awaited.push_back(take_over.ticket().broker_tag);
+  tx.hold_commit(frame.raw, std::move(awaited));
   for (TakeOver& take_over : takeovers) {
     const std::uint64_t broker_tag = take_over.ticket().broker_tag;
     const Delivery* d = ch.find_taken_over(broker_tag);
@@ -76,57 +76,41 @@ void Session::handle_client_tx_method(ChannelState& ch, const Frame& frame, std:
 }
 
 void Session::queue_behind_commit(ChannelState& ch, const Frame& frame) {
-  keep_client_frame(frame, ch.tx.queued, ch.tx.queued_reservations,
-                    "its tx.commit waited for the broker's confirms");
+  auto reservation = reserve_kept_frame(frame, "its tx.commit waited for the broker's confirms");
+  if (reservation) ch.tx.keep(frame.raw, std::move(reservation));
 }
 
-void Session::keep_client_frame(const Frame& frame, amqp::Bytes& queued,
-                                std::vector<std::shared_ptr<retry::RetainedBody>>& reservations,
-                                std::string_view waiting_for) {
+std::shared_ptr<retry::RetainedBody> Session::reserve_kept_frame(const Frame& frame,
+                                                                 std::string_view waiting_for) {
   auto reservation = retry::RetainedBody::make(options_.body_budget, frame.raw.size());
   if (!reservation) {
     protocol_error(Side::client, reply::resource_error,
                    "RESOURCE_ERROR - nackguard: channel " + std::to_string(frame.channel) +
                        " sent more than limits.retained_body_bytes allows while " +
                        std::string(waiting_for));
-    return;
   }
-  queued.insert(queued.end(), frame.raw.begin(), frame.raw.end());
-  reservations.push_back(std::move(reservation));
+  return reservation;
 }
 
 void Session::tx_settlement_queued(ChannelState& ch, std::uint16_t channel,
                                    std::uint64_t broker_tag) {
-  ChannelTx& tx = ch.tx;
-  if (!tx.held_commit) return;
-  std::erase(tx.awaiting, broker_tag);
-  if (!tx.awaiting.empty()) return;
+  std::optional<amqp::Bytes> frame = ch.tx.settlement_queued(broker_tag);
+  if (!frame) return;
   // Behind the settlements in the injection queue, so that the commit takes them in.
-  Injection commit{std::move(*tx.held_commit), channel, std::nullopt};
-  tx.held_commit.reset();
+  Injection commit{std::move(*frame), channel, std::nullopt};
   commit.tx_commit = true;
-  tx.commit_queued = true;
   io(Side::broker).injections.push_back(std::move(commit));
 }
 
 void Session::tx_commit_written(std::uint16_t channel) {
   auto it = channels_.find(channel);
   if (it == channels_.end()) return;
-  ChannelTx& tx = it->second.tx;
-  tx.commit_queued = false;
-  tx.proxy_settles.clear();
-  tx.replay_pending = true;
+  it->second.tx.commit_written();
   tx_replay_pending_ = true;
 }
 
 void Session::tx_abandon(ChannelState& ch) {
-  ChannelTx& tx = ch.tx;
-  if (!tx.holds_commit()) return;
-  tx.held_commit.reset();
-  tx.awaiting.clear();
-  tx.commit_queued = false;
-  tx.replay_pending = true;
-  tx_replay_pending_ = true;
+  if (ch.tx.abandon()) tx_replay_pending_ = true;
 }
 
 void Session::tx_return_all(ChannelState& ch, ReturnCause cause) {
@@ -146,20 +130,14 @@ void Session::replay_behind_commits() {
     tx_replay_pending_ = false;
     std::vector<std::uint16_t> ready;
     for (const auto& [number, ch] : channels_) {
-      if (ch.tx.replay_pending) ready.push_back(number);
+      if (ch.tx.replay_pending()) ready.push_back(number);
     }
     std::sort(ready.begin(), ready.end());
     for (std::uint16_t number : ready) {
       auto it = channels_.find(number);
       if (it == channels_.end()) continue;
-      ChannelTx& tx = it->second.tx;
-      amqp::Bytes queued = std::move(tx.queued);
-      tx.queued.clear();
-      auto reservations = std::move(tx.queued_reservations);
-      tx.queued_reservations.clear();
-      tx.replay_pending = false;
       // A commit met on the way is held again; the frames after it queue behind it.
-      replay_client_frames(queued);
+      replay_client_frames(it->second.tx.take_queued());
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "proxy/amqp/bytes.hpp"
@@ -36,7 +37,8 @@ inline constexpr std::uint32_t rollback = amqp::method_key(90, 30);
 inline constexpr std::uint32_t rollback_ok = amqp::method_key(90, 31);
 }  // namespace tx_mid
 
-struct ChannelTx {
+class ChannelTx {
+ public:
   bool active = false;  // the client sent tx.select on the channel
 
   // A delivery the client settled in the open transaction, and how. Requeues that were
@@ -53,23 +55,69 @@ struct ChannelTx {
   // copies published) only at the commit; a rollback drops them.
   std::vector<TakeOver> takeovers;
 
-  // A tx.commit held until the proxy's settlement of each tag in `awaiting` is queued; then
-  // queued itself behind them (commit_queued) until written, and the frames that waited
-  // behind it are handled (replay_pending).
-  std::optional<amqp::Bytes> held_commit;
-  std::vector<std::uint64_t> awaiting;
-  bool commit_queued = false;
-  bool replay_pending = false;
-  // The client's frames on the channel that came after the held commit, whole and in order,
-  // with their bytes counted against the body budget.
-  amqp::Bytes queued;
-  std::vector<std::shared_ptr<retry::RetainedBody>> queued_reservations;
-
   // The proxy's own settlements written on the channel since the last commit: the broker drops
   // them at a rollback, so they are written again after it.
   std::vector<amqp::Bytes> proxy_settles;
 
-  bool holds_commit() const { return held_commit || commit_queued || replay_pending; }
+  // ---- the commit held for the proxy's settlements ----
+  // The client's tx.commit `commit` is held until the proxy's settlement of each of
+  // `broker_tags` is queued.
+  void hold_commit(amqp::ByteView commit, std::vector<std::uint64_t> broker_tags) {
+    held_commit_.emplace(commit.begin(), commit.end());
+    awaiting_ = std::move(broker_tags);
+  }
+  // The proxy's settlement of `broker_tag` is queued. The held commit, once nothing else is
+  // awaited: it is to be queued behind the settlements, and stays held until written.
+  std::optional<amqp::Bytes> settlement_queued(std::uint64_t broker_tag) {
+    if (!held_commit_) return std::nullopt;
+    std::erase(awaiting_, broker_tag);
+    if (!awaiting_.empty()) return std::nullopt;
+    std::optional<amqp::Bytes> commit = std::move(held_commit_);
+    held_commit_.reset();
+    commit_queued_ = true;
+    return commit;
+  }
+  // The commit was written: the frames that waited behind it are to be handled.
+  void commit_written() {
+    commit_queued_ = false;
+    proxy_settles.clear();
+    replay_pending_ = true;
+  }
+  // The broker closed the channel: a held commit is dropped, the frames behind it go on. False
+  // if no commit was held.
+  bool abandon() {
+    if (!holds_commit()) return false;
+    held_commit_.reset();
+    awaiting_.clear();
+    commit_queued_ = false;
+    replay_pending_ = true;
+    return true;
+  }
+  bool replay_pending() const { return replay_pending_; }
+  // A client frame that came after the held commit, kept in order with its reservation
+  // against the body budget.
+  void keep(amqp::ByteView frame, std::shared_ptr<retry::RetainedBody> reservation) {
+    queued_.insert(queued_.end(), frame.begin(), frame.end());
+    queued_reservations_.push_back(std::move(reservation));
+  }
+  // The frames kept behind the commit, to handle now; their reservations end with the call.
+  amqp::Bytes take_queued() {
+    amqp::Bytes queued = std::move(queued_);
+    queued_.clear();
+    queued_reservations_.clear();
+    replay_pending_ = false;
+    return queued;
+  }
+
+  bool holds_commit() const { return held_commit_ || commit_queued_ || replay_pending_; }
+
+ private:
+  std::optional<amqp::Bytes> held_commit_;
+  std::vector<std::uint64_t> awaiting_;
+  bool commit_queued_ = false;
+  bool replay_pending_ = false;
+  amqp::Bytes queued_;
+  std::vector<std::shared_ptr<retry::RetainedBody>> queued_reservations_;
 };
 
 }  // namespace nackguard::session
