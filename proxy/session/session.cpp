@@ -22,7 +22,7 @@ std::string_view to_string(Side side) {
 Session::Session(SessionOptions options, SessionObserver* observer)
     : options_(options),
       observer_(observer ? observer : &null_observer_),
-      tuning_(options.max_frame_bytes),
+      handshake_(options.max_frame_bytes),
       router_(*observer_, options_.body_budget, io(Side::client).out, clock_ms_) {
   // Before tune-ok the spec allows only frame-min-size; RabbitMQ's own handshake frames are
   // small, but clients with large property tables exist, so allow up to 128 KiB until then.

@@ -24,10 +24,10 @@
 #include "proxy/session/channel_table.hpp"
 #include "proxy/session/connection_hold.hpp"
 #include "proxy/session/delivery_router.hpp"
+#include "proxy/session/handshake.hpp"
 #include "proxy/session/input_buffer.hpp"
 #include "proxy/session/observer.hpp"
 #include "proxy/session/outbox.hpp"
-#include "proxy/session/tuning.hpp"
 
 namespace nackguard::session {
 
@@ -135,16 +135,18 @@ class Session {
   bool handshake_done() const {
     return phase_ != Phase::protocol_header && phase_ != Phase::handshake;
   }
-  std::uint16_t heartbeat_seconds() const { return tuning_.heartbeat(); }
+  std::uint16_t heartbeat_seconds() const { return handshake_.tuning().heartbeat(); }
   std::uint32_t frame_max() const { return io(Side::client).decoder.frame_max(); }
   // The channel the proxy keeps for itself, once tune-ok has been seen.
-  std::optional<std::uint16_t> reserved_channel() const { return tuning_.reserved_channel(); }
-  const std::string& vhost() const { return vhost_; }
+  std::optional<std::uint16_t> reserved_channel() const {
+    return handshake_.tuning().reserved_channel();
+  }
+  const std::string& vhost() const { return handshake_.vhost(); }
   // The broker's "version" server property from connection.start ("4.0.5"); empty if none.
-  const std::string& broker_version() const { return broker_version_; }
+  const std::string& broker_version() const { return handshake_.broker_version(); }
   // What the client calls itself (connection.start-ok: connection_name, else product and
   // version; consumer_label.hpp); empty before start-ok or when it sent none.
-  const std::string& client_name() const { return client_name_; }
+  const std::string& client_name() const { return handshake_.client_name(); }
   const ChannelState* channel(std::uint16_t number) const;
   const SessionStats& stats() const { return stats_; }
 
@@ -330,11 +332,8 @@ class Session {
   std::array<SideIo, 2> io_;
   Phase phase_ = Phase::protocol_header;
   ChannelTable channels_;
-  Tuning tuning_;
-  std::string vhost_;
-  std::string broker_version_;
+  Handshake handshake_;          // the tuning, and the facts the handshake tells
   bool broker_closing_ = false;  // the broker sent connection.close (session_connection.cpp)
-  std::string client_name_;
   enum class ProxyClose { none, awaiting_client, awaiting_broker };
   ProxyClose proxy_close_ = ProxyClose::none;
   SessionStats stats_;

@@ -1,9 +1,7 @@
-// The connection's methods: the handshake's tune and tune-ok rewritten (tuning.hpp), and what
-// the session keeps of the rest (the vhost, the broker's version, the client's name), and the
-// connection's end (session.hpp).
+// The connection's methods: the handshake (handshake.hpp: the tune and tune-ok rewritten, the
+// vhost, the broker's version and the client's name kept) and the connection's close.
 
 #include "proxy/amqp/method_codec.hpp"
-#include "proxy/session/consumer_label.hpp"
 #include "proxy/session/session.hpp"
 
 namespace nackguard::session {
@@ -15,37 +13,25 @@ namespace reply = amqp::reply;
 void Session::handle_client_connection_method(const Frame& frame, std::uint32_t key) {
   switch (key) {
     case mid::connection_tune_ok: {
-      amqp::ConnectionTuneOk tune;
-      if (amqp::decode_method(frame.payload, tune) != amqp::MethodError::none) {
+      std::optional<amqp::Bytes> to_broker = handshake_.client_tune_ok(frame);
+      if (!to_broker) {
         protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed tune-ok");
         return;
       }
-      amqp::ConnectionTuneOk to_broker = tuning_.answer(tune);
-      for (auto& side : io_) side.decoder.set_frame_max(tuning_.frame_max());
-      amqp::Bytes out;
-      amqp::append_fixed_method_frame(out, 0, to_broker);
-      emit(Side::broker, out);
+      for (auto& side : io_) side.decoder.set_frame_max(handshake_.tuning().frame_max());
+      emit(Side::broker, *to_broker);
       return;
     }
-    case mid::connection_start_ok: {
-      // Forwarded as it is (credentials included); only the client's name is kept, for the
-      // dead-letters' x-nackguard-consumer. A start-ok that does not decode is the broker's
-      // to refuse.
-      amqp::ConnectionStartOk start_ok;
-      if (amqp::decode_method(frame.payload, start_ok) == amqp::MethodError::none) {
-        client_name_ = nackguard::session::client_name(start_ok.client_properties);
-      }
+    case mid::connection_start_ok:
+      // Forwarded as it is (credentials included); only the client's name is kept.
+      handshake_.client_start_ok(frame);
       break;
-    }
-    case mid::connection_open: {
-      amqp::ConnectionOpen open;
-      if (amqp::decode_method(frame.payload, open) != amqp::MethodError::none) {
+    case mid::connection_open:
+      if (!handshake_.client_open(frame)) {
         protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed connection.open");
         return;
       }
-      vhost_ = open.virtual_host;
       break;
-    }
     case mid::connection_close:
       if (phase_ == Phase::open && hold_client_connection_close(frame)) return;
       break;
@@ -64,35 +50,25 @@ void Session::handle_client_connection_method(const Frame& frame, std::uint32_t 
 
 void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t key) {
   switch (key) {
-    case mid::connection_start: {
-      // Forwarded as it is; only the broker's version is kept (a quorum queue's default
-      // delivery limit depends on it).
-      amqp::ConnectionStart start;
-      if (amqp::decode_method(frame.payload, start) == amqp::MethodError::none) {
-        const amqp::FieldValue* version = start.server_properties.find("version");
-        const std::string* text = version ? version->as_string() : nullptr;
-        if (text) broker_version_ = text->substr(0, 64);
-      }
+    case mid::connection_start:
+      // Forwarded as it is; only the broker's version is kept.
+      handshake_.broker_start(frame);
       emit(Side::client, frame.raw);
       return;
-    }
     case mid::connection_tune: {
-      amqp::ConnectionTune tune;
-      if (amqp::decode_method(frame.payload, tune) != amqp::MethodError::none) {
+      std::optional<amqp::Bytes> to_client = handshake_.broker_tune(frame);
+      if (!to_client) {
         protocol_error(Side::broker, reply::frame_error, "FRAME_ERROR - malformed tune");
         return;
       }
-      amqp::Bytes out;
-      amqp::append_fixed_method_frame(out, 0, tuning_.offer(tune));
-      emit(Side::client, out);
+      emit(Side::client, *to_client);
       return;
     }
     case mid::connection_open_ok:
       phase_ = Phase::open;
       emit(Side::client, frame.raw);
-      proxy_channel_.configure(tuning_.reserved_channel(), frame_max());
-      observer_->on_open(
-          {vhost_, tuning_.reserved_channel(), frame_max(), broker_version_, client_name_});
+      proxy_channel_.configure(reserved_channel(), frame_max());
+      observer_->on_open(handshake_.facts(frame_max()));
       return;
     case mid::connection_close:
       // The broker ends the connection: it answers nothing more but its close-ok (no cancel-ok

@@ -15,7 +15,7 @@ bool Session::note_broker_cancel(ChannelState& ch, const amqp::Frame& frame) {
   amqp::ByteReader in(frame.payload.subspan(4));
   const std::string tag = in.shortstr();
   if (!in.ok()) return false;
-  if (cancel_requeues(broker_version_)) {
+  if (cancel_requeues(handshake_.broker_version())) {
     // RabbitMQ 4.3 times out a quorum queue's consumer this way (earlier versions close the
     // channel: note_broker_channel_close), and requeues what it held: the broker's oldest is
     // the delivery that timed out. Any other reason (the queue deleted) leaves nothing to count.

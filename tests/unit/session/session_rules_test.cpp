@@ -1,13 +1,14 @@
 // The session's rules that are plain functions of a frame or a channel, without a Session: a
-// content sequence (content_state.hpp), the ack-timeout rules (ack_timeout.hpp), and the
-// send-ahead's scan for a lone delivery (send_ahead.hpp). The byte-level session tests check
-// the same through a whole Session.
+// content sequence (content_state.hpp), the ack-timeout rules (ack_timeout.hpp), the
+// send-ahead's scan for a lone delivery (send_ahead.hpp), and what the handshake keeps
+// (handshake.hpp). The byte-level session tests check the same through a whole Session.
 
 #include <gtest/gtest.h>
 
 #include "proxy/amqp/frame.hpp"
 #include "proxy/session/ack_timeout.hpp"
 #include "proxy/session/content_state.hpp"
+#include "proxy/session/handshake.hpp"
 #include "proxy/session/send_ahead.hpp"
 #include "session/frame_builders.hpp"
 
@@ -125,6 +126,34 @@ TEST(LoneDelivery, NotWithHeadersAGuardWouldRead) {
   const Bytes with_headers =
       cat({method(1, deliver_method("ctag", 1)), header(1, 2, properties), body(1, "hi")});
   EXPECT_FALSE(lone_delivery(decoder, with_headers, std::nullopt));
+}
+
+TEST(HandshakeFacts, KeepsTheVersionTheClientsNameAndTheVhost) {
+  Handshake handshake(131072);
+  const HandshakeFrames f = handshake_frames({.vhost = "orders"}, amqp::ConnectionTune{});
+  amqp::ConnectionStart start;
+  start.server_properties.set("version", amqp::FieldValue::string("4.3.6"));
+  handshake.broker_start(only_frame(method(0, start)));
+  handshake.client_start_ok(only_frame(f.start_ok));
+  EXPECT_TRUE(handshake.client_open(only_frame(f.open)));
+  const ConnectionFacts facts = handshake.facts(4096);
+  EXPECT_EQ(facts.broker_version, "4.3.6");
+  EXPECT_EQ(facts.client_name, "test-client");
+  EXPECT_EQ(facts.vhost, "orders");
+  EXPECT_EQ(facts.frame_max, 4096u);
+  EXPECT_FALSE(facts.reserved_channel);  // no tune-ok yet
+}
+
+TEST(HandshakeFacts, MalformedTuneOrOpenIsRefusedAndALongVersionCut) {
+  Handshake handshake(131072);
+  const Bytes short_tune = raw_method(0, 10, 30, Bytes{0, 1});
+  EXPECT_FALSE(handshake.broker_tune(only_frame(short_tune)));
+  EXPECT_FALSE(handshake.client_tune_ok(only_frame(raw_method(0, 10, 31, Bytes{0}))));
+  EXPECT_FALSE(handshake.client_open(only_frame(raw_method(0, 10, 40))));
+  amqp::ConnectionStart start;
+  start.server_properties.set("version", amqp::FieldValue::string(std::string(100, '9')));
+  handshake.broker_start(only_frame(method(0, start)));
+  EXPECT_EQ(handshake.broker_version(), std::string(64, '9'));
 }
 
 }  // namespace
