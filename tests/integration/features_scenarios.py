@@ -9,6 +9,8 @@ observations as plain values, compared direct against proxied and with exact exp
   channel_404()      the scenarios, one per test
 """
 
+import contextlib
+
 import pika
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
@@ -41,6 +43,17 @@ def settle(conn, collector, count, timeout=10, grace=0.3):
     return len(collector)
 
 
+@contextlib.contextmanager
+def queue_and_connection(target, tag):
+    """A unique queue name (harness.unique_queue) and a connection to `target`, closed after."""
+    with harness.unique_queue(tag) as queue:
+        conn = harness.connect(target.port)
+        try:
+            yield queue, conn
+        finally:
+            harness.close_connection(conn)
+
+
 def message_count(channel, queue):
     return channel.queue_declare(queue, passive=True).method.message_count
 
@@ -65,159 +78,139 @@ def channel_error(exc, queue=None):
 
 def confirms(target):
     result = {}
-    with harness.unique_queue("confirms") as queue:
-        conn = harness.connect(target.port)
+    with queue_and_connection(target, "confirms") as (queue, conn):
+        ch = conn.channel()
+        harness.declare_queue(ch, queue)
+        ch.confirm_delivery()
+        confirmed = 0
+        for i in range(1000):
+            ch.basic_publish("", queue, f"c{i}".encode())  # raises unless acked
+            confirmed += 1
+        result["confirmed"] = confirmed
+        result["queued"] = message_count(ch, queue)
         try:
-            ch = conn.channel()
-            harness.declare_queue(ch, queue)
-            ch.confirm_delivery()
-            confirmed = 0
-            for i in range(1000):
-                ch.basic_publish("", queue, f"c{i}".encode())  # raises unless acked
-                confirmed += 1
-            result["confirmed"] = confirmed
-            result["queued"] = message_count(ch, queue)
-            try:
-                ch.basic_publish("", UNROUTABLE_KEY, b"returned", mandatory=True,
-                                 properties=pika.BasicProperties(message_id="r1"))
-                result["mandatory"] = "no exception"
-            except UnroutableError as exc:
-                result["mandatory"] = [
-                    (m.method.NAME, m.method.reply_code, m.method.reply_text, m.method.exchange,
-                     m.method.routing_key, m.body, m.properties.message_id)
-                    for m in exc.messages]
-            # not mandatory: dropped by the broker, still confirmed (no exception)
-            ch.basic_publish("", UNROUTABLE_KEY, b"dropped")
-            ch.basic_publish("", queue, b"after")
-            result["queued_after"] = wait_count(ch, queue, 1001)
-            result["channel_open"] = ch.is_open
-        finally:
-            harness.close_connection(conn)
+            ch.basic_publish("", UNROUTABLE_KEY, b"returned", mandatory=True,
+                             properties=pika.BasicProperties(message_id="r1"))
+            result["mandatory"] = "no exception"
+        except UnroutableError as exc:
+            result["mandatory"] = [
+                (m.method.NAME, m.method.reply_code, m.method.reply_text, m.method.exchange,
+                 m.method.routing_key, m.body, m.properties.message_id)
+                for m in exc.messages]
+        # not mandatory: dropped by the broker, still confirmed (no exception)
+        ch.basic_publish("", UNROUTABLE_KEY, b"dropped")
+        ch.basic_publish("", queue, b"after")
+        result["queued_after"] = wait_count(ch, queue, 1001)
+        result["channel_open"] = ch.is_open
     return result
 
 
 def basic_get(target):
     result = []
-    with harness.unique_queue("get") as queue:
-        conn = harness.connect(target.port)
-        try:
-            ch = conn.channel()
-            harness.declare_queue(ch, queue)
-            result.append(("empty", ch.basic_get(queue)))
-            for i in range(3):
-                ch.basic_publish("", queue, f"g{i}".encode())
-            result.append(("queued", wait_count(ch, queue, 3)))
-            for _ in range(3):
-                method, _, body = ch.basic_get(queue)
-                result.append((method.NAME, body, method.delivery_tag, method.redelivered,
-                               method.message_count))
-                ch.basic_ack(method.delivery_tag)
-            result.append(("empty again", ch.basic_get(queue)))
-            method, _, body = None, None, None
-            ch.basic_publish("", queue, b"auto")
-            wait_count(ch, queue, 1)  # a quorum queue enqueues after the publish returns
-            method, _, body = ch.basic_get(queue, auto_ack=True)
-            result.append((method.NAME, body, method.delivery_tag, method.message_count))
-            result.append(("left", message_count(ch, queue)))
-        finally:
-            harness.close_connection(conn)
+    with queue_and_connection(target, "get") as (queue, conn):
+        ch = conn.channel()
+        harness.declare_queue(ch, queue)
+        result.append(("empty", ch.basic_get(queue)))
+        for i in range(3):
+            ch.basic_publish("", queue, f"g{i}".encode())
+        result.append(("queued", wait_count(ch, queue, 3)))
+        for _ in range(3):
+            method, _, body = ch.basic_get(queue)
+            result.append((method.NAME, body, method.delivery_tag, method.redelivered,
+                           method.message_count))
+            ch.basic_ack(method.delivery_tag)
+        result.append(("empty again", ch.basic_get(queue)))
+        method, _, body = None, None, None
+        ch.basic_publish("", queue, b"auto")
+        wait_count(ch, queue, 1)  # a quorum queue enqueues after the publish returns
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        result.append((method.NAME, body, method.delivery_tag, method.message_count))
+        result.append(("left", message_count(ch, queue)))
     return result
 
 
 def transactions(target):
     result = {}
-    with harness.unique_queue("tx") as queue:
-        conn = harness.connect(target.port)
-        try:
-            tx = conn.channel()
-            observer = conn.channel()
-            harness.declare_queue(tx, queue)
-            tx.tx_select()
-            tx.basic_publish("", queue, b"rolled-back")
-            result["before_rollback"] = message_count(observer, queue)
-            tx.tx_rollback()
-            tx.basic_publish("", queue, b"committed-1")
-            tx.basic_publish("", queue, b"committed-2")
-            result["before_commit"] = message_count(observer, queue)
-            tx.tx_commit()
-            result["after_commit"] = wait_count(observer, queue, 2)
-            bodies = []
-            while True:
-                method, _, body = observer.basic_get(queue, auto_ack=True)
-                if method is None:
-                    break
-                bodies.append((body, method.delivery_tag, method.message_count))
-            result["delivered"] = bodies
-            # a transactional ack: rolled back, the message stays unacked
-            tx.basic_publish("", queue, b"acked-in-tx")
-            tx.tx_commit()
-            method, _, body = tx.basic_get(queue)
-            tx.basic_ack(method.delivery_tag)
-            tx.tx_rollback()
-            tx.basic_ack(method.delivery_tag)
-            tx.tx_commit()
-            result["tx_ack"] = (body, method.delivery_tag, message_count(observer, queue))
-        finally:
-            harness.close_connection(conn)
+    with queue_and_connection(target, "tx") as (queue, conn):
+        tx = conn.channel()
+        observer = conn.channel()
+        harness.declare_queue(tx, queue)
+        tx.tx_select()
+        tx.basic_publish("", queue, b"rolled-back")
+        result["before_rollback"] = message_count(observer, queue)
+        tx.tx_rollback()
+        tx.basic_publish("", queue, b"committed-1")
+        tx.basic_publish("", queue, b"committed-2")
+        result["before_commit"] = message_count(observer, queue)
+        tx.tx_commit()
+        result["after_commit"] = wait_count(observer, queue, 2)
+        bodies = []
+        while True:
+            method, _, body = observer.basic_get(queue, auto_ack=True)
+            if method is None:
+                break
+            bodies.append((body, method.delivery_tag, method.message_count))
+        result["delivered"] = bodies
+        # a transactional ack: rolled back, the message stays unacked
+        tx.basic_publish("", queue, b"acked-in-tx")
+        tx.tx_commit()
+        method, _, body = tx.basic_get(queue)
+        tx.basic_ack(method.delivery_tag)
+        tx.tx_rollback()
+        tx.basic_ack(method.delivery_tag)
+        tx.tx_commit()
+        result["tx_ack"] = (body, method.delivery_tag, message_count(observer, queue))
     return result
 
 
 def client_cancel(target):
     result = {}
-    with harness.unique_queue("cancel") as queue:
-        conn = harness.connect(target.port)
-        try:
-            ch = conn.channel()
-            harness.declare_queue(ch, queue)
-            for i in range(5):
-                ch.basic_publish("", queue, f"k{i}".encode())
-            ch.basic_qos(prefetch_count=1)
-            got = Collector()
-            tag = ch.basic_consume(queue, got)
-            settle(conn, got, 1)
-            ch.basic_ack(got.seen[0][1])
-            settle(conn, got, 2)
-            result["pending"] = ch.basic_cancel(tag)
-            ch.basic_ack(got.seen[1][1])  # acking after the cancel is still valid
-            ch.basic_publish("", queue, b"k5")
-            ch.basic_publish("", queue, b"k6")
-            settle(conn, got, 99, timeout=0.5)
-            result["deliveries"] = got.seen
-            result["left"] = wait_count(ch, queue, 5)
-            result["consumer_tags"] = list(ch.consumer_tags)
-        finally:
-            harness.close_connection(conn)
+    with queue_and_connection(target, "cancel") as (queue, conn):
+        ch = conn.channel()
+        harness.declare_queue(ch, queue)
+        for i in range(5):
+            ch.basic_publish("", queue, f"k{i}".encode())
+        ch.basic_qos(prefetch_count=1)
+        got = Collector()
+        tag = ch.basic_consume(queue, got)
+        settle(conn, got, 1)
+        ch.basic_ack(got.seen[0][1])
+        settle(conn, got, 2)
+        result["pending"] = ch.basic_cancel(tag)
+        ch.basic_ack(got.seen[1][1])  # acking after the cancel is still valid
+        ch.basic_publish("", queue, b"k5")
+        ch.basic_publish("", queue, b"k6")
+        settle(conn, got, 99, timeout=0.5)
+        result["deliveries"] = got.seen
+        result["left"] = wait_count(ch, queue, 5)
+        result["consumer_tags"] = list(ch.consumer_tags)
     return result
 
 
 def server_cancel(target):
     result = {}
-    with harness.unique_queue("server-cancel") as queue:
-        conn = harness.connect(target.port)
-        try:
-            ch = conn.channel()
-            other = conn.channel()
-            harness.declare_queue(ch, queue)
-            ch.basic_publish("", queue, b"s0")
-            cancels = []
-            ch.add_on_cancel_callback(cancels.append)
-            got = Collector(ack=True)
-            tag = ch.basic_consume(queue, got)
-            settle(conn, got, 1)
-            result["queue_delete"] = other.queue_delete(queue).method.message_count
-            harness.drain(conn, lambda: cancels, 5)
-            result["cancels"] = [(f.method.NAME, f.method.consumer_tag == tag, f.channel_number)
-                                 for f in cancels]
-            result["deliveries"] = got.seen
-            result["channel_open"] = ch.is_open
-            # the channel stays usable after the server's cancel
-            harness.declare_queue(ch, queue)
-            ch.basic_publish("", queue, b"s1")
-            wait_count(ch, queue, 1)  # a quorum queue enqueues after the publish returns
-            method, _, body = ch.basic_get(queue, auto_ack=True)
-            result["after"] = (body, method.delivery_tag)
-        finally:
-            harness.close_connection(conn)
+    with queue_and_connection(target, "server-cancel") as (queue, conn):
+        ch = conn.channel()
+        other = conn.channel()
+        harness.declare_queue(ch, queue)
+        ch.basic_publish("", queue, b"s0")
+        cancels = []
+        ch.add_on_cancel_callback(cancels.append)
+        got = Collector(ack=True)
+        tag = ch.basic_consume(queue, got)
+        settle(conn, got, 1)
+        result["queue_delete"] = other.queue_delete(queue).method.message_count
+        harness.drain(conn, lambda: cancels, 5)
+        result["cancels"] = [(f.method.NAME, f.method.consumer_tag == tag, f.channel_number)
+                             for f in cancels]
+        result["deliveries"] = got.seen
+        result["channel_open"] = ch.is_open
+        # the channel stays usable after the server's cancel
+        harness.declare_queue(ch, queue)
+        ch.basic_publish("", queue, b"s1")
+        wait_count(ch, queue, 1)  # a quorum queue enqueues after the publish returns
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        result["after"] = (body, method.delivery_tag)
     return result
 
 
@@ -246,74 +239,62 @@ def hundred_channels(target, count=100, per_channel=3):
 
 
 def nack_reject_requeue(target):
-    with harness.unique_queue("requeue") as queue:
-        conn = harness.connect(target.port)
-        try:
-            ch = conn.channel()
-            harness.declare_queue(ch, queue)
-            ch.basic_publish("", queue, b"nacked")
-            ch.basic_publish("", queue, b"rejected")
-            ch.basic_qos(prefetch_count=1)
-            got = Collector()
-            ch.basic_consume(queue, got)
-            settle(conn, got, 1)
-            ch.basic_nack(got.seen[-1][1], requeue=True)
-            settle(conn, got, 2)
-            ch.basic_ack(got.seen[-1][1])
-            settle(conn, got, 3)
-            ch.basic_reject(got.seen[-1][1], requeue=True)
-            settle(conn, got, 4)
-            ch.basic_ack(got.seen[-1][1])
-            settle(conn, got, 99, timeout=0.3)
-            return got.seen, message_count(ch, queue)
-        finally:
-            harness.close_connection(conn)
+    with queue_and_connection(target, "requeue") as (queue, conn):
+        ch = conn.channel()
+        harness.declare_queue(ch, queue)
+        ch.basic_publish("", queue, b"nacked")
+        ch.basic_publish("", queue, b"rejected")
+        ch.basic_qos(prefetch_count=1)
+        got = Collector()
+        ch.basic_consume(queue, got)
+        settle(conn, got, 1)
+        ch.basic_nack(got.seen[-1][1], requeue=True)
+        settle(conn, got, 2)
+        ch.basic_ack(got.seen[-1][1])
+        settle(conn, got, 3)
+        ch.basic_reject(got.seen[-1][1], requeue=True)
+        settle(conn, got, 4)
+        ch.basic_ack(got.seen[-1][1])
+        settle(conn, got, 99, timeout=0.3)
+        return got.seen, message_count(ch, queue)
 
 
 def recover(target):
-    with harness.unique_queue("recover") as queue:
-        conn = harness.connect(target.port)
-        try:
-            ch = conn.channel()
-            harness.declare_queue(ch, queue)
-            for i in range(3):
-                ch.basic_publish("", queue, f"r{i}".encode())
-            got = Collector()
-            ch.basic_consume(queue, got)
-            settle(conn, got, 3)
-            ch.basic_recover(requeue=True)
-            settle(conn, got, 6)
-            ch.basic_ack(got.seen[-1][1], multiple=True)
-            conn.process_data_events(time_limit=0.2)
-            return got.seen, message_count(ch, queue)
-        finally:
-            harness.close_connection(conn)
+    with queue_and_connection(target, "recover") as (queue, conn):
+        ch = conn.channel()
+        harness.declare_queue(ch, queue)
+        for i in range(3):
+            ch.basic_publish("", queue, f"r{i}".encode())
+        got = Collector()
+        ch.basic_consume(queue, got)
+        settle(conn, got, 3)
+        ch.basic_recover(requeue=True)
+        settle(conn, got, 6)
+        ch.basic_ack(got.seen[-1][1], multiple=True)
+        conn.process_data_events(time_limit=0.2)
+        return got.seen, message_count(ch, queue)
 
 
 def qos(target):
     steps = []
-    with harness.unique_queue("qos") as queue:
-        conn = harness.connect(target.port)
-        try:
-            ch = conn.channel()
-            harness.declare_queue(ch, queue)
-            for i in range(10):
-                ch.basic_publish("", queue, f"q{i}".encode())
-            ch.basic_qos(prefetch_count=3)
-            got = Collector()
-            ch.basic_consume(queue, got)
-            steps.append(("prefetch 3", settle(conn, got, 3)))
-            ch.basic_ack(got.seen[0][1])
-            steps.append(("ack 1", settle(conn, got, 4)))
-            ch.basic_ack(got.seen[3][1], multiple=True)
-            steps.append(("ack up to 4, multiple", settle(conn, got, 7)))
-            ch.basic_nack(got.seen[6][1], multiple=True, requeue=False)  # drops 5..7
-            steps.append(("nack up to 7, multiple", settle(conn, got, 10)))
-            ch.basic_ack(got.seen[-1][1], multiple=True)
-            steps.append(("left", message_count(ch, queue)))
-            steps.append(("deliveries", got.seen))
-        finally:
-            harness.close_connection(conn)
+    with queue_and_connection(target, "qos") as (queue, conn):
+        ch = conn.channel()
+        harness.declare_queue(ch, queue)
+        for i in range(10):
+            ch.basic_publish("", queue, f"q{i}".encode())
+        ch.basic_qos(prefetch_count=3)
+        got = Collector()
+        ch.basic_consume(queue, got)
+        steps.append(("prefetch 3", settle(conn, got, 3)))
+        ch.basic_ack(got.seen[0][1])
+        steps.append(("ack 1", settle(conn, got, 4)))
+        ch.basic_ack(got.seen[3][1], multiple=True)
+        steps.append(("ack up to 4, multiple", settle(conn, got, 7)))
+        ch.basic_nack(got.seen[6][1], multiple=True, requeue=False)  # drops 5..7
+        steps.append(("nack up to 7, multiple", settle(conn, got, 10)))
+        ch.basic_ack(got.seen[-1][1], multiple=True)
+        steps.append(("left", message_count(ch, queue)))
+        steps.append(("deliveries", got.seen))
     return steps
 
 
@@ -353,32 +334,28 @@ def exclusive_queue(target):
 
 def channel_404(target):
     result = {}
-    with harness.unique_queue("after-404") as queue:
-        conn = harness.connect(target.port)
+    with queue_and_connection(target, "after-404") as (queue, conn):
+        ch = conn.channel()
         try:
-            ch = conn.channel()
-            try:
-                ch.queue_declare(MISSING_QUEUE, passive=True)
-                result["error"] = "no error"
-            except ChannelClosedByBroker as exc:
-                result["error"] = channel_error(exc)
-            result["channel_closed"] = ch.is_closed
-            result["connection_open"] = conn.is_open
-            ch2 = conn.channel()
-            harness.declare_queue(ch2, queue)
-            ch2.basic_publish("", queue, b"still works")
-            wait_count(ch2, queue, 1)  # a quorum queue enqueues after the publish returns
-            method, _, body = ch2.basic_get(queue, auto_ack=True)
-            result["after"] = (body, method.delivery_tag, method.message_count)
-            ch3 = conn.channel()
-            try:  # a second channel error on the same connection
-                ch3.basic_consume(MISSING_QUEUE, lambda *a: None)
-                result["error2"] = "no error"
-            except ChannelClosedByBroker as exc:
-                result["error2"] = channel_error(exc)
-            result["connection_open_2"] = conn.is_open
-            result["ch2_open"] = ch2.is_open
-            result["closed_cleanly"] = harness.close_connection(conn)
-        finally:
-            harness.close_connection(conn)
+            ch.queue_declare(MISSING_QUEUE, passive=True)
+            result["error"] = "no error"
+        except ChannelClosedByBroker as exc:
+            result["error"] = channel_error(exc)
+        result["channel_closed"] = ch.is_closed
+        result["connection_open"] = conn.is_open
+        ch2 = conn.channel()
+        harness.declare_queue(ch2, queue)
+        ch2.basic_publish("", queue, b"still works")
+        wait_count(ch2, queue, 1)  # a quorum queue enqueues after the publish returns
+        method, _, body = ch2.basic_get(queue, auto_ack=True)
+        result["after"] = (body, method.delivery_tag, method.message_count)
+        ch3 = conn.channel()
+        try:  # a second channel error on the same connection
+            ch3.basic_consume(MISSING_QUEUE, lambda *a: None)
+            result["error2"] = "no error"
+        except ChannelClosedByBroker as exc:
+            result["error2"] = channel_error(exc)
+        result["connection_open_2"] = conn.is_open
+        result["ch2_open"] = ch2.is_open
+        result["closed_cleanly"] = harness.close_connection(conn)
     return result
