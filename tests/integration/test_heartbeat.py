@@ -131,15 +131,8 @@ class HeartbeatTest(harness.IntegrationTest):
                 self.assertTrue(waiting.wait_for(lambda: relay.connection_count() >= 1, 2),
                                 "the connection did not go through the relay")
                 relay.cut(reset=reset)
-                cut_at = time.monotonic()
-                error = None
-                while time.monotonic() - cut_at < CLOSE_WITHIN + 2:
-                    try:
-                        conn.process_data_events(time_limit=0.05)
-                    except pika.exceptions.AMQPConnectionError as exc:
-                        error = exc
-                        break
-                elapsed = time.monotonic() - cut_at
+                error, elapsed = waiting.connection_failure(
+                    conn, pika.exceptions.AMQPConnectionError, CLOSE_WITHIN + 2)
                 self.assertIsNotNone(error, f"pika's connection still open {elapsed:.1f}s "
                                             "after its broker side died")
                 self.assertIsInstance(error, (pika.exceptions.StreamLostError,

@@ -314,15 +314,8 @@ class MalformedBrokerTest(harness.IntegrationTest):
         self.assertEqual(upstream.detail("protocol_header"), wire.PROTOCOL_HEADER)
 
         trigger.set()
-        start = time.monotonic()
-        error = None
-        while time.monotonic() - start < EOF_WITHIN + 1:
-            try:
-                conn.process_data_events(time_limit=0.05)
-            except pika.exceptions.AMQPConnectionError as exc:
-                error = exc
-                break
-        seconds = time.monotonic() - start
+        error, seconds = waiting.connection_failure(
+            conn, pika.exceptions.AMQPConnectionError, EOF_WITHIN + 1)
         self.assertIsNotNone(error, f"pika's connection still open after {seconds:.1f}s")
         self.assertLess(seconds, EOF_WITHIN)
         self.assertIsInstance(error, (pika.exceptions.ConnectionClosedByBroker,

@@ -6,8 +6,12 @@
   poll(fetch, condition, timeout, step)   calls fetch() until condition(value) holds or
                                           `timeout` s pass; returns the last value fetched, so
                                           that the caller's assertion shows what was there
-Assert on what they return. Both take sleep= (time.sleep by default): a pika connection's
-sleep, e.g., keeps its I/O going between polls.
+  connection_failure(connection, errors, timeout)
+                                          runs a pika connection's I/O loop until it raises
+                                          one of `errors` or `timeout` s pass: (the error or
+                                          None, the seconds it took)
+Assert on what they return. poll and wait_for take sleep= (time.sleep by default): a pika
+connection's sleep, e.g., keeps its I/O going between polls.
 """
 
 import time
@@ -24,3 +28,13 @@ def poll(fetch, condition, timeout, step=0.05, sleep=time.sleep):
 
 def wait_for(predicate, timeout, step=0.05, sleep=time.sleep):
     return poll(predicate, bool, timeout, step, sleep)
+
+
+def connection_failure(connection, errors, timeout, step=0.05):
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            connection.process_data_events(time_limit=step)
+        except errors as exc:
+            return exc, time.monotonic() - start
+    return None, time.monotonic() - start
