@@ -28,6 +28,27 @@ def listening_socket():
     return sock
 
 
+def accepted_sockets(listener, stopping):
+    """The sockets `listener` accepts, in blocking mode, until stopping() or it is closed."""
+    while not stopping():
+        try:
+            sock, _ = listener.accept()
+        except socket.timeout:
+            continue
+        except OSError:
+            return
+        sock.settimeout(None)
+        yield sock
+
+
+def quietly(action, *args):
+    """action(*args), an OSError ignored: closing a socket the other end may have closed."""
+    try:
+        action(*args)
+    except OSError:
+        pass
+
+
 class ScriptedConnection:
     """What one accepted connection did; filled in by the script's thread."""
 
@@ -75,14 +96,7 @@ class FakeBroker:
         self._acceptor.start()
 
     def _accept_loop(self):
-        while not self._stopping:
-            try:
-                sock, _ = self._listener.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            sock.settimeout(None)
+        for sock in accepted_sockets(self._listener, lambda: self._stopping):
             with self._lock:
                 conn = ScriptedConnection(sock, len(self.connections))
                 self.connections.append(conn)
@@ -98,10 +112,7 @@ class FakeBroker:
                 conn.error = f"{type(exc).__name__}: {exc}"
         finally:
             conn.done.set()
-            try:
-                conn.sock.close()
-            except OSError:
-                pass
+            quietly(conn.sock.close)
 
     def amqp_connections(self):
         """Connections that sent a protocol header (not readiness probes)."""
@@ -111,17 +122,11 @@ class FakeBroker:
     def stop(self):
         self._stopping = True
         self._acceptor.join(2)
-        try:
-            self._listener.close()
-        except OSError:
-            pass
+        quietly(self._listener.close)
         with self._lock:
             conns = list(self.connections)
         for conn in conns:
-            try:
-                conn.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            quietly(conn.sock.shutdown, socket.SHUT_RDWR)
         for thread in self._threads:
             thread.join(5)
 
@@ -155,14 +160,7 @@ class TcpRelay:
         self._acceptor.start()
 
     def _accept_loop(self):
-        while not self._stopping.is_set():
-            try:
-                accepted, _ = self._listener.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            accepted.settimeout(None)
+        for accepted in accepted_sockets(self._listener, self._stopping.is_set):
             try:
                 target = socket.create_connection(self._target, timeout=5)
             except OSError:
@@ -217,26 +215,17 @@ class TcpRelay:
                 accepted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                     struct.pack("ii", 1, 0))
             else:
-                try:
-                    accepted.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                quietly(accepted.shutdown, socket.SHUT_RDWR)
             accepted.close()
 
     def stop(self):
         self._stopping.set()
         self._acceptor.join(2)
-        try:
-            self._listener.close()
-        except OSError:
-            pass
+        quietly(self._listener.close)
         with self._lock:
             pairs = list(self._pairs)
         for accepted, target, threads, _ in pairs:
             for t in threads:
                 t.join(2)
             for s in (accepted, target):
-                try:
-                    s.close()
-                except OSError:
-                    pass
+                quietly(s.close)
