@@ -28,11 +28,23 @@ RUN_TIMEOUT = 60
 REASONS = ["max_redeliveries", "crash_loop"]
 
 
-def replay(*args, env_upstream=None, stderr_tty=False):
-    """Runs `$NACKGUARD_BIN replay ARGS`; returns (exit code, stdout, stderr)."""
+def replay_env(env_upstream=None):
+    """The environment a replay runs in: this one, NACKGUARD_REPLAY_UPSTREAM as given."""
     env = {k: v for k, v in os.environ.items() if k != "NACKGUARD_REPLAY_UPSTREAM"}
     if env_upstream is not None:
         env["NACKGUARD_REPLAY_UPSTREAM"] = env_upstream
+    return env
+
+
+def start_replay(*args):
+    """`$NACKGUARD_BIN replay ARGS` started, its stdout and stderr piped (text)."""
+    return subprocess.Popen([BIN, "replay", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=replay_env())
+
+
+def replay(*args, env_upstream=None, stderr_tty=False):
+    """Runs `$NACKGUARD_BIN replay ARGS`; returns (exit code, stdout, stderr)."""
+    env = replay_env(env_upstream)
     if not stderr_tty:
         result = subprocess.run([BIN, "replay", *args], capture_output=True, text=True,
                                 env=env, timeout=RUN_TIMEOUT)

@@ -24,18 +24,16 @@ NACKGUARD_TEST_BROKER_PORT (a private RabbitMQ on 127.0.0.1 with guest/guest).
 - on a terminal (stderr a pty) a progress bar is drawn and erased.
 """
 
-import os
 import re
 import signal
-import subprocess
 import time
 import unittest
 import uuid
 
 import harness
 import waiting
-from replay_support import (BIN, PORT, RUN_TIMEOUT, URL, ReplayCase, dead_letter_headers,
-                            properties, replay)
+from replay_support import (PORT, RUN_TIMEOUT, URL, ReplayCase, dead_letter_headers,
+                            properties, replay, start_replay)
 
 
 class ReplayTest(ReplayCase):
@@ -161,10 +159,7 @@ class ReplayTest(ReplayCase):
         # Q is deleted while the run goes on: later copies are routed nowhere (basic.return).
         with self.queues() as (q, dlq):
             self.dead_letter(dlq, 6)
-            env = {k: v for k, v in os.environ.items() if k != "NACKGUARD_REPLAY_UPSTREAM"}
-            process = subprocess.Popen(
-                [BIN, "replay", "--upstream", URL, "--from", dlq, "--to", q, "--rate", "5"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            process = start_replay("--upstream", URL, "--from", dlq, "--to", q, "--rate", "5")
             # Q goes once the first copy is in it: a fixed 0.3 s could pass before a slow start
             # (AddressSanitizer) had moved anything.
             self.wait_first_copy(q, process)
@@ -209,10 +204,7 @@ class ReplayTest(ReplayCase):
     def test_interrupt_requeues_and_loses_nothing(self):
         with self.queues() as (q, dlq):
             self.dead_letter(dlq, 10)
-            env = {k: v for k, v in os.environ.items() if k != "NACKGUARD_REPLAY_UPSTREAM"}
-            process = subprocess.Popen(
-                [BIN, "replay", "--upstream", URL, "--from", dlq, "--to", q, "--rate", "4"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            process = start_replay("--upstream", URL, "--from", dlq, "--to", q, "--rate", "4")
             self.wait_first_copy(q, process)  # 0.25 s a copy: 9 more to go
             process.send_signal(signal.SIGINT)
             out, err = process.communicate(timeout=RUN_TIMEOUT)
