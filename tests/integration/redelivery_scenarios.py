@@ -160,18 +160,19 @@ class RedeliveryScenarioTest(rs.RedeliveryTest):
         self.assertEqual(proxy.log_lines(f"fallback: queue={queue}"), [])
         self.assert_proxy_alive(proxy)
 
-    def run_crash_consumers(self, proxy, queue):
+    def run_crash_consumers(self, proxy, queue, runs=15, idle_seconds="2.0"):
         """(d): runs crash-consumer child processes (redelivery_support.py) one after the
-        other, at most 15, until one does not crash; returns their exit codes, the events
-        they wrote and the last one's stderr."""
+        other, at most `runs`, until one does not crash (one idles out after `idle_seconds`
+        without a delivery); returns their exit codes, the events they wrote and the last
+        one's stderr."""
         events_path = os.path.join(proxy.dir, "consumer-events.txt")
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               "redelivery_support.py")
         exit_codes = []
-        for _ in range(15):
+        for _ in range(runs):
             child = subprocess.run(
                 [sys.executable, script, "crash-consumer", str(proxy.port), queue, POISON,
-                 events_path, "10", "2.0"],
+                 events_path, "10", idle_seconds],
                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
             exit_codes.append(child.returncode)
             if child.returncode != rs.CRASH_EXIT_CODE:

@@ -242,12 +242,7 @@ class ConsumerTimeoutTest(rs.RedeliveryTest):
     def hung_consumer_scenario(self, queue_type):
         queue = f"nackguard-it.ctimeout-{queue_type}.{uuid.uuid4().hex[:10]}"
         dlq = f"{queue}.dlq"
-        proxy = rs.GuardProxy(
-            {"q.yaml": rs.policy_yaml(queue, max_redeliveries=1, rate=NO_RATE_LIMITS)},
-            name=f"consumer-timeout-{queue_type}-proxy", upstream_port=NODE_PORT)
-        self._test_proxies.append(proxy)
-        self.addCleanup(proxy.cleanup)
-        proxy.start()
+        proxy = self.guard(queue, queue_type)
         conn = harness.connect(proxy.port)
         self.addCleanup(harness.close_connection, conn)
         # Through the proxy: it learns the queue's type, and declares the DLQ to match.

@@ -29,6 +29,7 @@ import unittest
 import uuid
 
 import harness
+import redelivery_scenarios as scenarios
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
@@ -55,7 +56,7 @@ def fit_name(name, ending=0):
     return (raw[:prefix] + digest + raw[len(raw) - ending:]).decode()
 
 
-class LongNamesTest(rs.RedeliveryTest):
+class LongNamesTest(scenarios.RedeliveryScenarioTest):
 
     def long_queue(self, tag, length):
         """A unique queue name of exactly `length` bytes (deleted after the test)."""
@@ -63,13 +64,6 @@ class LongNamesTest(rs.RedeliveryTest):
         name = head + "x" * (length - len(head))
         self.assertEqual(len(name.encode()), length)
         return name
-
-    def delete_exchange(self, name):
-        conn = harness.connect(harness.BROKER_PORT)
-        try:
-            conn.channel().exchange_delete(name)
-        finally:
-            harness.close_connection(conn)
 
     def policy(self, pattern, **kwargs):
         return {"long.yaml": rs.policy_yaml(pattern, max_redeliveries=MAX_REDELIVERIES,
@@ -86,6 +80,19 @@ class LongNamesTest(rs.RedeliveryTest):
     def poison_consumer(self, proxy, queue, poison):
         return self.consumer(proxy, queue, lambda d: "nack" if d.label == poison else "ack",
                              prefetch=10, name=queue[-12:])
+
+    def loop_poison_into(self, proxy, queue, target):
+        """Publishes the three messages to `queue` and consumes them through `proxy`, nacking
+        the poison, until the poison is in `target` (checked: exactly its loop); the consumer."""
+        self.declare_source(proxy, queue)
+        self.publish_three(queue, "poison")
+        consumer = self.poison_consumer(proxy, queue, "poison")
+        ok = rs.poll_until([consumer], lambda: self.broker.message_count(target) == 1,
+                           timeout=60, quiet=1.0)
+        self.assertTrue(ok, f"the poison is not in {target}: {consumer.delivered('poison')} "
+                            f"deliveries, connection open {consumer.conn.is_open}")
+        self.assert_poison_looped_exactly(consumer, "poison")
+        return consumer
 
     def assert_poison_looped_exactly(self, consumer, poison):
         self.assertEqual(consumer.delivered(poison), MAX_REDELIVERIES + 1,
@@ -153,15 +160,7 @@ class LongNamesTest(rs.RedeliveryTest):
         proxy = self.start_guard(self.policy(
             queue, dead_letter={"exchange": rs._yaml_str(exchange),
                                 "routing_key": rs._yaml_str(template)}))
-        self.declare_source(proxy, queue)
-        self.publish_three(queue, "poison")
-        consumer = self.poison_consumer(proxy, queue, "poison")
-        ok = rs.poll_until([consumer], lambda: self.broker.message_count(parked) == 1,
-                           timeout=60, quiet=1.0)
-        self.assertTrue(ok, f"the poison did not reach {parked}: "
-                            f"{consumer.delivered('poison')} deliveries, connection open "
-                            f"{consumer.conn.is_open}")
-        self.assert_poison_looped_exactly(consumer, "poison")
+        consumer = self.loop_poison_into(proxy, queue, parked)
         copies = self.broker.get_all(parked)
         self.assertEqual([body for _, _, body in copies], [b"poison"])
         self.assertEqual((copies[0][0].exchange, copies[0][0].routing_key), (exchange, key))
@@ -178,14 +177,7 @@ class LongNamesTest(rs.RedeliveryTest):
         proxy = self.start_guard(self.policy(
             queue, requeue="delayed",
             backoff={"initial": "100ms", "multiplier": 1, "max": "100ms", "jitter": "none"}))
-        self.declare_source(proxy, queue)
-        self.publish_three(queue, "poison")
-        consumer = self.poison_consumer(proxy, queue, "poison")
-        ok = rs.poll_until([consumer], lambda: self.broker.message_count(dlq) == 1,
-                           timeout=60, quiet=1.0)
-        self.assertTrue(ok, f"the poison is not in {dlq}: {consumer.delivered('poison')} "
-                            f"deliveries")
-        self.assert_poison_looped_exactly(consumer, "poison")
+        consumer = self.loop_poison_into(proxy, queue, dlq)
         self.assertTrue(self.broker.exists(delay_queue), "the fitted delay queue is missing")
         self.assertEqual(self.broker.message_count(delay_queue), 0)
         self.assertTrue(consumer.close(), "the consumer's connection did not close cleanly")

@@ -30,21 +30,18 @@ delivery limit ended would be gone. What is proven, with exact counts:
     delay queue's first minute, and all 20 are in the queue at the end.
 """
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 
 import harness
+import redelivery_scenarios as scenarios
 import redelivery_support as rs
 from redelivery_support import NO_RATE_LIMITS, props
 
 POISON = "poison"
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-class QuorumQueueTest(rs.RedeliveryTest):
+class QuorumQueueTest(scenarios.RedeliveryScenarioTest):
 
     def policy(self, queue, max_redeliveries, **kwargs):
         kwargs.setdefault("rate", NO_RATE_LIMITS)
@@ -158,20 +155,9 @@ class QuorumQueueTest(rs.RedeliveryTest):
         messages.insert(4, (POISON.encode(), props(message_id="poison-" + uuid.uuid4().hex,
                                                    delivery_mode=2)))
         self.broker.publish(queue, messages)
-        events_path = os.path.join(proxy.dir, "consumer-events.txt")
-        exit_codes = []
-        for _ in range(10):
-            child = subprocess.run(
-                [sys.executable, os.path.join(HERE, "redelivery_support.py"), "crash-consumer",
-                 str(proxy.port), queue, POISON, events_path, "10", "1.5"],
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-            exit_codes.append(child.returncode)
-            if child.returncode != rs.CRASH_EXIT_CODE:
-                break
-        with open(events_path) as f:
-            events = [line.split() for line in f.read().splitlines()]
+        exit_codes, events, stderr = self.run_crash_consumers(proxy, queue, 10, "1.5")
         self.assertEqual(exit_codes, [rs.CRASH_EXIT_CODE] * 4 + [0],
-                         f"4 crashes, then a consumer that idles out; stderr: {child.stderr}")
+                         f"4 crashes, then a consumer that idles out; stderr: {stderr}")
         poison_deliveries = [e for e in events if e[0] == "deliver" and e[1] == POISON]
         self.assertEqual(len(poison_deliveries), 4, "poison handed out max_redeliveries + 1")
         self.assertEqual(sorted({e[1] for e in events if e[0] == "ack"}), goods,
