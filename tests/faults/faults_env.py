@@ -157,7 +157,12 @@ def delete_queues(*names):
 
 def message_count(queue, port=BROKER_PORT):
     """Ready messages of a queue (passive declare, directly); None if it does not exist."""
-    conn = connect(port)
+    return passive_count(connect(port), queue)
+
+
+def passive_count(conn, queue):
+    """Ready messages of `queue` on `conn` (passive declare), which it then closes; None if
+    the queue does not exist."""
     try:
         return conn.channel().queue_declare(queue, passive=True).method.message_count
     except pika.exceptions.ChannelClosedByBroker as exc:

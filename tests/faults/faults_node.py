@@ -16,6 +16,7 @@ from faults_env import (
     NODE_START_TIMEOUT, PROXY_BIN, QUEUE_TYPE, RABBITMQ_VERSION, log, wait_for_port, wait_until)
 
 import private_node  # noqa: E402  (tests/integration: faults_env put it on sys.path)
+import waiting  # noqa: E402
 
 
 # ---------------------------------------------------------------- process resources
@@ -260,12 +261,12 @@ def acquire_machine_lock():
     machine holds LOCK_PATH; the lock is released with the process at the latest."""
     global _module_lock
     fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o666)
-    deadline = time.monotonic() + LOCK_WAIT
-    said = False
-    while True:
+    said = []
+
+    def locked():
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
+            return True
         except BlockingIOError:
             if not said:
                 try:
@@ -273,12 +274,13 @@ def acquire_machine_lock():
                 except OSError:
                     holder = "?"
                 log(f"another fault-test run holds {LOCK_PATH} ({holder}); waiting")
-                said = True
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise NodeError(f"{LOCK_PATH} still held after {LOCK_WAIT:.0f}s by another "
-                                "fault-test run on this machine")
-            time.sleep(1)
+                said.append(holder)
+            return False
+
+    if not waiting.wait_for(locked, LOCK_WAIT, 1.0):
+        os.close(fd)
+        raise NodeError(f"{LOCK_PATH} still held after {LOCK_WAIT:.0f}s by another "
+                        "fault-test run on this machine")
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} build {BUILD_DIR}\n".encode(), 0)
     _module_lock = fd

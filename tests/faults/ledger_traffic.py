@@ -10,7 +10,7 @@ import pika
 import pika.exceptions
 
 import ledger_cluster as lc
-from faults_env import CONNECTION_ERRORS, body_for, close_quietly
+from faults_env import CONNECTION_ERRORS, body_for, close_quietly, passive_count
 
 BODY_BYTES = 256
 
@@ -56,14 +56,7 @@ def delete_queues(names):
 def ready_count(queue):
     """Ready messages of `queue` (passive declare on a live node); None if it does not exist."""
     conn, _ = connect_any()
-    try:
-        return conn.channel().queue_declare(queue, passive=True).method.message_count
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        if exc.reply_code == 404:
-            return None
-        raise
-    finally:
-        close_quietly(conn)
+    return passive_count(conn, queue)
 
 
 def drain(queue):

@@ -50,6 +50,17 @@ def message_id_of(body):
 
 # ---------------------------------------------------------------- blocking client
 
+def take_chunk(conn, chunk):
+    """Bytes read on `conn` (a Client or an AsyncConn): its whole frames go to conn.frames,
+    the rest waits in conn.buffer; b"" (the peer closed) raises PeerClosed."""
+    if not chunk:
+        raise PeerClosed(bytes(conn.buffer))
+    conn.buffer += chunk
+    frames, used = split_frames(conn.buffer)
+    del conn.buffer[:used]
+    conn.frames.extend(frames)
+
+
 class Delivery:
     __slots__ = ("channel", "tag", "redelivered", "body", "size", "id")
 
@@ -93,13 +104,7 @@ class Client:
 
     def _read_some(self, timeout, max_bytes=65536):
         self.sock.settimeout(max(0.001, timeout))
-        chunk = self.sock.recv(max_bytes)
-        if not chunk:
-            raise PeerClosed(bytes(self.buffer))
-        self.buffer += chunk
-        frames, used = split_frames(self.buffer)
-        del self.buffer[:used]
-        self.frames.extend(frames)
+        take_chunk(self, self.sock.recv(max_bytes))
 
     def read_frame(self, timeout=10.0):
         deadline = time.monotonic() + timeout
@@ -272,13 +277,7 @@ class AsyncConn:
 
     async def read_frame(self):
         while not self.frames:
-            chunk = await self.reader.read(65536)
-            if not chunk:
-                raise PeerClosed(bytes(self.buffer))
-            self.buffer += chunk
-            frames, used = split_frames(self.buffer)
-            del self.buffer[:used]
-            self.frames.extend(frames)
+            take_chunk(self, await self.reader.read(65536))
         return self.frames.pop(0)
 
     async def expect(self, method, channel=None):
