@@ -115,30 +115,29 @@ def rabbitmq_version():
 def wait_for_goal(client, run, broker, dlq):
     """Polls until every good message is acked and the DLQ holds a message (or, for a client
     that never gives the poison back, until the poison is held and nothing moves)."""
-    deadline = time.monotonic() + TIMEOUT
-    last_change, last_count = time.monotonic(), -1
-    while time.monotonic() < deadline:
+    progress = {"since": time.monotonic(), "seen": -1}  # when the deliveries last moved
+
+    def state():
+        """"reached" or "failed" once the run is there; None while it goes on."""
         if not client.poll(run):
-            return False
+            return "failed"
         counts = tally(run.events())
         if counts["errors"]:
-            return False
+            return "failed"
         acked = set(counts["acks"])
         goal = getattr(client, "goal_reached", None)  # a scenario's own end (compat_scenarios)
         if goal is not None:
-            if goal(run, counts):
-                return True
-        elif client.expect_bounded:
-            if acked >= set(GOOD) and (broker.message_count(dlq) or 0) >= 1:
-                return True
-        else:
-            seen = sum(counts["deliveries"].values())
-            if seen != last_count:
-                last_change, last_count = time.monotonic(), seen
-            if counts["fails"].get(POISON) and time.monotonic() - last_change > 3.0:
-                return True
-        time.sleep(0.1)
-    return False
+            return "reached" if goal(run, counts) else None
+        if client.expect_bounded:
+            done = acked >= set(GOOD) and (broker.message_count(dlq) or 0) >= 1
+            return "reached" if done else None
+        seen = sum(counts["deliveries"].values())
+        if seen != progress["seen"]:
+            progress.update(since=time.monotonic(), seen=seen)
+        quiet = time.monotonic() - progress["since"] > 3.0
+        return "reached" if counts["fails"].get(POISON) and quiet else None
+
+    return waiting.poll(state, lambda s: s is not None, TIMEOUT, 0.1) == "reached"
 
 
 def run_client(client):
@@ -166,11 +165,8 @@ def run_client(client):
         client.publish(broker, queue)
         client.start(run)
         reached = wait_for_goal(client, run, broker, dlq)
-        quiet_end = time.monotonic() + QUIET_SECONDS
-        while reached and time.monotonic() < quiet_end:
-            if not client.poll(run):
-                break
-            time.sleep(0.1)
+        if reached:  # not a wait: the window in which the client must stay up and quiet
+            waiting.wait_for(lambda: not client.poll(run), QUIET_SECONDS, 0.1)
         client.stop(run)
         result["goal_reached"] = reached
         collect(result, run, broker, proxy, queue, dlq)

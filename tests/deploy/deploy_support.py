@@ -13,10 +13,13 @@ import socket
 import subprocess
 import tempfile
 
+import sys
+
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))  # waiting.py, the one way to wait
 DEPLOY = os.path.join(REPO, "deploy")
 DOCS = os.path.join(REPO, "docs")
 

@@ -11,10 +11,11 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-import time
 import unittest
 
 from deploy_support import check_config, free_port, nackguard_bin, path, read
+
+import waiting  # noqa: E402  (tests/integration, put on sys.path by deploy_support)
 
 # Libraries every Debian image has: not installed by the Dockerfile.
 BASE_IMAGE_PACKAGES = {"libc6", "libstdc++6", "libgcc-s1"}
@@ -203,9 +204,7 @@ class Healthcheck(unittest.TestCase):
         cls.log = open(os.path.join(cls.dir, "nackguard.log"), "wb")
         cls.proxy = subprocess.Popen([nackguard_bin(), "--config", config], stdout=cls.log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and cls.check("/healthz", cls.metrics_port)[0] != 0:
-            time.sleep(0.1)
+        waiting.wait_for(lambda: cls.check("/healthz", cls.metrics_port)[0] == 0, 10, 0.1)
 
     @classmethod
     def tearDownClass(cls):
