@@ -13,10 +13,7 @@
 namespace nackguard::amqp {
 namespace {
 
-using test::as_hex;
-using test::ascii;
-using test::cat;
-using test::hex;
+using namespace test;
 
 using Status = FrameResult::Status;
 
@@ -254,16 +251,9 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(FrameErrorText, EveryErrorHasItsOwnText) {
-  const FrameError all[] = {FrameError::none, FrameError::too_large, FrameError::bad_end_octet,
-                            FrameError::unknown_type, FrameError::bad_heartbeat};
-  for (FrameError a : all) {
-    EXPECT_FALSE(to_string(a).empty());
-    for (FrameError b : all) {
-      if (a != b) {
-        EXPECT_NE(to_string(a), to_string(b));
-      }
-    }
-  }
+  test::expect_each_error_has_its_own_text({FrameError::none, FrameError::too_large,
+                                            FrameError::bad_end_octet, FrameError::unknown_type,
+                                            FrameError::bad_heartbeat});
 }
 
 TEST(AppendHeartbeat, WritesTheHeartbeatFrame) {

@@ -361,16 +361,9 @@ TEST(AppendContentHeaderFrame, WrapsTheHeader) {
 }
 
 TEST(MethodErrorText, EveryErrorHasItsOwnText) {
-  const MethodError all[] = {MethodError::none, MethodError::truncated, MethodError::wrong_method,
-                             MethodError::bad_table, MethodError::trailing_bytes};
-  for (MethodError a : all) {
-    EXPECT_FALSE(to_string(a).empty());
-    for (MethodError b : all) {
-      if (a != b) {
-        EXPECT_NE(to_string(a), to_string(b));
-      }
-    }
-  }
+  test::expect_each_error_has_its_own_text({MethodError::none, MethodError::truncated,
+                                            MethodError::wrong_method, MethodError::bad_table,
+                                            MethodError::trailing_bytes});
 }
 
 }  // namespace

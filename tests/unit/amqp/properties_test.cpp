@@ -13,10 +13,7 @@
 namespace nackguard::amqp {
 namespace {
 
-using test::as_hex;
-using test::ascii;
-using test::cat;
-using test::hex;
+using namespace test;
 
 // class 60, weight 0, body size 10; the flags follow.
 const Bytes kHeaderStart = hex("00 3c 00 00  00 00 00 00 00 00 00 0a");
@@ -300,16 +297,9 @@ TEST(PeekBodySize, ReadsOnlyTheFirstTwelveBytes) {
 }
 
 TEST(HeaderErrorText, EveryErrorHasItsOwnText) {
-  const HeaderError all[] = {HeaderError::none, HeaderError::truncated, HeaderError::bad_flags,
-                             HeaderError::bad_table, HeaderError::trailing_bytes};
-  for (HeaderError a : all) {
-    EXPECT_FALSE(to_string(a).empty());
-    for (HeaderError b : all) {
-      if (a != b) {
-        EXPECT_NE(to_string(a), to_string(b));
-      }
-    }
-  }
+  test::expect_each_error_has_its_own_text({HeaderError::none, HeaderError::truncated,
+                                            HeaderError::bad_flags, HeaderError::bad_table,
+                                            HeaderError::trailing_bytes});
 }
 
 }  // namespace

@@ -232,16 +232,9 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TableErrorText, EveryErrorHasItsOwnText) {
-  const TableError all[] = {TableError::none, TableError::truncated, TableError::unknown_type,
-                            TableError::too_deep, TableError::too_many_values};
-  for (TableError a : all) {
-    EXPECT_FALSE(to_string(a).empty());
-    for (TableError b : all) {
-      if (a != b) {
-        EXPECT_NE(to_string(a), to_string(b));
-      }
-    }
-  }
+  test::expect_each_error_has_its_own_text({TableError::none, TableError::truncated,
+                                            TableError::unknown_type, TableError::too_deep,
+                                            TableError::too_many_values});
 }
 
 }  // namespace

@@ -15,11 +15,7 @@
 namespace nackguard::amqp {
 namespace {
 
-using test::as_hex;
-using test::ascii;
-using test::cat;
-using test::hex;
-using test::sized;
+using namespace test;
 
 // A value and its exact wire form: the type letter followed by the value's bytes.
 struct ValueCase {
