@@ -140,24 +140,17 @@ Bytes body_frame_of_total_size(std::size_t total) {
   return out;
 }
 
-TEST(FrameMax, FrameOfExactlyFrameMaxIsAccepted) {
+// A frame of frame_max bytes, or one less, is accepted whole; one byte more is too large as
+// soon as its header arrives.
+TEST(FrameMax, UpToFrameMaxIsAcceptedAndOneMoreIsTooLargeAtItsHeader) {
   FrameDecoder decoder(4096);
-  Bytes wire = body_frame_of_total_size(4096);
-  FrameResult result = decoder.decode(wire);
-  ASSERT_EQ(result.status, Status::frame);
-  EXPECT_EQ(result.frame.raw.size(), 4096u);
-}
-
-TEST(FrameMax, FrameOfFrameMaxMinusOneIsAccepted) {
-  FrameDecoder decoder(4096);
-  Bytes wire = body_frame_of_total_size(4095);
-  FrameResult result = decoder.decode(wire);
-  ASSERT_EQ(result.status, Status::frame);
-  EXPECT_EQ(result.frame.raw.size(), 4095u);
-}
-
-TEST(FrameMax, FrameOfFrameMaxPlusOneIsTooLargeAtItsHeader) {
-  FrameDecoder decoder(4096);
+  for (std::size_t total : {std::size_t{4096}, std::size_t{4095}}) {
+    SCOPED_TRACE(total);
+    Bytes wire = body_frame_of_total_size(total);
+    FrameResult result = decoder.decode(wire);
+    ASSERT_EQ(result.status, Status::frame);
+    EXPECT_EQ(result.frame.raw.size(), total);
+  }
   Bytes wire = body_frame_of_total_size(4097);
   FrameResult result = decoder.decode(ByteView(wire).first(kFrameHeaderSize));
   ASSERT_EQ(result.status, Status::error);
@@ -211,44 +204,33 @@ TEST_P(FrameErrors, AreReportedByName) {
   EXPECT_EQ(result.error, GetParam().expected);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, FrameErrors,
-    ::testing::Values(
-        FrameErrorCase{"too_large_at_header_only", hex("01 00 01 00 01 00 00"), 4096,
-                       FrameError::too_large},
-        FrameErrorCase{"too_large_size_ffffffff", hex("03 00 01 ff ff ff ff"), 131072,
-                       FrameError::too_large},
-        FrameErrorCase{"too_large_size_fffffff8_max_ffffffff", hex("03 00 01 ff ff ff f8"),
-                       0xFFFFFFFF, FrameError::too_large},
-        FrameErrorCase{"too_large_by_one_byte", hex("03 00 01 00 00 0f f9"), 4096,
-                       FrameError::too_large},
-        FrameErrorCase{"too_large_heartbeat_size", hex("08 00 00 ff ff ff ff"), 4096,
-                       FrameError::too_large},
-        FrameErrorCase{"bad_end_octet_zero", hex("01 00 00 00 00 00 00 00"), 4096,
-                       FrameError::bad_end_octet},
-        FrameErrorCase{"bad_end_octet_cf", hex("03 00 01 00 00 00 01 ce cf"), 4096,
-                       FrameError::bad_end_octet},
-        FrameErrorCase{"bad_end_octet_payload_one_short", hex("03 00 01 00 00 00 02 61 ce 00"),
-                       4096, FrameError::bad_end_octet},
-        FrameErrorCase{"unknown_type_0", hex("00 00 00 00 00 00 00"), 4096,
-                       FrameError::unknown_type},
-        FrameErrorCase{"unknown_type_4", hex("04 00 01 00 00 00 00"), 4096,
-                       FrameError::unknown_type},
-        FrameErrorCase{"unknown_type_9", hex("09 00 01 00 00 00 00"), 4096,
-                       FrameError::unknown_type},
-        FrameErrorCase{"unknown_type_255", hex("ff 00 01 00 00 00 00"), 4096,
-                       FrameError::unknown_type},
-        FrameErrorCase{"unknown_type_A_of_a_protocol_header", hex("41 4d 51 50 00 00 09 01"), 4096,
-                       FrameError::unknown_type},
-        FrameErrorCase{"heartbeat_with_payload", hex("08 00 00 00 00 00 01 00 ce"), 4096,
-                       FrameError::bad_heartbeat},
-        FrameErrorCase{"heartbeat_with_payload_header_only", hex("08 00 00 00 00 00 01"), 4096,
-                       FrameError::bad_heartbeat},
-        FrameErrorCase{"heartbeat_on_channel_1", hex("08 00 01 00 00 00 00 ce"), 4096,
-                       FrameError::bad_heartbeat},
-        FrameErrorCase{"heartbeat_on_channel_1_header_only", hex("08 00 01 00 00 00 00"), 4096,
-                       FrameError::bad_heartbeat}),
-    [](const auto& info) { return std::string(info.param.name); });
+constexpr FrameError kTooLarge = FrameError::too_large;
+constexpr FrameError kBadEndOctet = FrameError::bad_end_octet;
+constexpr FrameError kUnknownType = FrameError::unknown_type;
+constexpr FrameError kBadHeartbeat = FrameError::bad_heartbeat;
+
+const FrameErrorCase kFrameErrorCases[] = {
+    {"too_large_at_header_only", hex("01 00 01 00 01 00 00"), 4096, kTooLarge},
+    {"too_large_size_ffffffff", hex("03 00 01 ff ff ff ff"), 131072, kTooLarge},
+    {"too_large_size_fffffff8_max_ffffffff", hex("03 00 01 ff ff ff f8"), 0xFFFFFFFF, kTooLarge},
+    {"too_large_by_one_byte", hex("03 00 01 00 00 0f f9"), 4096, kTooLarge},
+    {"too_large_heartbeat_size", hex("08 00 00 ff ff ff ff"), 4096, kTooLarge},
+    {"bad_end_octet_zero", hex("01 00 00 00 00 00 00 00"), 4096, kBadEndOctet},
+    {"bad_end_octet_cf", hex("03 00 01 00 00 00 01 ce cf"), 4096, kBadEndOctet},
+    {"bad_end_octet_payload_one_short", hex("03 00 01 00 00 00 02 61 ce 00"), 4096, kBadEndOctet},
+    {"unknown_type_0", hex("00 00 00 00 00 00 00"), 4096, kUnknownType},
+    {"unknown_type_4", hex("04 00 01 00 00 00 00"), 4096, kUnknownType},
+    {"unknown_type_9", hex("09 00 01 00 00 00 00"), 4096, kUnknownType},
+    {"unknown_type_255", hex("ff 00 01 00 00 00 00"), 4096, kUnknownType},
+    {"unknown_type_A_of_a_protocol_header", hex("41 4d 51 50 00 00 09 01"), 4096, kUnknownType},
+    {"heartbeat_with_payload", hex("08 00 00 00 00 00 01 00 ce"), 4096, kBadHeartbeat},
+    {"heartbeat_with_payload_header_only", hex("08 00 00 00 00 00 01"), 4096, kBadHeartbeat},
+    {"heartbeat_on_channel_1", hex("08 00 01 00 00 00 00 ce"), 4096, kBadHeartbeat},
+    {"heartbeat_on_channel_1_header_only", hex("08 00 01 00 00 00 00"), 4096, kBadHeartbeat},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, FrameErrors, ::testing::ValuesIn(kFrameErrorCases),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(FrameErrorText, EveryErrorHasItsOwnText) {
   test::expect_each_error_has_its_own_text({FrameError::none, FrameError::too_large,

@@ -193,43 +193,37 @@ TEST_P(MalformedTable, IsRefusedWithItsError) {
   EXPECT_EQ(decode_table(reader, table), GetParam().expected);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, MalformedTable,
-    ::testing::Values(
-        MalformedCase{"empty_input", {}, TableError::truncated},
-        MalformedCase{"length_cut_short", hex("00 00 00"), TableError::truncated},
-        MalformedCase{"length_past_the_end", hex("00 00 00 05 01 61 56"), TableError::truncated},
-        MalformedCase{"length_ffffffff", hex("ff ff ff ff 01 61 56"), TableError::truncated},
-        MalformedCase{"length_ffffffff_nothing_after", hex("ff ff ff ff"), TableError::truncated},
-        MalformedCase{"length_80000000", hex("80 00 00 00 00 56"), TableError::truncated},
-        MalformedCase{"name_past_the_end", hex("00 00 00 03 05 61 62"), TableError::truncated},
-        MalformedCase{"name_without_a_value", hex("00 00 00 02 01 61"), TableError::truncated},
-        MalformedCase{"int_cut_short", hex("00 00 00 05 01 61 49 00 00"), TableError::truncated},
-        MalformedCase{"string_length_past_its_table", hex("00 00 00 08 01 61 53 00 00 00 05 78"),
-                      TableError::truncated},
-        MalformedCase{"string_length_ffffffff", hex("00 00 00 07 01 61 53 ff ff ff ff"),
-                      TableError::truncated},
-        MalformedCase{"nested_table_length_ffffffff", hex("00 00 00 07 01 61 46 ff ff ff ff"),
-                      TableError::truncated},
-        MalformedCase{"nested_array_length_ffffffff", hex("00 00 00 07 01 61 41 ff ff ff ff"),
-                      TableError::truncated},
-        MalformedCase{"nested_length_past_its_parent",
-                      hex("00 00 00 08 01 61 46 00 00 00 02 00 56 00 56"), TableError::truncated},
-        MalformedCase{"decimal_cut_short", hex("00 00 00 06 01 61 44 02 00 00"),
-                      TableError::truncated},
-        MalformedCase{"unknown_letter_Z", hex("00 00 00 07 01 61 5a 00 00 00 00"),
-                      TableError::unknown_type},
-        // 'U' is the 0-9-1 spec's short-int; RabbitMQ writes 's' and never 'U'.
-        MalformedCase{"unknown_letter_U", hex("00 00 00 05 01 61 55 00 01"),
-                      TableError::unknown_type},
-        MalformedCase{"unknown_letter_at_the_end", hex("00 00 00 03 01 61 5a"),
-                      TableError::unknown_type},
-        MalformedCase{"unknown_letter_nul", hex("00 00 00 03 01 61 00"), TableError::unknown_type},
-        MalformedCase{"unknown_letter_in_an_array", hex("00 00 00 09 01 61 41 00 00 00 02 56 5a"),
-                      TableError::unknown_type},
-        MalformedCase{"unknown_letter_after_a_good_entry", hex("00 00 00 06 01 61 56 01 62 5a"),
-                      TableError::unknown_type}),
-    [](const auto& info) { return std::string(info.param.name); });
+constexpr TableError kTruncated = TableError::truncated;
+constexpr TableError kUnknownType = TableError::unknown_type;
+
+const MalformedCase kMalformedCases[] = {
+    {"empty_input", {}, kTruncated},
+    {"length_cut_short", hex("00 00 00"), kTruncated},
+    {"length_past_the_end", hex("00 00 00 05 01 61 56"), kTruncated},
+    {"length_ffffffff", hex("ff ff ff ff 01 61 56"), kTruncated},
+    {"length_ffffffff_nothing_after", hex("ff ff ff ff"), kTruncated},
+    {"length_80000000", hex("80 00 00 00 00 56"), kTruncated},
+    {"name_past_the_end", hex("00 00 00 03 05 61 62"), kTruncated},
+    {"name_without_a_value", hex("00 00 00 02 01 61"), kTruncated},
+    {"int_cut_short", hex("00 00 00 05 01 61 49 00 00"), kTruncated},
+    {"string_length_past_its_table", hex("00 00 00 08 01 61 53 00 00 00 05 78"), kTruncated},
+    {"string_length_ffffffff", hex("00 00 00 07 01 61 53 ff ff ff ff"), kTruncated},
+    {"nested_table_length_ffffffff", hex("00 00 00 07 01 61 46 ff ff ff ff"), kTruncated},
+    {"nested_array_length_ffffffff", hex("00 00 00 07 01 61 41 ff ff ff ff"), kTruncated},
+    {"nested_length_past_its_parent", hex("00 00 00 08 01 61 46 00 00 00 02 00 56 00 56"),
+     kTruncated},
+    {"decimal_cut_short", hex("00 00 00 06 01 61 44 02 00 00"), kTruncated},
+    {"unknown_letter_Z", hex("00 00 00 07 01 61 5a 00 00 00 00"), kUnknownType},
+    // 'U' is the 0-9-1 spec's short-int; RabbitMQ writes 's' and never 'U'.
+    {"unknown_letter_U", hex("00 00 00 05 01 61 55 00 01"), kUnknownType},
+    {"unknown_letter_at_the_end", hex("00 00 00 03 01 61 5a"), kUnknownType},
+    {"unknown_letter_nul", hex("00 00 00 03 01 61 00"), kUnknownType},
+    {"unknown_letter_in_an_array", hex("00 00 00 09 01 61 41 00 00 00 02 56 5a"), kUnknownType},
+    {"unknown_letter_after_a_good_entry", hex("00 00 00 06 01 61 56 01 62 5a"), kUnknownType},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, MalformedTable, ::testing::ValuesIn(kMalformedCases),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TableErrorText, EveryErrorHasItsOwnText) {
   test::expect_each_error_has_its_own_text({TableError::none, TableError::truncated,

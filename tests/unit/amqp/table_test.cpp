@@ -270,11 +270,17 @@ TEST(EveryLetterTable, ByteByByteWithTrailingGarbage) {
   }
 }
 
-TEST(FieldTableOrder, KeepsEntryOrderAndDuplicateNames) {
-  Bytes wire = sized(hex("01 62 42 01  01 61 42 02  01 62 42 03"));
+// The table that `wire` holds, which must decode without an error.
+FieldTable decoded_table(const Bytes& wire) {
   ByteReader reader(wire);
   FieldTable decoded;
-  ASSERT_EQ(decode_table(reader, decoded), TableError::none);
+  EXPECT_EQ(decode_table(reader, decoded), TableError::none) << to_hex(wire);
+  return decoded;
+}
+
+TEST(FieldTableOrder, KeepsEntryOrderAndDuplicateNames) {
+  Bytes wire = sized(hex("01 62 42 01  01 61 42 02  01 62 42 03"));
+  FieldTable decoded = decoded_table(wire);
   ASSERT_EQ(decoded.entries.size(), 3u);
   EXPECT_EQ(decoded.entries[0].first, "b");
   EXPECT_EQ(decoded.entries[1].first, "a");
@@ -287,18 +293,11 @@ TEST(FieldTableOrder, KeepsEntryOrderAndDuplicateNames) {
 }
 
 TEST(FieldTableOrder, EmptyNameAndEmptyTable) {
-  Bytes wire = sized(hex("00 56"));
-  ByteReader reader(wire);
-  FieldTable decoded;
-  ASSERT_EQ(decode_table(reader, decoded), TableError::none);
+  FieldTable decoded = decoded_table(sized(hex("00 56")));
   ASSERT_EQ(decoded.entries.size(), 1u);
   EXPECT_EQ(decoded.entries[0].first, "");
 
-  Bytes empty = hex("00 00 00 00");
-  ByteReader empty_reader(empty);
-  FieldTable none;
-  EXPECT_EQ(decode_table(empty_reader, none), TableError::none);
-  EXPECT_TRUE(none.entries.empty());
+  EXPECT_TRUE(decoded_table(hex("00 00 00 00")).entries.empty());
 }
 
 // A reused output is replaced, not appended to: the session decodes into long-lived structs.
