@@ -106,28 +106,36 @@ TEST_F(UpstreamAddresses, NotAList) {
                           "got a map"));
 }
 
-TEST_F(UpstreamAddresses, EmptyList) {
-  EXPECT_EQ(error_for("upstream:\n  addresses: []\n"),
-            "FILE:2:14: upstream.addresses: expected at least one \"host:port\", got an empty "
-            "list; list the broker nodes, or remove upstream.addresses to use upstream.host and "
-            "upstream.port");
-}
+// A list that is empty, has a bad element or names an address twice: the message names the
+// line, the column and, for an element, its index.
+struct BadListCase {
+  const char* name;
+  const char* yaml;
+  const char* error;
+};
 
-TEST_F(UpstreamAddresses, EachBadElementIsNamedByItsIndexAndLine) {
-  EXPECT_EQ(error_for("upstream:\n  addresses:\n    - a:1\n    - rabbit-1.rabbit\n"),
-            "FILE:4:7: upstream.addresses[1]: expected \"host:port\" such as "
-            "\"rabbit-0.rabbit:5672\", got \"rabbit-1.rabbit\": the port is missing");
-  EXPECT_EQ(error_for("upstream:\n  addresses: [a:1, b:0]\n"),
-            "FILE:2:20: upstream.addresses[1]: expected \"host:port\" such as "
-            "\"rabbit-0.rabbit:5672\", got \"b:0\": the port must be a number from 1 to 65535");
-  EXPECT_EQ(error_for("upstream:\n  addresses: [[a, b]]\n"),
-            "FILE:2:15: upstream.addresses[0]: expected \"host:port\", got a list");
-}
+const BadListCase kBadLists[] = {
+    {"EmptyList", "upstream:\n  addresses: []\n",
+     "FILE:2:14: upstream.addresses: expected at least one \"host:port\", got an empty list; list "
+     "the broker nodes, or remove upstream.addresses to use upstream.host and upstream.port"},
+    {"NoPort", "upstream:\n  addresses:\n    - a:1\n    - rabbit-1.rabbit\n",
+     "FILE:4:7: upstream.addresses[1]: expected \"host:port\" such as \"rabbit-0.rabbit:5672\", "
+     "got \"rabbit-1.rabbit\": the port is missing"},
+    {"PortZero", "upstream:\n  addresses: [a:1, b:0]\n",
+     "FILE:2:20: upstream.addresses[1]: expected \"host:port\" such as \"rabbit-0.rabbit:5672\", "
+     "got \"b:0\": the port must be a number from 1 to 65535"},
+    {"ElementIsAList", "upstream:\n  addresses: [[a, b]]\n",
+     "FILE:2:15: upstream.addresses[0]: expected \"host:port\", got a list"},
+    {"Duplicate", "upstream:\n  addresses: [a:1, b:2, a:1]\n",
+     "FILE:2:25: upstream.addresses[2]: \"a:1\" is listed twice (also upstream.addresses[0]); "
+     "list each address once"},
+};
 
-TEST_F(UpstreamAddresses, DuplicateAddress) {
-  EXPECT_EQ(error_for("upstream:\n  addresses: [a:1, b:2, a:1]\n"),
-            "FILE:2:25: upstream.addresses[2]: \"a:1\" is listed twice (also "
-            "upstream.addresses[0]); list each address once");
+TEST_F(UpstreamAddresses, BadListsAndElementsAreNamedByLineAndIndex) {
+  for (const BadListCase& c : kBadLists) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(error_for(c.yaml), c.error);
+  }
 }
 
 struct HostPortCase {
@@ -154,33 +162,30 @@ TEST_P(ParseHostPort, ReadsOrRefuses) {
   EXPECT_EQ(to_string(*endpoint), GetParam().text);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Table, ParseHostPort,
-    ::testing::Values(HostPortCase{"Name", "rabbit-0.rabbit:5672", "rabbit-0.rabbit", 5672, ""},
-                      HostPortCase{"Ipv4", "10.1.2.3:1", "10.1.2.3", 1, ""},
-                      HostPortCase{"Ipv6", "[::1]:65535", "::1", 65535, ""},
-                      HostPortCase{"NoPort", "rabbit", nullptr, 0, "the port is missing"},
-                      HostPortCase{"EmptyPort", "rabbit:", nullptr, 0,
-                                   "the port must be a number from 1 to 65535"},
-                      HostPortCase{"PortTooLarge", "rabbit:65536", nullptr, 0,
-                                   "the port must be a number from 1 to 65535"},
-                      HostPortCase{"PortWord", "rabbit:amqp", nullptr, 0,
-                                   "the port must be a number from 1 to 65535"},
-                      HostPortCase{"PortSigned", "rabbit:+5672", nullptr, 0,
-                                   "the port must be a number from 1 to 65535"},
-                      HostPortCase{"EmptyHost", ":5672", nullptr, 0,
-                                   "the host name is empty or holds a space, a slash or a bracket"},
-                      HostPortCase{"HostWithSpace", "rab bit:5672", nullptr, 0,
-                                   "the host name is empty or holds a space, a slash or a bracket"},
-                      HostPortCase{"Url", "amqp://rabbit:5672", nullptr, 0,
-                                   "an IPv6 address is written [address]:port"},
-                      HostPortCase{"BareIpv6", "::1:5672", nullptr, 0,
-                                   "an IPv6 address is written [address]:port"},
-                      HostPortCase{"UnclosedBracket", "[::1:5672", nullptr, 0,
-                                   "an IPv6 address is written [address]:port"}),
-    [](const ::testing::TestParamInfo<HostPortCase>& info) {
-      return std::string(info.param.name);
-    });
+constexpr const char* kBadPort = "the port must be a number from 1 to 65535";
+constexpr const char* kBadHost = "the host name is empty or holds a space, a slash or a bracket";
+constexpr const char* kBadIpv6 = "an IPv6 address is written [address]:port";
+
+const HostPortCase kHostPortCases[] = {
+    {"Name", "rabbit-0.rabbit:5672", "rabbit-0.rabbit", 5672, ""},
+    {"Ipv4", "10.1.2.3:1", "10.1.2.3", 1, ""},
+    {"Ipv6", "[::1]:65535", "::1", 65535, ""},
+    {"NoPort", "rabbit", nullptr, 0, "the port is missing"},
+    {"EmptyPort", "rabbit:", nullptr, 0, kBadPort},
+    {"PortTooLarge", "rabbit:65536", nullptr, 0, kBadPort},
+    {"PortWord", "rabbit:amqp", nullptr, 0, kBadPort},
+    {"PortSigned", "rabbit:+5672", nullptr, 0, kBadPort},
+    {"EmptyHost", ":5672", nullptr, 0, kBadHost},
+    {"HostWithSpace", "rab bit:5672", nullptr, 0, kBadHost},
+    {"Url", "amqp://rabbit:5672", nullptr, 0, kBadIpv6},
+    {"BareIpv6", "::1:5672", nullptr, 0, kBadIpv6},
+    {"UnclosedBracket", "[::1:5672", nullptr, 0, kBadIpv6},
+};
+
+INSTANTIATE_TEST_SUITE_P(Table, ParseHostPort, ::testing::ValuesIn(kHostPortCases),
+                         [](const ::testing::TestParamInfo<HostPortCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace nackguard::config
