@@ -13,10 +13,7 @@ namespace nackguard::config {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::config_error_of;
-using testing::contains;
-using testing::starts_with;
-using testing::TempTree;
+using namespace testing;  // config_error_of, contains, starts_with, TempTree
 
 class TlsConfig : public testing::ConfigFileTest {
  protected:
