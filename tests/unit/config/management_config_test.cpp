@@ -36,14 +36,20 @@ TEST_F(ManagementConfig, AbsentMeansNoLookups) {
   EXPECT_FALSE(load("upstream: {port: 5700}\n").upstream_management.has_value());
 }
 
+// What the url gave: http or https, the host, the port and the path prefix.
+void expect_url(const UpstreamManagement& api, bool https, const char* host, std::uint16_t port,
+                const char* path_prefix) {
+  EXPECT_EQ(api.https, https);
+  EXPECT_EQ(api.endpoint.host, host);
+  EXPECT_EQ(api.endpoint.port, port);
+  EXPECT_EQ(api.path_prefix, path_prefix);
+}
+
 TEST_F(ManagementConfig, MinimalWithDefaults) {
   const Config config = load(kMinimal);
   ASSERT_TRUE(config.upstream_management.has_value());
   const UpstreamManagement& api = *config.upstream_management;
-  EXPECT_FALSE(api.https);
-  EXPECT_EQ(api.endpoint.host, "127.0.0.1");
-  EXPECT_EQ(api.endpoint.port, 15672);
-  EXPECT_EQ(api.path_prefix, "");
+  expect_url(api, false, "127.0.0.1", 15672, "");
   EXPECT_EQ(api.username, "nackguard-monitor");
   EXPECT_EQ(api.password, "s3cret");  // the file's final newline is not part of it
   EXPECT_EQ(api.password_file.path, tree_.root() / "conf" / "password");
@@ -68,10 +74,7 @@ TEST_F(ManagementConfig, HttpsWithEveryKey) {
     ca_file: ca.pem
 )");
   const UpstreamManagement& api = *config.upstream_management;
-  EXPECT_TRUE(api.https);
-  EXPECT_EQ(api.endpoint.host, "rabbit.example");
-  EXPECT_EQ(api.endpoint.port, 15671);
-  EXPECT_EQ(api.path_prefix, "/rabbitmq");
+  expect_url(api, true, "rabbit.example", 15671, "/rabbitmq");
   EXPECT_EQ(api.password, "inline");
   EXPECT_TRUE(api.password_file.empty());
   EXPECT_EQ(api.refresh, std::chrono::seconds(30));
