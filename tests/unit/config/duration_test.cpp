@@ -37,6 +37,23 @@ struct BadDuration {
   const char* reason;  // part of the message that says what is wrong
 };
 
+const BadDuration kBadDurations[] = {
+    {"BareNumber", "10", "the unit is missing"},
+    {"UnitOnly", "s", "it does not start with a number"},
+    {"Negative", "-1s", "cannot be negative"},
+    {"UnknownUnit", "10x", "unknown unit \"x\""},
+    {"LongUnitName", "10sec", "unknown unit \"sec\""},
+    {"UpperCaseUnit", "10S", "unknown unit \"S\""},
+    {"Empty", "", "it is empty"},
+    {"Fraction", "1.5s", "fractions are not supported"},
+    {"PlusSign", "+1s", "it does not start with a number"},
+    {"SpaceBeforeUnit", "10 s", "unknown unit \" s\""},
+    {"Compound", "1m30s", "unknown unit \"m30s\""},
+    {"NumberOverflow", "99999999999999999999999s", "the number is too large"},
+    {"MillisecondsOverflow", "9223372036854775808ms", "the duration is too large"},
+    {"HoursOverflow", "2562047788015216h", "the duration is too large"},
+};
+
 class RejectsDuration : public ::testing::TestWithParam<BadDuration> {};
 
 TEST_P(RejectsDuration, WithAReadableReason) {
@@ -55,24 +72,10 @@ TEST_P(RejectsDuration, WithAReadableReason) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Table, RejectsDuration,
-    ::testing::Values(
-        BadDuration{"BareNumber", "10", "the unit is missing"},
-        BadDuration{"UnitOnly", "s", "it does not start with a number"},
-        BadDuration{"Negative", "-1s", "cannot be negative"},
-        BadDuration{"UnknownUnit", "10x", "unknown unit \"x\""},
-        BadDuration{"LongUnitName", "10sec", "unknown unit \"sec\""},
-        BadDuration{"UpperCaseUnit", "10S", "unknown unit \"S\""},
-        BadDuration{"Empty", "", "it is empty"},
-        BadDuration{"Fraction", "1.5s", "fractions are not supported"},
-        BadDuration{"PlusSign", "+1s", "it does not start with a number"},
-        BadDuration{"SpaceBeforeUnit", "10 s", "unknown unit \" s\""},
-        BadDuration{"Compound", "1m30s", "unknown unit \"m30s\""},
-        BadDuration{"NumberOverflow", "99999999999999999999999s", "the number is too large"},
-        BadDuration{"MillisecondsOverflow", "9223372036854775808ms", "the duration is too large"},
-        BadDuration{"HoursOverflow", "2562047788015216h", "the duration is too large"}),
-    [](const ::testing::TestParamInfo<BadDuration>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Table, RejectsDuration, ::testing::ValuesIn(kBadDurations),
+                         [](const ::testing::TestParamInfo<BadDuration>& info) {
+                           return info.param.name;
+                         });
 
 TEST(FormatDuration, UsesTheLargestExactUnit) {
   EXPECT_EQ(format_duration(milliseconds(500)), "500ms");

@@ -13,9 +13,7 @@ struct RouteCase {
   const char* name;
   const char* method;
   const char* target;
-  unsigned status;
-  std::string_view content_type;
-  const char* body;
+  HttpReply want;
 };
 
 class Routes : public testing::TestWithParam<RouteCase> {};
@@ -25,29 +23,29 @@ TEST_P(Routes, Answer) {
   handlers.metrics = [] { return std::string("page\n"); };
   const RouteCase& c = GetParam();
   const HttpReply reply = route_request(c.method, c.target, handlers);
-  EXPECT_EQ(reply.status, c.status);
-  EXPECT_EQ(reply.content_type, c.content_type);
-  EXPECT_EQ(reply.body, c.body);
+  EXPECT_EQ(reply.status, c.want.status);
+  EXPECT_EQ(reply.content_type, c.want.content_type);
+  EXPECT_EQ(reply.body, c.want.body);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Table, Routes,
-    testing::Values(
-        RouteCase{"metrics", "GET", "/metrics", 200, kTextContentType, "page\n"},
-        RouteCase{"metrics_query_ignored", "GET", "/metrics?x=1", 200, kTextContentType, "page\n"},
-        RouteCase{"healthz", "GET", "/healthz", 200, kPlainContentType, "ok\n"},
-        RouteCase{"readyz_without_callback", "GET", "/readyz", 200, kPlainContentType, "ready\n"},
-        RouteCase{"unknown_path", "GET", "/", 404, kPlainContentType,
-                  "not found: try /metrics, /healthz, /readyz, /status or /status.json\n"},
-        RouteCase{"prefix_is_not_a_match", "GET", "/metricsx", 404, kPlainContentType,
-                  "not found: try /metrics, /healthz, /readyz, /status or /status.json\n"},
-        RouteCase{"unknown_path_other_method", "DELETE", "/x", 404, kPlainContentType,
-                  "not found: try /metrics, /healthz, /readyz, /status or /status.json\n"},
-        RouteCase{"post", "POST", "/metrics", 405, kPlainContentType,
-                  "method not allowed: only GET is served\n"},
-        RouteCase{"head", "HEAD", "/healthz", 405, kPlainContentType,
-                  "method not allowed: only GET is served\n"}),
-    [](const auto& info) { return std::string(info.param.name); });
+constexpr const char* kNotFound =
+    "not found: try /metrics, /healthz, /readyz, /status or /status.json\n";
+constexpr const char* kNotAllowed = "method not allowed: only GET is served\n";
+
+const RouteCase kRoutes[] = {
+    {"metrics", "GET", "/metrics", {200, kTextContentType, "page\n"}},
+    {"metrics_query_ignored", "GET", "/metrics?x=1", {200, kTextContentType, "page\n"}},
+    {"healthz", "GET", "/healthz", {200, kPlainContentType, "ok\n"}},
+    {"readyz_without_callback", "GET", "/readyz", {200, kPlainContentType, "ready\n"}},
+    {"unknown_path", "GET", "/", {404, kPlainContentType, kNotFound}},
+    {"prefix_is_not_a_match", "GET", "/metricsx", {404, kPlainContentType, kNotFound}},
+    {"unknown_path_other_method", "DELETE", "/x", {404, kPlainContentType, kNotFound}},
+    {"post", "POST", "/metrics", {405, kPlainContentType, kNotAllowed}},
+    {"head", "HEAD", "/healthz", {405, kPlainContentType, kNotAllowed}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Table, Routes, testing::ValuesIn(kRoutes),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Routes, ReadyzFollowsTheCallback) {
   std::optional<std::string> reason = "upstream 127.0.0.1:5672 unreachable";

@@ -11,52 +11,49 @@ namespace {
 struct GoodUrl {
   const char* name;
   const char* url;
-  const char* host;
-  std::uint16_t port;
-  std::optional<std::string> user;
-  std::optional<std::string> password;
-  const char* vhost;
+  ParsedUrl want;  // its host, port, user, password and vhost
 };
 
 void PrintTo(const GoodUrl& c, std::ostream* os) {
   *os << c.name;
 }
 
+const GoodUrl kGoodUrls[] = {
+    {"full",
+     "amqp://bob:secret@rabbit.example:5673/orders",
+     {"rabbit.example", 5673, "bob", "secret", "orders"}},
+    {"no_path_is_root_vhost", "amqp://u:p@h:1", {"h", 1, "u", "p", "/"}},
+    {"empty_path_is_root_vhost", "amqp://u:p@h:1/", {"h", 1, "u", "p", "/"}},
+    {"encoded_root_vhost", "amqp://u:p@h/%2F", {"h", 5672, "u", "p", "/"}},
+    {"lowercase_escape", "amqp://u:p@h/%2f", {"h", 5672, "u", "p", "/"}},
+    {"vhost_with_encoded_slash",
+     "amqp://h/team%2Forders",
+     {"h", 5672, std::nullopt, std::nullopt, "team/orders"}},
+    {"default_port", "amqp://u:p@h/v", {"h", 5672, "u", "p", "v"}},
+    {"no_credentials", "amqp://h:5672/v", {"h", 5672, std::nullopt, std::nullopt, "v"}},
+    {"user_without_password", "amqp://u@h", {"h", 5672, "u", "", "/"}},
+    {"empty_password", "amqp://u:@h", {"h", 5672, "u", "", "/"}},
+    {"encoded_credentials", "amqp://a%40b:p%3Aw%2Fd%25@h", {"h", 5672, "a@b", "p:w/d%", "/"}},
+    {"colon_in_password", "amqp://u:a:b@h", {"h", 5672, "u", "a:b", "/"}},
+    {"ipv6", "amqp://u:p@[::1]:5700/v", {"::1", 5700, "u", "p", "v"}},
+    {"ipv6_default_port", "amqp://[fe80::1]", {"fe80::1", 5672, std::nullopt, std::nullopt, "/"}},
+    {"max_port", "amqp://h:65535", {"h", 65535, std::nullopt, std::nullopt, "/"}},
+};
+
 class GoodUrlTest : public testing::TestWithParam<GoodUrl> {};
 
 TEST_P(GoodUrlTest, Parses) {
   const GoodUrl& c = GetParam();
   ParsedUrl url = parse_amqp_url(c.url);
-  EXPECT_EQ(url.host, c.host);
-  EXPECT_EQ(url.port, c.port);
-  EXPECT_EQ(url.user, c.user);
-  EXPECT_EQ(url.password, c.password);
-  EXPECT_EQ(url.vhost, c.vhost);
+  EXPECT_EQ(url.host, c.want.host);
+  EXPECT_EQ(url.port, c.want.port);
+  EXPECT_EQ(url.user, c.want.user);
+  EXPECT_EQ(url.password, c.want.password);
+  EXPECT_EQ(url.vhost, c.want.vhost);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Urls, GoodUrlTest,
-    testing::Values(
-        GoodUrl{"full", "amqp://bob:secret@rabbit.example:5673/orders", "rabbit.example", 5673,
-                "bob", "secret", "orders"},
-        GoodUrl{"no_path_is_root_vhost", "amqp://u:p@h:1", "h", 1, "u", "p", "/"},
-        GoodUrl{"empty_path_is_root_vhost", "amqp://u:p@h:1/", "h", 1, "u", "p", "/"},
-        GoodUrl{"encoded_root_vhost", "amqp://u:p@h/%2F", "h", 5672, "u", "p", "/"},
-        GoodUrl{"lowercase_escape", "amqp://u:p@h/%2f", "h", 5672, "u", "p", "/"},
-        GoodUrl{"vhost_with_encoded_slash", "amqp://h/team%2Forders", "h", 5672, std::nullopt,
-                std::nullopt, "team/orders"},
-        GoodUrl{"default_port", "amqp://u:p@h/v", "h", 5672, "u", "p", "v"},
-        GoodUrl{"no_credentials", "amqp://h:5672/v", "h", 5672, std::nullopt, std::nullopt, "v"},
-        GoodUrl{"user_without_password", "amqp://u@h", "h", 5672, "u", "", "/"},
-        GoodUrl{"empty_password", "amqp://u:@h", "h", 5672, "u", "", "/"},
-        GoodUrl{"encoded_credentials", "amqp://a%40b:p%3Aw%2Fd%25@h", "h", 5672, "a@b", "p:w/d%",
-                "/"},
-        GoodUrl{"colon_in_password", "amqp://u:a:b@h", "h", 5672, "u", "a:b", "/"},
-        GoodUrl{"ipv6", "amqp://u:p@[::1]:5700/v", "::1", 5700, "u", "p", "v"},
-        GoodUrl{"ipv6_default_port", "amqp://[fe80::1]", "fe80::1", 5672, std::nullopt,
-                std::nullopt, "/"},
-        GoodUrl{"max_port", "amqp://h:65535", "h", 65535, std::nullopt, std::nullopt, "/"}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Urls, GoodUrlTest, testing::ValuesIn(kGoodUrls),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 struct BadUrl {
   const char* name;
@@ -67,6 +64,28 @@ struct BadUrl {
 void PrintTo(const BadUrl& c, std::ostream* os) {
   *os << c.name;
 }
+
+const BadUrl kBadUrls[] = {
+    {"wrong_scheme", "http://u:s3cret@h/", "must start with amqp://"},
+    {"no_scheme", "u:s3cret@h:5672", "must start with amqp://"},
+    {"amqps_typo", "amqpss://u:s3cret@h/", "amqps://"},
+    {"unknown_mechanism", "amqps://u:s3cret@h/?auth_mechanism=kerberos", "external or plain"},
+    {"fragment", "amqp://u:s3cret@h/v#x", "fragment"},
+    {"port_not_a_number", "amqp://u:s3cret@h:abc/", "port"},
+    {"port_zero", "amqp://u:s3cret@h:0/", "port"},
+    {"port_too_big", "amqp://u:s3cret@h:65536/", "port"},
+    {"port_empty", "amqp://u:s3cret@h:/", "port"},
+    {"port_trailing_text", "amqp://u:s3cret@h:5672x/", "port"},
+    {"no_host", "amqp://u:s3cret@/v", "host is missing"},
+    {"empty", "amqp://", "host is missing"},
+    {"empty_user", "amqp://:s3cret@h/", "user name"},
+    {"bad_escape_in_vhost", "amqp://u:s3cret@h/%zz", "vhost"},
+    {"short_escape", "amqp://u:s3cret@h/%2", "vhost"},
+    {"bad_escape_in_password", "amqp://u:s3cret%@h/", "password"},
+    {"raw_slash_in_vhost", "amqp://u:s3cret@h/a/b", "%2F"},
+    {"query", "amqp://u:s3cret@h/v?heartbeat=10", "query"},
+    {"unclosed_ipv6", "amqp://u:s3cret@[::1/v", "IPv6"},
+};
 
 class BadUrlTest : public testing::TestWithParam<BadUrl> {};
 
@@ -83,29 +102,8 @@ TEST_P(BadUrlTest, FailsWithAClearMessageThatHidesTheUrl) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Urls, BadUrlTest,
-    testing::Values(BadUrl{"wrong_scheme", "http://u:s3cret@h/", "must start with amqp://"},
-                    BadUrl{"no_scheme", "u:s3cret@h:5672", "must start with amqp://"},
-                    BadUrl{"amqps_typo", "amqpss://u:s3cret@h/", "amqps://"},
-                    BadUrl{"unknown_mechanism", "amqps://u:s3cret@h/?auth_mechanism=kerberos",
-                           "external or plain"},
-                    BadUrl{"fragment", "amqp://u:s3cret@h/v#x", "fragment"},
-                    BadUrl{"port_not_a_number", "amqp://u:s3cret@h:abc/", "port"},
-                    BadUrl{"port_zero", "amqp://u:s3cret@h:0/", "port"},
-                    BadUrl{"port_too_big", "amqp://u:s3cret@h:65536/", "port"},
-                    BadUrl{"port_empty", "amqp://u:s3cret@h:/", "port"},
-                    BadUrl{"port_trailing_text", "amqp://u:s3cret@h:5672x/", "port"},
-                    BadUrl{"no_host", "amqp://u:s3cret@/v", "host is missing"},
-                    BadUrl{"empty", "amqp://", "host is missing"},
-                    BadUrl{"empty_user", "amqp://:s3cret@h/", "user name"},
-                    BadUrl{"bad_escape_in_vhost", "amqp://u:s3cret@h/%zz", "vhost"},
-                    BadUrl{"short_escape", "amqp://u:s3cret@h/%2", "vhost"},
-                    BadUrl{"bad_escape_in_password", "amqp://u:s3cret%@h/", "password"},
-                    BadUrl{"raw_slash_in_vhost", "amqp://u:s3cret@h/a/b", "%2F"},
-                    BadUrl{"query", "amqp://u:s3cret@h/v?heartbeat=10", "query"},
-                    BadUrl{"unclosed_ipv6", "amqp://u:s3cret@[::1/v", "IPv6"}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Urls, BadUrlTest, testing::ValuesIn(kBadUrls),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ParseAmqpUrl, AmqpsIsTlsOnPort5671ByDefault) {
   ParsedUrl url = parse_amqp_url("amqps://u:p@rabbit/v");
