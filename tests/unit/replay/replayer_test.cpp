@@ -156,12 +156,17 @@ TEST(Replayer, DryRunWithALimitCountsThatMany) {
   EXPECT_EQ(broker.ready.size(), 3u);
 }
 
+// A run that stops after `limit` moves.
+Summary run_with_limit(FakeBroker& broker, std::uint64_t limit) {
+  Plan plan = plan_for(broker);
+  plan.limit = limit;
+  return run(broker, plan);
+}
+
 TEST(Replayer, LimitMovesAtMostNAndLeavesTheRestUntouched) {
   FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c"), dead_letter("d")});
   broker.eager = false;
-  Plan plan = plan_for(broker);
-  plan.limit = 2;
-  Summary s = run(broker, plan);
+  Summary s = run_with_limit(broker, 2);
   EXPECT_EQ(s.moved, 2u);
   EXPECT_EQ(s.looked_at, 2u);
   EXPECT_EQ(s.stop, StopReason::limit_reached);
@@ -173,9 +178,7 @@ TEST(Replayer, LimitReplacesCopiesThatFailedInFlight) {
   FakeBroker broker({dead_letter("a"), dead_letter("b"), dead_letter("c")});
   broker.eager = false;
   broker.outcomes = {{CopyOutcome::Kind::nacked, "nack"}};
-  Plan plan = plan_for(broker);
-  plan.limit = 2;
-  Summary s = run(broker, plan);
+  Summary s = run_with_limit(broker, 2);
   EXPECT_EQ(s.moved, 2u);
   EXPECT_EQ(s.failed, 1u);
   EXPECT_EQ(s.stop, StopReason::limit_reached);
@@ -184,9 +187,7 @@ TEST(Replayer, LimitReplacesCopiesThatFailedInFlight) {
 
 TEST(Replayer, LimitCountsOnlyMovesNotMessagesAtTheCeiling) {
   FakeBroker broker({dead_letter("a", "r", 3), dead_letter("b"), dead_letter("c")});
-  Plan plan = plan_for(broker);
-  plan.limit = 1;
-  Summary s = run(broker, plan);
+  Summary s = run_with_limit(broker, 1);
   EXPECT_EQ(s.moved, 1u);
   EXPECT_EQ(s.at_ceiling, 1u);
   EXPECT_EQ(broker.ready.size(), 2u);  // a (requeued) and c (never taken)

@@ -12,11 +12,18 @@ using namespace std::chrono_literals;
 
 const RunInfo kInfo{"orders.dlq", "orders", "rabbit:5672", "/", 3};
 
-TEST(RenderSummary, ARunWithEveryOutcome) {
+// A summary of `looked_at` messages, of which `moved` moved (or would) and `at_ceiling` were
+// left at the ceiling.
+Summary counted(std::uint64_t looked_at, std::uint64_t moved, std::uint64_t at_ceiling) {
   Summary s;
-  s.looked_at = 10;
-  s.moved = 7;
-  s.at_ceiling = 2;
+  s.looked_at = looked_at;
+  s.moved = moved;
+  s.at_ceiling = at_ceiling;
+  return s;
+}
+
+TEST(RenderSummary, ARunWithEveryOutcome) {
+  Summary s = counted(10, 7, 2);
   s.failed = 1;
   s.requeued = 3;
   s.group_by = {"reason"};
@@ -41,12 +48,16 @@ TEST(RenderSummary, ARunWithEveryOutcome) {
             "stopped: the queue is empty\n");
 }
 
-TEST(RenderSummary, ADryRunSaysNothingMoved) {
-  Summary s;
+// A dry run that looked at `n` messages, would move them all, and gave them back to the queue.
+Summary dry_run_moving_all(std::uint64_t n) {
+  Summary s = counted(n, n, 0);
   s.dry_run = true;
-  s.looked_at = 4;
-  s.moved = 4;
-  s.requeued = 4;
+  s.requeued = n;
+  return s;
+}
+
+TEST(RenderSummary, ADryRunSaysNothingMoved) {
+  Summary s = dry_run_moving_all(4);
   s.group_by = {"reason"};
   s.groups[{"max_redeliveries"}] = {4, 0, 0, std::nullopt, std::nullopt};
   s.stop = StopReason::queue_empty;
@@ -63,11 +74,7 @@ TEST(RenderSummary, ADryRunSaysNothingMoved) {
 }
 
 TEST(RenderSummary, WarnsOfRequeuedMessagesReturnedOften) {
-  Summary s;
-  s.dry_run = true;
-  s.looked_at = 2;
-  s.moved = 2;
-  s.requeued = 2;
+  Summary s = dry_run_moving_all(2);
   s.requeued_often = 1;
   s.most_returns = 17;
   const std::string text = render_summary(s, kInfo);
@@ -95,11 +102,8 @@ TEST(RenderSummary, ABrokenOffRunHasNoStopLine) {
 }
 
 TEST(RenderProgress, DrawsABarOverWhatWasQueued) {
-  Summary s;
-  s.looked_at = 50;
+  Summary s = counted(50, 48, 2);
   s.remaining = 50;
-  s.moved = 48;
-  s.at_ceiling = 2;
   EXPECT_EQ(render_progress(s, 10), "[#####-----] 50/100  moved 48  at ceiling 2  failed 0");
   s.dry_run = true;
   EXPECT_EQ(render_progress(s, 10), "[#####-----] 50/100  would move 48  at ceiling 2");
