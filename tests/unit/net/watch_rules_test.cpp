@@ -76,36 +76,39 @@ const WatchedDir kConfigDir{"/etc/nackguard", "nackguard.yaml", false};
 const WatchedDir kPolicies{"/etc/nackguard/policies", "", true};
 const WatchedDir kBoth{"/etc/nackguard", "nackguard.yaml", true};
 
+// Short names that keep each case on one line.
+constexpr Kind kChanged = Kind::changed;
+constexpr Kind kIgnore = Kind::ignore;
+constexpr Kind kGone = Kind::watch_gone;
+constexpr std::uint32_t kDirCreated = IN_CREATE | IN_ISDIR;
+constexpr std::uint32_t kDirDeleted = IN_DELETE | IN_ISDIR;
+
 const MeaningCase kCases[] = {
-    {"config written in place", kConfigDir, IN_CLOSE_WRITE, "nackguard.yaml", Kind::changed},
-    {"config renamed over", kConfigDir, IN_MOVED_TO, "nackguard.yaml", Kind::changed},
-    {"config removed", kConfigDir, IN_DELETE, "nackguard.yaml", Kind::changed},
-    {"config's temporary file", kConfigDir, IN_CLOSE_WRITE, "nackguard.yaml.tmp", Kind::ignore},
-    {"another file beside the config", kConfigDir, IN_CLOSE_WRITE, "other.yaml", Kind::ignore},
-    {"ConfigMap swap in the config dir", kConfigDir, IN_MOVED_TO, "..data", Kind::changed},
-    {"ConfigMap's temporary link", kConfigDir, IN_CREATE, "..data_tmp", Kind::ignore},
-    {"ConfigMap's temporary link renamed", kConfigDir, IN_MOVED_FROM, "..data_tmp", Kind::ignore},
-    {"ConfigMap's new version", kConfigDir, IN_CREATE | IN_ISDIR, "..2026_12_03_10_00_00.1",
-     Kind::ignore},
-    {"ConfigMap's old version removed", kPolicies, IN_DELETE | IN_ISDIR, "..2026_12_03_10_00_00.1",
-     Kind::ignore},
-    {"ConfigMap swap in policies_dir", kPolicies, IN_MOVED_TO, "..data", Kind::changed},
-    {"policy written in place", kPolicies, IN_CLOSE_WRITE, "orders.yaml", Kind::changed},
-    {"policy renamed over", kPolicies, IN_MOVED_TO, "orders.yml", Kind::changed},
-    {"policy link created", kPolicies, IN_CREATE, "orders.yaml", Kind::changed},
-    {"policy removed", kPolicies, IN_DELETE, "orders.yaml", Kind::changed},
-    {"policy renamed away", kPolicies, IN_MOVED_FROM, "orders.yaml", Kind::changed},
-    {"editor's swap file", kPolicies, IN_CLOSE_WRITE, ".orders.yaml.swp", Kind::ignore},
-    {"editor's backup", kPolicies, IN_CLOSE_WRITE, "orders.yaml~", Kind::ignore},
-    {"not a policy file", kPolicies, IN_CLOSE_WRITE, "README.md", Kind::ignore},
-    {"a directory named like a policy", kPolicies, IN_CREATE | IN_ISDIR, "examples.yaml",
-     Kind::ignore},
-    {"the config's name in policies_dir only", kPolicies, IN_CLOSE_WRITE, "nackguard.yaml",
-     Kind::changed},
-    {"a policy in the config dir alone", kConfigDir, IN_CLOSE_WRITE, "orders.yaml", Kind::ignore},
-    {"a policy where both are one dir", kBoth, IN_CLOSE_WRITE, "orders.yaml", Kind::changed},
-    {"the config where both are one dir", kBoth, IN_MOVED_TO, "nackguard.yaml", Kind::changed},
-    {"the directory removed", kPolicies, IN_IGNORED, "", Kind::watch_gone},
+    {"config written in place", kConfigDir, IN_CLOSE_WRITE, "nackguard.yaml", kChanged},
+    {"config renamed over", kConfigDir, IN_MOVED_TO, "nackguard.yaml", kChanged},
+    {"config removed", kConfigDir, IN_DELETE, "nackguard.yaml", kChanged},
+    {"config's temporary file", kConfigDir, IN_CLOSE_WRITE, "nackguard.yaml.tmp", kIgnore},
+    {"another file beside the config", kConfigDir, IN_CLOSE_WRITE, "other.yaml", kIgnore},
+    {"ConfigMap swap in the config dir", kConfigDir, IN_MOVED_TO, "..data", kChanged},
+    {"ConfigMap's temporary link", kConfigDir, IN_CREATE, "..data_tmp", kIgnore},
+    {"ConfigMap's temporary link renamed", kConfigDir, IN_MOVED_FROM, "..data_tmp", kIgnore},
+    {"ConfigMap's new version", kConfigDir, kDirCreated, "..2026_12_03_10_00_00.1", kIgnore},
+    {"ConfigMap's old version removed", kPolicies, kDirDeleted, "..2026_12_03_10_00_00.1", kIgnore},
+    {"ConfigMap swap in policies_dir", kPolicies, IN_MOVED_TO, "..data", kChanged},
+    {"policy written in place", kPolicies, IN_CLOSE_WRITE, "orders.yaml", kChanged},
+    {"policy renamed over", kPolicies, IN_MOVED_TO, "orders.yml", kChanged},
+    {"policy link created", kPolicies, IN_CREATE, "orders.yaml", kChanged},
+    {"policy removed", kPolicies, IN_DELETE, "orders.yaml", kChanged},
+    {"policy renamed away", kPolicies, IN_MOVED_FROM, "orders.yaml", kChanged},
+    {"editor's swap file", kPolicies, IN_CLOSE_WRITE, ".orders.yaml.swp", kIgnore},
+    {"editor's backup", kPolicies, IN_CLOSE_WRITE, "orders.yaml~", kIgnore},
+    {"not a policy file", kPolicies, IN_CLOSE_WRITE, "README.md", kIgnore},
+    {"a directory named like a policy", kPolicies, kDirCreated, "examples.yaml", kIgnore},
+    {"config's name in policies_dir only", kPolicies, IN_CLOSE_WRITE, "nackguard.yaml", kChanged},
+    {"a policy in the config dir alone", kConfigDir, IN_CLOSE_WRITE, "orders.yaml", kIgnore},
+    {"a policy where both are one dir", kBoth, IN_CLOSE_WRITE, "orders.yaml", kChanged},
+    {"the config where both are one dir", kBoth, IN_MOVED_TO, "nackguard.yaml", kChanged},
+    {"the directory removed", kPolicies, IN_IGNORED, "", kGone},
 };
 
 class InterpretTest : public ::testing::TestWithParam<MeaningCase> {};
