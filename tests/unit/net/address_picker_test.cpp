@@ -20,6 +20,11 @@ class AddressPickerTest : public ::testing::Test {
   AddressPicker picker(std::size_t count) {
     return AddressPicker(count, [this] { return now_; });
   }
+  // Address `index` fails, then `wait` goes by.
+  void fail_then_wait(AddressPicker& p, std::size_t index, seconds wait) {
+    p.failed(index);
+    now_ += wait;
+  }
   AddressPicker::Clock::time_point now_{seconds(1000)};
 };
 
@@ -72,10 +77,8 @@ TEST_F(AddressPickerTest, ASuccessEndsTheSkipAtOnce) {
 
 TEST_F(AddressPickerTest, AnotherFailureRestartsTheFiveSeconds) {
   AddressPicker p = picker(2);
-  p.failed(0);
-  now_ += seconds(4);
-  p.failed(0);
-  now_ += seconds(4);
+  fail_then_wait(p, 0, seconds(4));
+  fail_then_wait(p, 0, seconds(4));
   EXPECT_TRUE(p.skipped(0));
   now_ += seconds(1);
   EXPECT_FALSE(p.skipped(0));
@@ -83,10 +86,8 @@ TEST_F(AddressPickerTest, AnotherFailureRestartsTheFiveSeconds) {
 
 TEST_F(AddressPickerTest, WhenAllAreSkippedTheOldestFailureIsStillTried) {
   AddressPicker p = picker(3);
-  p.failed(2);
-  now_ += seconds(1);
-  p.failed(0);
-  now_ += seconds(1);
+  fail_then_wait(p, 2, seconds(1));
+  fail_then_wait(p, 0, seconds(1));
   p.failed(1);
   EXPECT_EQ(p.plan(), (Indices{2}));
   // That one fails again: now 0 failed longest ago.
