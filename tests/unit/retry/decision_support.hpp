@@ -1,10 +1,14 @@
 #pragma once
 // What the decision tests (decision_test.cpp, outcome_test.cpp, count_model_test.cpp) share:
-// their clock and the policy they start from.
+// their clock, the policy they start from, and the fixture of one message's decisions.
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 
 #include "proxy/retry/policy.hpp"
+#include "proxy/retry/tracker.hpp"
 
 namespace nackguard::retry::test {
 
@@ -23,5 +27,15 @@ inline Policy immediate_policy(std::uint32_t max_redeliveries, std::uint32_t per
   policy.rate.per_message = per_message;
   return policy;
 }
+
+// One message's decisions: its policy, immediate_policy(MaxRedeliveries, PerMessage), which a
+// test may change before the first decision; its tracker entry; a generator seeded with 1.
+template <std::uint32_t MaxRedeliveries, std::uint32_t PerMessage = 3>
+class DecisionTest : public ::testing::Test {
+ protected:
+  Policy policy = immediate_policy(MaxRedeliveries, PerMessage);
+  std::mt19937_64 rng{1};
+  TrackerEntry entry;
+};
 
 }  // namespace nackguard::retry::test

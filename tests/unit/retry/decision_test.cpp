@@ -13,10 +13,6 @@ namespace {
 using test::kApart;
 using test::kT0;
 
-Policy five_redeliveries() {
-  return test::immediate_policy(5);
-}
-
 // `carried`: the message's x-nackguard-returns.
 ReturnEvent nack_at(std::int64_t now_ms, std::uint32_t carried = 0) {
   return ReturnEvent{.wall_ms = now_ms, .steady_ms = now_ms, .carried = {carried, 0}};
@@ -36,10 +32,10 @@ ReturnEvent outage_at(std::int64_t now_ms, std::uint32_t carried = 0) {
       .wall_ms = now_ms, .steady_ms = now_ms, .carried = {carried, 0}, .outage = true};
 }
 
-TEST(DecideReturn, ForwardsUpToMaxThenDeadLetters) {
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
+// A fresh message's decisions under immediate_policy(5): five redeliveries.
+class DecideReturn : public test::DecisionTest<5> {};
+
+TEST_F(DecideReturn, ForwardsUpToMaxThenDeadLetters) {
   for (std::uint32_t n = 1; n <= 5; ++n) {
     const std::int64_t now = kT0 + n * kApart;
     const Decision decision = decide_return(policy, entry, nack_at(now), rng);
@@ -61,10 +57,7 @@ TEST(DecideReturn, ForwardsUpToMaxThenDeadLetters) {
   EXPECT_EQ(entry.pending_action, Action::forward);
 }
 
-TEST(DecideReturn, CrashReturnsSetSuspect) {
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
+TEST_F(DecideReturn, CrashReturnsSetSuspect) {
   const Decision first = decide_return(policy, entry, crash_at(kT0), rng);
   EXPECT_EQ(first.action, Action::forward);
   EXPECT_TRUE(entry.crash_suspect);
@@ -86,10 +79,7 @@ TEST(DecideReturn, CrashReturnsSetSuspect) {
   EXPECT_TRUE(entry.crash_suspect);
 }
 
-TEST(DecideReturn, ADecisionClearsWhatAnEarlierCrashLeftPending) {
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
+TEST_F(DecideReturn, ADecisionClearsWhatAnEarlierCrashLeftPending) {
   decide_return(policy, entry, crash_at(kT0), rng);
   entry.pending_action = Action::delay;
   entry.pending_delay_ms = 2000;
@@ -98,12 +88,9 @@ TEST(DecideReturn, ADecisionClearsWhatAnEarlierCrashLeftPending) {
   EXPECT_EQ(entry.pending_delay_ms, 0u);
 }
 
-TEST(DecideReturn, DelayedRequeueUsesExponentialBackoff) {
-  Policy policy = five_redeliveries();
+TEST_F(DecideReturn, DelayedRequeueUsesExponentialBackoff) {
   policy.max_redeliveries = 20;
   policy.requeue = RequeueMode::delayed;
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
   const std::int64_t expected_seconds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600};
   for (std::uint32_t n = 1; n <= 12; ++n) {
     const Decision decision = decide_return(policy, entry, nack_at(kT0 + n * kApart), rng);
@@ -113,14 +100,12 @@ TEST(DecideReturn, DelayedRequeueUsesExponentialBackoff) {
   }
 }
 
-TEST(DecideReturn, JitteredDelaysAreRoundedToTiers) {
-  Policy policy = five_redeliveries();
+TEST_F(DecideReturn, JitteredDelaysAreRoundedToTiers) {
   policy.max_redeliveries = 20;
   policy.requeue = RequeueMode::delayed;
   policy.backoff.jitter = Backoff::Jitter::full;
-  std::mt19937_64 rng(99);
+  rng.seed(99);
   std::mt19937_64 replay(99);
-  TrackerEntry entry;
   for (std::uint32_t n = 1; n <= 12; ++n) {
     const Decision decision = decide_return(policy, entry, nack_at(kT0 + n * kApart), rng);
     const Millis expected = delay_tier(backoff_delay(policy.backoff, n, replay), false);
@@ -130,10 +115,7 @@ TEST(DecideReturn, JitteredDelaysAreRoundedToTiers) {
   }
 }
 
-TEST(DecideReturn, TooManyReturnsInTheWindowAreDelayed) {
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
+TEST_F(DecideReturn, TooManyReturnsInTheWindowAreDelayed) {
   for (std::uint32_t n = 1; n <= 3; ++n) {
     EXPECT_EQ(decide_return(policy, entry, nack_at(kT0 + n), rng).action, Action::forward);
   }
@@ -151,10 +133,7 @@ TEST(DecideReturn, TooManyReturnsInTheWindowAreDelayed) {
   EXPECT_EQ(entry.returns, 5u);
 }
 
-TEST(DecideReturn, OutageDelaysWithoutSpendingTheBudget) {
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
+TEST_F(DecideReturn, OutageDelaysWithoutSpendingTheBudget) {
   decide_return(policy, entry, nack_at(kT0), rng);
   decide_return(policy, entry, nack_at(kT0 + kApart), rng);
   ASSERT_EQ(entry.returns, 2u);
@@ -180,10 +159,7 @@ TEST(DecideReturn, OutageDelaysWithoutSpendingTheBudget) {
   EXPECT_EQ(after.returns, 3u);
 }
 
-TEST(DecideReturn, OutageTakesALargerHeaderCountButNeverDeadLetters) {
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
+TEST_F(DecideReturn, OutageTakesALargerHeaderCountButNeverDeadLetters) {
   const Decision first = decide_return(policy, entry, outage_at(kT0), rng);
   EXPECT_EQ(first.action, Action::delay);
   EXPECT_EQ(first.delay, Millis(1000));  // attempt at least 1
@@ -196,10 +172,7 @@ TEST(DecideReturn, OutageTakesALargerHeaderCountButNeverDeadLetters) {
   EXPECT_EQ(entry.returns, 9u);
 }
 
-TEST(DecideReturn, LargerHeaderCountIsTaken) {
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
+TEST_F(DecideReturn, LargerHeaderCountIsTaken) {
   const Decision decision = decide_return(policy, entry, nack_at(kT0, 7), rng);
   EXPECT_EQ(decision.action, Action::dead_letter);
   EXPECT_EQ(decision.reason, DeadLetterReason::max_redeliveries);
@@ -265,27 +238,21 @@ TEST(CountBase, AnUncountedRedeliveryStandsForNoReturn) {
   EXPECT_EQ(count_base(nullptr, carried), 3u);
 }
 
-TEST(DecideReturn, BrokerCountIgnoredOnceTheMessageHasARecord) {
+TEST_F(DecideReturn, BrokerCountIgnoredOnceTheMessageHasARecord) {
   // A quorum queue counted every crash return of every prefetched message: an innocent message
   // that nackguard saw returned once carries x-delivery-count 4. It is not dead-lettered.
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
   EXPECT_EQ(decide_return(policy, entry, crash_at(kT0), rng).returns, 1u);
   const Decision second = decide_return(policy, entry, quorum_nack_at(kT0 + kApart, 9), rng);
   EXPECT_EQ(second.action, Action::forward);
   EXPECT_EQ(second.returns, 2u);
 }
 
-TEST(DecideReturn, BrokerCountNotTakenWithoutARecordEither) {
+TEST_F(DecideReturn, BrokerCountNotTakenWithoutARecordEither) {
   // Issue 37, defect 1: a message held back behind a crash suspect carries the broker's count of
   // every crash that returned it; nackguard had no record of it and took that count.
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry fresh;
   ReturnEvent event = quorum_nack_at(kT0, 5);
   event.carried.redelivered = true;
-  const Decision decision = decide_return(policy, fresh, event, rng);
+  const Decision decision = decide_return(policy, entry, event, rng);
   EXPECT_EQ(decision.action, Action::forward);
   EXPECT_EQ(decision.returns, 2u);  // the flag's one, and this one
   TrackerEntry in_outage;
@@ -298,10 +265,7 @@ TEST(DecideReturn, BrokerCountNotTakenWithoutARecordEither) {
 }
 
 // x-nackguard-deliveries: every return ends a delivery, counted towards the limit or not.
-TEST(DecideReturn, DeliveriesCountEveryReturnOutagesAndCrashesIncluded) {
-  const Policy policy = five_redeliveries();
-  std::mt19937_64 rng(1);
-  TrackerEntry entry;
+TEST_F(DecideReturn, DeliveriesCountEveryReturnOutagesAndCrashesIncluded) {
   EXPECT_EQ(decide_return(policy, entry, nack_at(kT0), rng).deliveries, 1u);
   const Decision in_outage = decide_return(policy, entry, outage_at(kT0 + kApart), rng);
   EXPECT_EQ(in_outage.returns, 1u);     // not counted towards the limit ...
@@ -312,15 +276,14 @@ TEST(DecideReturn, DeliveriesCountEveryReturnOutagesAndCrashesIncluded) {
   EXPECT_EQ(deliveries_before(&entry, {}), 3u);
 }
 
-TEST(DecideReturn, DeliveriesWithoutARecordComeFromTheHeaders) {
-  std::mt19937_64 rng(1);
+TEST_F(DecideReturn, DeliveriesWithoutARecordComeFromTheHeaders) {
   // A copy delivered 4 times before it was copied, and returned twice since by a quorum queue.
   CarriedCount carried{.nackguard = 4, .broker = 2, .from_quorum_queue = true, .deliveries = 4};
-  TrackerEntry entry, known{.returns = 9, .last_return_ms = kT0, .deliveries = 12};
+  TrackerEntry known{.returns = 9, .last_return_ms = kT0, .deliveries = 12};
   ReturnEvent event{.wall_ms = kT0, .steady_ms = kT0, .carried = carried};
-  EXPECT_EQ(decide_return(five_redeliveries(), entry, event, rng).deliveries, 4u + 2u + 1u);
+  EXPECT_EQ(decide_return(policy, entry, event, rng).deliveries, 4u + 2u + 1u);
   // A record of more wins over the headers.
-  EXPECT_EQ(decide_return(five_redeliveries(), known, event, rng).deliveries, 13u);
+  EXPECT_EQ(decide_return(policy, known, event, rng).deliveries, 13u);
   carried.deliveries = std::numeric_limits<std::uint32_t>::max();  // saturates, never wraps
   EXPECT_EQ(deliveries_before(nullptr, carried), std::numeric_limits<std::uint32_t>::max());
 }

@@ -13,10 +13,6 @@ namespace {
 
 using test::kT0;
 
-Policy three_redeliveries() {
-  return test::immediate_policy(3, 100);
-}
-
 ReturnEvent requeue(CarriedCount carried, std::int64_t now = kT0) {
   return ReturnEvent{.wall_ms = now, .steady_ms = now, .carried = carried};
 }
@@ -32,12 +28,9 @@ Circumstances classic() {
   return c;
 }
 
-class OutcomeTest : public ::testing::Test {
- protected:
-  Policy policy = three_redeliveries();
-  std::mt19937_64 rng{1};
-  TrackerEntry entry;
-};
+// A fresh message's outcomes under immediate_policy(3, 100): three redeliveries, and 100
+// returns allowed in the rate window.
+class OutcomeTest : public test::DecisionTest<3, 100> {};
 
 // ---- a consumer's requeue ----
 
