@@ -99,6 +99,19 @@ class CountModel : public ::testing::Test {
       broker.copy(out.decision);
     }
   }
+  // A poison that kills every consumer that holds it, delivered by three sidecars in turn: the
+  // broker once it dead-lettered it, or after 100 turns. `quorum`: from a quorum queue.
+  Broker crash_loop(const Policy& policy, bool quorum) {
+    Broker broker;
+    broker.quorum = quorum;
+    std::vector<Sidecar> sidecars(3);
+    for (std::size_t turn = 0; !broker.dead_lettered && turn < 100; ++turn) {
+      Sidecar& sidecar = sidecars[turn % sidecars.size()];
+      bool suspect = false;
+      if (deliver(policy, sidecar, broker, &suspect)) crash(policy, sidecar, broker, suspect);
+    }
+    return broker;
+  }
   // A poison that every consumer nacks, delivered by the sidecars in turn.
   int nack_loop(const Policy& policy, std::vector<Sidecar>& sidecars) {
     Broker broker;
@@ -178,14 +191,7 @@ TEST_F(CountModel, ACrashLoopAcrossSidecarsIsCountedExactly) {
   // goes to another consumer, behind another sidecar. It is in the consumer's hands with
   // others (its prefetch) unless it is a suspect, handed out alone.
   for (std::uint32_t max = 0; max <= 6; ++max) {
-    const Policy policy = immediate(max);
-    Broker broker;
-    std::vector<Sidecar> sidecars(3);
-    for (std::size_t turn = 0; !broker.dead_lettered && turn < 100; ++turn) {
-      Sidecar& sidecar = sidecars[turn % sidecars.size()];
-      bool suspect = false;
-      if (deliver(policy, sidecar, broker, &suspect)) crash(policy, sidecar, broker, suspect);
-    }
+    const Broker broker = crash_loop(immediate(max), false);
     EXPECT_TRUE(broker.dead_lettered) << max;
     // The first crash holds its prefetch, the second too on another sidecar that knew nothing
     // of the first; a crash with others in hand counts but never dead-letters. From
@@ -206,15 +212,7 @@ TEST_F(CountModel, ACrashLoopAcrossSidecarsOnAQuorumQueueIsIsolatedAtTheFirstCra
   circumstances.broker_limit = kAssumedBrokerLimit;
   circumstances.quorum_queue = true;
   for (std::uint32_t max = 0; max <= 6; ++max) {
-    const Policy policy = immediate(max);
-    Broker broker;
-    broker.quorum = true;
-    std::vector<Sidecar> sidecars(3);
-    for (std::size_t turn = 0; !broker.dead_lettered && turn < 100; ++turn) {
-      Sidecar& sidecar = sidecars[turn % sidecars.size()];
-      bool suspect = false;
-      if (deliver(policy, sidecar, broker, &suspect)) crash(policy, sidecar, broker, suspect);
-    }
+    const Broker broker = crash_loop(immediate(max), true);
     EXPECT_TRUE(broker.dead_lettered) << max;
     EXPECT_EQ(broker.deliveries, static_cast<int>(std::max(max, 1u)) + 1) << max;
   }
