@@ -28,10 +28,25 @@ void give_back(QueueHealth& health, std::string_view queue, int n, std::int64_t 
   for (int i = 0; i < n; ++i) health.on_return(queue, limits(), now_ms, first + i);
 }
 
+// `delivered` first deliveries, then the returns of `returned` of them (give_back), at `now_ms`.
+void deliver_and_give_back(QueueHealth& health, std::string_view queue, int delivered, int returned,
+                           std::int64_t now_ms) {
+  deliver(health, queue, delivered, now_ms);
+  give_back(health, queue, returned, now_ms);
+}
+
+// The window's distinct messages and returns, the outage state and whether it flipped.
+void expect_health(const HealthChange& got, std::uint64_t messages, std::uint64_t returned,
+                   bool outage, bool changed) {
+  EXPECT_EQ(got.messages, messages);
+  EXPECT_EQ(got.returned, returned);
+  EXPECT_EQ(got.outage, outage);
+  EXPECT_EQ(got.changed, changed);
+}
+
 TEST(QueueHealth, EntersOutageAboveTheRatio) {
   QueueHealth health;
-  deliver(health, "q", 20, kT0);
-  give_back(health, "q", 10, kT0);
+  deliver_and_give_back(health, "q", 20, 10, kT0);
   HealthChange at_ratio = health.state("q", limits(), kT0);
   EXPECT_FALSE(at_ratio.outage);  // 10/20 is not above 0.5
   EXPECT_DOUBLE_EQ(at_ratio.ratio, 0.5);
@@ -100,8 +115,7 @@ TEST(QueueHealth, NoOutageBelowMinMessages) {
 
 TEST(QueueHealth, LeavesOnlyWellBelowTheRatio) {
   QueueHealth health;
-  deliver(health, "q", 20, kT0);
-  give_back(health, "q", 11, kT0);
+  deliver_and_give_back(health, "q", 20, 11, kT0);
   ASSERT_TRUE(health.state("q", limits(), kT0).outage);
 
   // 11/22 = 0.5 is at the threshold: an outage that started stays (hysteresis) until the
@@ -121,8 +135,7 @@ TEST(QueueHealth, LeavesOnlyWellBelowTheRatio) {
 
 TEST(QueueHealth, RatioHoveringAtTheThresholdDoesNotFlap) {
   QueueHealth health;
-  deliver(health, "q", 20, kT0);
-  give_back(health, "q", 11, kT0);
+  deliver_and_give_back(health, "q", 20, 11, kT0);
   ASSERT_TRUE(health.state("q", limits(), kT0).outage);
   int flips = 0;
   std::uint64_t next = 100;
@@ -141,8 +154,7 @@ TEST(QueueHealth, RatioHoveringAtTheThresholdDoesNotFlap) {
 
 TEST(QueueHealth, OutageLeavesWhenFewerThanHalfTheMinimumRemain) {
   QueueHealth health;
-  deliver(health, "q", 20, kT0);
-  give_back(health, "q", 20, kT0);
+  deliver_and_give_back(health, "q", 20, 20, kT0);
   ASSERT_TRUE(health.state("q", limits(), kT0).outage);
   // 5 s later the kT0 buckets are still in; at kT0 + 10 s they are gone, 9 new messages
   // remain, all returned: fewer than half of min_messages.
@@ -150,15 +162,12 @@ TEST(QueueHealth, OutageLeavesWhenFewerThanHalfTheMinimumRemain) {
   give_back(health, "q", 9, kT0 + 5'000, 100);
   EXPECT_TRUE(health.state("q", limits(), kT0 + 9'999).outage);
   const HealthChange slid = health.state("q", limits(), kT0 + 10'000);
-  EXPECT_EQ(slid.messages, 9u);
-  EXPECT_FALSE(slid.outage);
-  EXPECT_TRUE(slid.changed);
+  expect_health(slid, 9, 9, false, true);
 }
 
 TEST(QueueHealth, WindowSlidesPastOldBuckets) {
   QueueHealth health;
-  deliver(health, "q", 20, kT0);
-  give_back(health, "q", 15, kT0);
+  deliver_and_give_back(health, "q", 20, 15, kT0);
   ASSERT_TRUE(health.on_delivery("q", limits(), kT0).outage);
 
   // The bucket of kT0 counts for 20 buckets: up to kT0 + 9999 ms.
@@ -168,10 +177,7 @@ TEST(QueueHealth, WindowSlidesPastOldBuckets) {
   EXPECT_EQ(last_moment.messages, 21u);
 
   const HealthChange slid = health.state("q", limits(), kT0 + 10'000);
-  EXPECT_FALSE(slid.outage);
-  EXPECT_TRUE(slid.changed);
-  EXPECT_EQ(slid.messages, 0u);
-  EXPECT_EQ(slid.returned, 0u);
+  expect_health(slid, 0, 0, false, true);
   EXPECT_EQ(health.stats().messages, 0u);  // the hashes went with their buckets
 }
 
@@ -247,8 +253,7 @@ TEST(QueueHealth, AfterMaxOutageReturnsCountAgain) {
 
 TEST(QueueHealth, MessageHashesStayWithinTheirBound) {
   QueueHealth health(10, 5);
-  deliver(health, "q", 20, kT0);
-  give_back(health, "q", 8, kT0);
+  deliver_and_give_back(health, "q", 20, 8, kT0);
   HealthStats stats = health.stats();
   EXPECT_EQ(stats.messages, 5u);
   EXPECT_EQ(stats.messages_dropped, 3u);
@@ -279,28 +284,21 @@ TEST(QueueHealth, PartlySlidWindowDropsOnlyOldBuckets) {
   ASSERT_TRUE(health.on_delivery("q", limits(), kT0 + 5'000).outage);
 
   const HealthChange after = health.on_delivery("q", limits(), kT0 + 10'000);
-  EXPECT_EQ(after.messages, 12u);  // the 10 of kT0 are gone
-  EXPECT_EQ(after.returned, 11u);
-  EXPECT_TRUE(after.outage);  // 12 messages, at least half the minimum, and 11/12 returned
-  EXPECT_FALSE(after.changed);
+  // The 10 of kT0 are gone: 12 messages, at least half the minimum, and 11/12 returned.
+  expect_health(after, 12, 11, true, false);
 
   // Long after, a ring slot that comes round again starts from zero.
   const HealthChange much_later = health.on_delivery("q", limits(), kT0 + 5'000 + 10 * 10'000);
-  EXPECT_EQ(much_later.messages, 1u);
-  EXPECT_EQ(much_later.returned, 0u);
-  EXPECT_FALSE(much_later.outage);
-  EXPECT_TRUE(much_later.changed);
+  expect_health(much_later, 1, 0, false, true);
 }
 
 TEST(QueueHealth, QueuesAreIndependent) {
   QueueHealth health;
-  deliver(health, "a", 20, kT0);
-  give_back(health, "a", 20, kT0);
+  deliver_and_give_back(health, "a", 20, 20, kT0);
   deliver(health, "b", 20, kT0);
   EXPECT_TRUE(health.on_delivery("a", limits(), kT0).outage);
   EXPECT_FALSE(health.on_delivery("b", limits(), kT0).outage);
-  deliver(health, "c", 20, kT0);
-  give_back(health, "c", 20, kT0);
+  deliver_and_give_back(health, "c", 20, 20, kT0);
   EXPECT_EQ(health.queues_in_outage(), (std::vector<std::string>{"a", "c"}));
 }
 
@@ -332,8 +330,7 @@ TEST(QueueHealth, ForgetsTheLeastRecentlySeenQueueBeyondMax) {
 
 TEST(QueueHealth, NewWindowLengthStartsOver) {
   QueueHealth health;
-  deliver(health, "q", 20, kT0);
-  give_back(health, "q", 20, kT0);
+  deliver_and_give_back(health, "q", 20, 20, kT0);
   RateLimits longer = limits();
   longer.window = Millis(60'000);
   const HealthChange change = health.on_delivery("q", longer, kT0);
