@@ -25,6 +25,15 @@ void count_return(TrackerEntry& entry) {
   ++entry.returns;
 }
 
+// The tracker's entries, and how many it evicted and expired.
+void expect_stats(const Tracker& tracker, std::size_t entries, std::uint64_t evictions,
+                  std::uint64_t expiries) {
+  const TrackerStats stats = tracker.stats();
+  EXPECT_EQ(stats.entries, entries);
+  EXPECT_EQ(stats.evictions, evictions);
+  EXPECT_EQ(stats.expiries, expiries);
+}
+
 TEST(MakeKey, IsXxh3Over128BitsOfQueueNulIdentity) {
   const std::string joined("orders\0abc", 10);
   const XXH128_hash_t expected = XXH3_128bits(joined.data(), joined.size());
@@ -67,10 +76,7 @@ TEST(Tracker, UpsertFindErase) {
   tracker.erase(key(1));  // erasing an absent key is harmless
   EXPECT_EQ(tracker.upsert(key(1), kT0, count_return).returns, 1u);  // starts from zero again
 
-  const TrackerStats stats = tracker.stats();
-  EXPECT_EQ(stats.entries, 2u);
-  EXPECT_EQ(stats.evictions, 0u);
-  EXPECT_EQ(stats.expiries, 0u);
+  expect_stats(tracker, 2, 0, 0);
 }
 
 TEST(Tracker, UpsertReturnsCopyAfterUpdate) {
@@ -109,10 +115,7 @@ TEST(Tracker, EvictsLeastRecentlyUpsertedAndFindDoesNotRefresh) {
   EXPECT_TRUE(tracker.find(key(5), kT0 + 8));
   EXPECT_EQ(tracker.find(key(2), kT0 + 8)->returns, 2u);
 
-  const TrackerStats stats = tracker.stats();
-  EXPECT_EQ(stats.entries, 3u);
-  EXPECT_EQ(stats.evictions, 2u);
-  EXPECT_EQ(stats.expiries, 0u);
+  expect_stats(tracker, 3, 2, 0);
 }
 
 TEST(Tracker, IdleEntriesExpire) {
@@ -150,10 +153,7 @@ TEST(Tracker, ExpiredTailIsAnExpiryNotAnEviction) {
   tracker.upsert(key(1), kT0, count_return);
   tracker.upsert(key(2), kT0 + 600, count_return);
   tracker.upsert(key(3), kT0 + 1200, count_return);  // full, but 1 expired: no eviction
-  const TrackerStats stats = tracker.stats();
-  EXPECT_EQ(stats.entries, 2u);
-  EXPECT_EQ(stats.expiries, 1u);
-  EXPECT_EQ(stats.evictions, 0u);
+  expect_stats(tracker, 2, 0, 1);
 }
 
 TEST(Tracker, ZeroTtlNeverExpires) {
@@ -165,10 +165,7 @@ TEST(Tracker, ZeroTtlNeverExpires) {
 TEST(Tracker, MillionIdentitiesKeepExactlyMaxEntries) {
   Tracker tracker(100'000, hours(1));
   for (std::uint64_t i = 0; i < 1'000'000; ++i) tracker.upsert(key(i), kT0, count_return);
-  const TrackerStats stats = tracker.stats();
-  EXPECT_EQ(stats.entries, 100'000u);
-  EXPECT_EQ(stats.evictions, 900'000u);
-  EXPECT_EQ(stats.expiries, 0u);
+  expect_stats(tracker, 100'000, 900'000, 0);
   // The most recent survive, the oldest are gone.
   for (std::uint64_t i = 999'000; i < 1'000'000; ++i) ASSERT_TRUE(tracker.find(key(i), kT0)) << i;
   for (std::uint64_t i = 0; i < 1000; ++i) ASSERT_FALSE(tracker.find(key(i), kT0)) << i;
