@@ -89,6 +89,13 @@ struct Batch {
   std::vector<std::size_t> tag_offsets;
   std::vector<std::size_t> frame_ends;  // for feeding frame by frame
 
+  // Appends one piece for feed_frame_by_frame: a method frame and its content frames, if any.
+  void add(const Bytes& method_frame, const Bytes& content = {}) {
+    append(bytes, method_frame);
+    append(bytes, content);
+    frame_ends.push_back(bytes.size());
+  }
+
   void renumber(std::uint64_t first_tag) {
     for (std::size_t i = 0; i < tag_offsets.size(); ++i)
       put_u64(bytes, tag_offsets[i], first_tag + i);
@@ -99,19 +106,17 @@ constexpr std::size_t kFrameHeader = 7;
 constexpr std::size_t kMethodIds = 4;
 
 Batch deliveries() {
-  Batch batch;
   const Bytes content = content_frames(kChannel);
+  amqp::BasicDeliver deliver;
+  deliver.consumer_tag = kConsumerTag;
+  deliver.exchange = "";
+  deliver.routing_key = kQueue;
+  Batch batch;
   for (std::size_t i = 0; i < kBatch; ++i) {
-    amqp::BasicDeliver deliver;
-    deliver.consumer_tag = kConsumerTag;
     deliver.delivery_tag = i + 1;
-    deliver.exchange = "";
-    deliver.routing_key = kQueue;
     batch.tag_offsets.push_back(batch.bytes.size() + kFrameHeader + kMethodIds + 1 +
                                 kConsumerTag.size());
-    append(batch.bytes, method(kChannel, deliver));
-    append(batch.bytes, content);
-    batch.frame_ends.push_back(batch.bytes.size());
+    batch.add(method(kChannel, deliver), content);
   }
   return batch;
 }
@@ -120,22 +125,19 @@ Batch acks() {
   Batch batch;
   for (std::size_t i = 0; i < kBatch; ++i) {
     batch.tag_offsets.push_back(batch.bytes.size() + kFrameHeader + kMethodIds);
-    append(batch.bytes, method(kChannel, amqp::BasicAck{i + 1, false}));
-    batch.frame_ends.push_back(batch.bytes.size());
+    batch.add(method(kChannel, amqp::BasicAck{i + 1, false}));
   }
   return batch;
 }
 
+// kBatch times the same publish: it has no tag to renumber.
 Batch publishes() {
-  Batch batch;
+  amqp::BasicPublish publish;
+  publish.routing_key = kQueue;
+  const Bytes frame = method(kChannel, publish);
   const Bytes content = content_frames(kChannel);
-  for (std::size_t i = 0; i < kBatch; ++i) {
-    amqp::BasicPublish publish;
-    publish.routing_key = kQueue;
-    append(batch.bytes, method(kChannel, publish));
-    append(batch.bytes, content);
-    batch.frame_ends.push_back(batch.bytes.size());
-  }
+  Batch batch;
+  for (std::size_t i = 0; i < kBatch; ++i) batch.add(frame, content);
   return batch;
 }
 
@@ -203,11 +205,20 @@ bool open_session(Session& session) {
   return session.is_open() && session.channel(kChannel) != nullptr;
 }
 
-// The production observer and everything it shares, with the default policy.
+// Session options whose retained bodies count against `context`'s budget.
+SessionOptions budgeted_by(retry::GuardContext& context) {
+  SessionOptions options;
+  options.body_budget = &context.budget();
+  return options;
+}
+
+// The production observer and everything it shares, with the default policy, and a session it
+// observes (not yet opened: open_session).
 struct GuardRig {
   retry::GuardContext context{retry::GuardSettings{}, std::make_shared<const retry::PolicySet>(),
                               nullptr};
   Guard guard{context, 1};
+  Session session{guarded(budgeted_by(context), context), &guard};
 };
 
 void set_rates(benchmark::State& state, std::size_t frames_per_batch, std::size_t bytes) {
@@ -238,64 +249,45 @@ void BM_FrameDecoder_Deliveries(benchmark::State& state) {
 }
 BENCHMARK(BM_FrameDecoder_Deliveries);
 
-// Deliveries from the broker in 64 KiB reads, then one read per basic.ack from the client.
-void consume_loop(benchmark::State& state, Session& session) {
-  Batch deliver = deliveries();
-  Batch ack = acks();
+// Opens `session`, then each iteration: `reads` from `from` in 64 KiB reads, then `replies`
+// from the other side one frame per read, both renumbered from the next tag on.
+void read_reply_loop(benchmark::State& state, Session& session, Side from, Batch reads,
+                     Batch replies) {
+  if (!open_session(session)) return state.SkipWithError("handshake failed");
   Bytes scratch;
   std::uint64_t next_tag = 1;
   for (auto _ : state) {
-    deliver.renumber(next_tag);
-    ack.renumber(next_tag);
+    reads.renumber(next_tag);  // publishes carry no tag: nothing to do
+    replies.renumber(next_tag);
     next_tag += kBatch;
-    feed_in_reads(session, Side::broker, deliver.bytes);
+    feed_in_reads(session, from, reads.bytes);
     drain(session, scratch);
-    feed_frame_by_frame(session, Side::client, ack);
+    feed_frame_by_frame(session, other(from), replies);
     drain(session, scratch);
   }
   const ChannelState* ch = session.channel(kChannel);
   if (ch == nullptr) state.SkipWithError("channel 1 is gone: the stream was refused");
-  set_rates(state, 4 * kBatch, deliver.bytes.size() + ack.bytes.size());
+  set_rates(state, 4 * kBatch, reads.bytes.size() + replies.bytes.size());
 }
 
+// Deliveries from the broker in 64 KiB reads, then one read per basic.ack from the client.
 void BM_Session_DeliverAck_TrivialObserver(benchmark::State& state) {
   SessionObserver trivial;
   Session session(SessionOptions{}, &trivial);
-  if (!open_session(session)) return state.SkipWithError("handshake failed");
-  consume_loop(state, session);
+  read_reply_loop(state, session, Side::broker, deliveries(), acks());
 }
 BENCHMARK(BM_Session_DeliverAck_TrivialObserver);
 
 void BM_Session_DeliverAck_Guard(benchmark::State& state) {
   GuardRig rig;
-  SessionOptions options;
-  options.body_budget = &rig.context.budget();
-  Session session(guarded(options, rig.context), &rig.guard);
-  if (!open_session(session)) return state.SkipWithError("handshake failed");
-  consume_loop(state, session);
+  read_reply_loop(state, rig.session, Side::broker, deliveries(), acks());
 }
 BENCHMARK(BM_Session_DeliverAck_Guard);
 
 // Publishes from the client in 64 KiB reads, then the broker's confirm for each.
 void BM_Session_PublishConfirm_Guard(benchmark::State& state) {
   GuardRig rig;
-  SessionOptions options;
-  options.body_budget = &rig.context.budget();
-  Session session(guarded(options, rig.context), &rig.guard);
-  if (!open_session(session)) return state.SkipWithError("handshake failed");
-  const Batch publish = publishes();
-  Batch confirm = acks();
-  Bytes scratch;
-  std::uint64_t next_tag = 1;
-  for (auto _ : state) {
-    confirm.renumber(next_tag);
-    next_tag += kBatch;
-    feed_in_reads(session, Side::client, publish.bytes);
-    drain(session, scratch);
-    feed_frame_by_frame(session, Side::broker, confirm);
-    drain(session, scratch);
-  }
-  set_rates(state, 4 * kBatch, publish.bytes.size() + confirm.bytes.size());
+  read_reply_loop(state, rig.session, Side::client, publishes(), acks());
 }
 BENCHMARK(BM_Session_PublishConfirm_Guard);
 
@@ -307,9 +299,7 @@ void BM_Session_DeliverAck_Guard_RelayReads(benchmark::State& state) {
   const bool ahead = state.range(0) != 0;
   const bool lone = state.range(1) != 0;
   GuardRig rig;
-  SessionOptions options;
-  options.body_budget = &rig.context.budget();
-  Session session(guarded(options, rig.context), &rig.guard);
+  Session& session = rig.session;
   if (!open_session(session)) return state.SkipWithError("handshake failed");
   Batch deliver = deliveries();
   Batch ack = acks();
