@@ -8,14 +8,10 @@ constexpr auto kPoll = std::chrono::milliseconds(200);
 
 Consumer::Consumer(const Options& options, std::string queue, std::uint32_t index,
                    std::uint64_t expected, Progress& progress)
-    : options_(options),
-      queue_(std::move(queue)),
-      index_(index),
-      expected_(expected),
-      progress_(progress) {}
+    : Connection(options, std::move(queue), index, progress), expected_(expected) {}
 
 void Consumer::connect() {
-  link_ = std::make_unique<AmqpLink>(options_, connection_port(options_, index_));
+  open_link();
   link_->qos(options_.prefetch);
 }
 

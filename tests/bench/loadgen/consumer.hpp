@@ -7,13 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "loadgen/amqp_link.hpp"
-#include "loadgen/options.hpp"
-#include "loadgen/run_state.hpp"
+#include "loadgen/connection.hpp"
 
 namespace nackguard::bench {
 
-class Consumer {
+class Consumer : public Connection {
  public:
   Consumer(const Options& options, std::string queue, std::uint32_t index, std::uint64_t expected,
            Progress& progress);
@@ -21,7 +19,6 @@ class Consumer {
   void connect();
   void run();
 
-  Clock::time_point finished() const { return finished_; }
   // End-to-end latency of each first delivery, in nanoseconds.
   const std::vector<std::int64_t>& latencies() const { return latencies_; }
   std::uint64_t deliveries() const { return deliveries_; }
@@ -35,12 +32,7 @@ class Consumer {
   void on_delivery(const amqp_envelope_t& envelope, std::int64_t received_ns);
   void flush_acks();
 
-  const Options& options_;
-  std::string queue_;
-  std::uint32_t index_;  // the connection's, which picks its target
   std::uint64_t expected_;
-  Progress& progress_;
-  std::unique_ptr<AmqpLink> link_;
 
   std::vector<std::uint8_t> acked_;  // by sequence number in the queue
   std::vector<std::uint8_t> nacks_;  // nacks sent, by sequence number
@@ -52,7 +44,6 @@ class Consumer {
   std::uint64_t nacked_ = 0;
   std::uint64_t duplicates_ = 0;
   std::uint64_t redelivered_ = 0;
-  Clock::time_point finished_{};
 };
 
 }  // namespace nackguard::bench

@@ -10,15 +10,12 @@ constexpr auto kPoll = std::chrono::milliseconds(200);
 
 Publisher::Publisher(const Options& options, std::string queue, std::uint32_t index,
                      std::uint64_t messages, std::string run_id, Progress& progress)
-    : options_(options),
-      queue_(std::move(queue)),
-      index_(index),
+    : Connection(options, std::move(queue), index, progress),
       messages_(messages),
-      run_id_(std::move(run_id)),
-      progress_(progress) {}
+      run_id_(std::move(run_id)) {}
 
 void Publisher::connect() {
-  link_ = std::make_unique<AmqpLink>(options_, connection_port(options_, index_));
+  open_link();
   link_->confirm_select();
 }
 

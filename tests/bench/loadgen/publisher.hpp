@@ -7,13 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "loadgen/amqp_link.hpp"
-#include "loadgen/options.hpp"
-#include "loadgen/run_state.hpp"
+#include "loadgen/connection.hpp"
 
 namespace nackguard::bench {
 
-class Publisher {
+class Publisher : public Connection {
  public:
   Publisher(const Options& options, std::string queue, std::uint32_t index, std::uint64_t messages,
             std::string run_id, Progress& progress);
@@ -22,7 +20,6 @@ class Publisher {
   // Publishes every message, then waits for the last confirm. `start` paces a --rate run.
   void run(Clock::time_point start);
 
-  Clock::time_point finished() const { return finished_; }
   std::uint64_t broker_nacks() const { return broker_nacks_; }
 
  private:
@@ -31,20 +28,14 @@ class Publisher {
   // Waits for a confirm (or up to `timeout`), then takes every one already read.
   void take_confirms(std::chrono::microseconds timeout);
 
-  const Options& options_;
-  std::string queue_;
-  std::uint32_t index_;
   std::uint64_t messages_;
   std::string run_id_;
-  Progress& progress_;
-  std::unique_ptr<AmqpLink> link_;
 
   std::vector<std::uint8_t> confirmed_;  // by publish sequence number (the delivery tag)
   std::uint64_t lowest_unconfirmed_ = 1;
   std::uint64_t published_ = 0;
   std::uint64_t confirmed_count_ = 0;
   std::uint64_t broker_nacks_ = 0;
-  Clock::time_point finished_{};
 };
 
 }  // namespace nackguard::bench
