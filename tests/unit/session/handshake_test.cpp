@@ -70,69 +70,99 @@ TEST(SessionHandshake, BadHeaderByteArrivingLateIsRefused) {
   expect_refused(link);
 }
 
-TEST(SessionHandshake, TuneOffersTheClientOneChannelLess) {
-  Link link;
-  HandshakeResult r = handshake(
-      link, {.broker_channel_max = 2047, .broker_frame_max = 131072, .broker_heartbeat = 60});
-  EXPECT_EQ(r.client_saw.channel_max, 2046);
-  EXPECT_EQ(r.client_saw.frame_max, 131072u);
-  EXPECT_EQ(r.client_saw.heartbeat, 60);
-  // The client took the offer; the broker hears of one channel more: the proxy's.
-  EXPECT_EQ(r.broker_saw.channel_max, 2047);
-  EXPECT_EQ(r.broker_saw.frame_max, 131072u);
-  EXPECT_EQ(r.broker_saw.heartbeat, 60);
-  EXPECT_EQ(link.session.reserved_channel(), std::optional<std::uint16_t>(2047));
-  EXPECT_EQ(link.session.frame_max(), 131072u);
-  EXPECT_EQ(link.session.heartbeat_seconds(), 60);
-}
+// The tune pair: the client is offered one channel less than the broker's limit (the last is
+// the proxy's), the broker hears of the client's limit plus that one, frame_max is capped by
+// SessionOptions::max_frame_bytes (1 MiB unless set) and the heartbeat is the client's answer.
+// The session keeps what the broker heard: its reserved channel, frame_max and heartbeat.
+struct TuneCase {
+  const char* name;
+  std::uint32_t max_frame_bytes;
+  HandshakeParams params;
+  ConnectionTune client_saw;    // the tune the proxy wrote to the client
+  ConnectionTuneOk broker_saw;  // the tune-ok the proxy wrote to the broker
+};
 
-TEST(SessionHandshake, BrokerWithoutChannelLimitOffers65534) {
-  Link link;
-  HandshakeResult r = handshake(link, {.broker_channel_max = 0, .client_channel_max = 0});
-  EXPECT_EQ(r.client_saw.channel_max, 65534);
-  EXPECT_EQ(r.broker_saw.channel_max, 65535);
-  EXPECT_EQ(link.session.reserved_channel(), std::optional<std::uint16_t>(65535));
-}
+const TuneCase kTuneCases[] = {
+    {"the client took the offer; the broker hears of one channel more: the proxy's",
+     1048576,
+     {.broker_channel_max = 2047, .broker_frame_max = 131072, .broker_heartbeat = 60},
+     {2046, 131072, 60},
+     {{2047, 131072, 60}}},
+    {"a broker without channel limit offers 65534",
+     1048576,
+     {.broker_channel_max = 0, .client_channel_max = 0},
+     {65534, 131072, 60},
+     {{65535, 131072, 60}}},
+    {"the client's limit plus one reaches the broker",
+     1048576,
+     {.client_channel_max = 100},
+     {2046, 131072, 60},
+     {{101, 131072, 60}}},
+    {"a client without channel limit gets the offer",
+     1048576,
+     {.client_channel_max = 0},
+     {2046, 131072, 60},
+     {{2047, 131072, 60}}},
+    {"a client asking more than offered is held to the offer",
+     1048576,
+     {.client_channel_max = 2047},
+     {2046, 131072, 60},
+     {{2047, 131072, 60}}},
+    {"a broker with two channels leaves the client one",
+     1048576,
+     {.broker_channel_max = 2},
+     {1, 131072, 60},
+     {{2, 131072, 60}}},
+    // The client's "no limit" would let the broker send anything: the cap goes instead.
+    {"a broker without frame limit is capped by the options",
+     65536,
+     {.broker_frame_max = 0, .client_frame_max = 0},
+     {2046, 65536, 60},
+     {{2047, 65536, 60}}},
+    {"a broker above the cap is capped",
+     1048576,
+     {.broker_frame_max = 16u << 20},
+     {2046, 1048576, 60},
+     {{2047, 1048576, 60}}},
+    {"a client asking above the cap is capped",
+     65536,
+     {.broker_frame_max = 131072, .client_frame_max = 131072},
+     {2046, 65536, 60},
+     {{2047, 65536, 60}}},
+    {"a client below the offer keeps its frame_max",
+     1048576,
+     {.client_frame_max = 8192},
+     {2046, 131072, 60},
+     {{2047, 8192, 60}}},
+    {"the heartbeat is the client's answer",
+     1048576,
+     {.broker_heartbeat = 60, .client_heartbeat = 15},
+     {2046, 131072, 60},
+     {{2047, 131072, 15}}},
+};
 
-TEST(SessionHandshake, ClientLimitPlusOneReachesTheBroker) {
-  Link link;
-  HandshakeResult r = handshake(link, {.client_channel_max = 100});
-  EXPECT_EQ(r.client_saw.channel_max, 2046);
-  EXPECT_EQ(r.broker_saw.channel_max, 101);
-  EXPECT_EQ(link.session.reserved_channel(), std::optional<std::uint16_t>(101));
-}
-
-TEST(SessionHandshake, ClientWithoutChannelLimitGetsTheOffer) {
-  Link link;
-  HandshakeResult r = handshake(link, {.client_channel_max = 0});
-  EXPECT_EQ(r.broker_saw.channel_max, 2047);
-  EXPECT_EQ(link.session.reserved_channel(), std::optional<std::uint16_t>(2047));
-}
-
-TEST(SessionHandshake, ClientAskingMoreThanOfferedIsHeldToTheOffer) {
-  Link link;
-  HandshakeResult r = handshake(link, {.client_channel_max = 2047});
-  EXPECT_EQ(r.broker_saw.channel_max, 2047);
-  EXPECT_EQ(link.session.reserved_channel(), std::optional<std::uint16_t>(2047));
-}
-
-TEST(SessionHandshake, BrokerWithTwoChannelsLeavesTheClientOne) {
-  Link link;
-  HandshakeResult r = handshake(link, {.broker_channel_max = 2});
-  EXPECT_EQ(r.client_saw.channel_max, 1);
-  EXPECT_EQ(r.broker_saw.channel_max, 2);
-  EXPECT_EQ(link.session.reserved_channel(), std::optional<std::uint16_t>(2));
+TEST(SessionHandshake, TheTunePairIsRewrittenForTheReservedChannelAndTheFrameCap) {
+  for (const TuneCase& c : kTuneCases) {
+    SCOPED_TRACE(c.name);
+    Link link(SessionOptions{.max_frame_bytes = c.max_frame_bytes});
+    HandshakeResult r = handshake(link, c.params);
+    EXPECT_EQ(r.client_saw.channel_max, c.client_saw.channel_max);
+    EXPECT_EQ(r.client_saw.frame_max, c.client_saw.frame_max);
+    EXPECT_EQ(r.client_saw.heartbeat, c.client_saw.heartbeat);
+    EXPECT_EQ(r.broker_saw.channel_max, c.broker_saw.channel_max);
+    EXPECT_EQ(r.broker_saw.frame_max, c.broker_saw.frame_max);
+    EXPECT_EQ(r.broker_saw.heartbeat, c.broker_saw.heartbeat);
+    EXPECT_EQ(link.session.reserved_channel(),
+              std::optional<std::uint16_t>(c.broker_saw.channel_max));
+    EXPECT_EQ(link.session.frame_max(), c.broker_saw.frame_max);
+    EXPECT_EQ(link.session.heartbeat_seconds(), c.broker_saw.heartbeat);
+  }
 }
 
 TEST(SessionHandshake, BrokerWithOneChannelIsNotReservedAndTuneIsUnchanged) {
   Link link;
   HandshakeParams p{.broker_channel_max = 1, .broker_frame_max = 131072, .broker_heartbeat = 60};
-  HandshakeFrames f = handshake_frames(p, {});
-  link.client(protocol_header());
-  link.broker(f.start);
-  link.client(f.start_ok);
-  link.broker_bytes();
-  link.client_bytes();
+  HandshakeFrames f = begin_handshake(link, HandshakeStep::start_ok, p);
 
   link.broker(f.tune);
   EXPECT_EQ(link.client_bytes(), f.tune);
@@ -148,47 +178,6 @@ TEST(SessionHandshake, BrokerWithOneChannelIsNotReservedAndTuneIsUnchanged) {
   Bytes open = method(1, amqp::ChannelOpen{});
   link.client(open);
   EXPECT_EQ(link.broker_bytes(), cat({f.open, open}));
-}
-
-TEST(SessionHandshake, BrokerWithoutFrameLimitIsCappedByTheOptions) {
-  Link link(SessionOptions{.max_frame_bytes = 65536});
-  HandshakeResult r = handshake(link, {.broker_frame_max = 0, .client_frame_max = 0});
-  EXPECT_EQ(r.client_saw.frame_max, 65536u);
-  // The client's "no limit" would let the broker send anything: the cap goes instead.
-  EXPECT_EQ(r.broker_saw.frame_max, 65536u);
-  EXPECT_EQ(link.session.frame_max(), 65536u);
-}
-
-TEST(SessionHandshake, BrokerAboveTheCapIsCapped) {
-  Link link;  // max_frame_bytes defaults to 1 MiB
-  HandshakeResult r = handshake(link, {.broker_frame_max = 16u << 20});
-  EXPECT_EQ(r.client_saw.frame_max, 1048576u);
-  EXPECT_EQ(r.broker_saw.frame_max, 1048576u);
-  EXPECT_EQ(link.session.frame_max(), 1048576u);
-}
-
-TEST(SessionHandshake, ClientAskingAboveTheCapIsCapped) {
-  Link link(SessionOptions{.max_frame_bytes = 65536});
-  HandshakeResult r = handshake(link, {.broker_frame_max = 131072, .client_frame_max = 131072});
-  EXPECT_EQ(r.client_saw.frame_max, 65536u);
-  EXPECT_EQ(r.broker_saw.frame_max, 65536u);
-  EXPECT_EQ(link.session.frame_max(), 65536u);
-}
-
-TEST(SessionHandshake, ClientBelowTheOfferKeepsItsFrameMax) {
-  Link link;
-  HandshakeResult r = handshake(link, {.client_frame_max = 8192});
-  EXPECT_EQ(r.client_saw.frame_max, 131072u);
-  EXPECT_EQ(r.broker_saw.frame_max, 8192u);
-  EXPECT_EQ(link.session.frame_max(), 8192u);
-}
-
-TEST(SessionHandshake, HeartbeatIsTheClientsAnswer) {
-  Link link;
-  HandshakeResult r = handshake(link, {.broker_heartbeat = 60, .client_heartbeat = 15});
-  EXPECT_EQ(r.client_saw.heartbeat, 60);
-  EXPECT_EQ(r.broker_saw.heartbeat, 15);
-  EXPECT_EQ(link.session.heartbeat_seconds(), 15);
 }
 
 TEST(SessionHandshake, OtherHandshakeMethodsPassAsTheirOriginalBytes) {
@@ -230,12 +219,7 @@ TEST(SessionHandshake, OtherHandshakeMethodsPassAsTheirOriginalBytes) {
 
 TEST(SessionHandshake, AuthFailureCloseAndCloseOkEndTheSession) {
   Link link;
-  HandshakeFrames f = handshake_frames({}, {});
-  link.client(protocol_header());
-  link.broker(f.start);
-  link.client(f.start_ok);
-  link.client_bytes();
-  link.broker_bytes();
+  begin_handshake(link, HandshakeStep::start_ok);
   amqp::ConnectionClose close;
   close.reply_code = 403;
   close.reply_text = "ACCESS_REFUSED - Login was refused";

@@ -239,11 +239,7 @@ TEST(SessionMalformedStream, FrameOfExactlyFrameMaxPasses) {
 
 TEST(SessionMalformedStream, BrokerBreakingTheHandshakeIsClosedWithoutTellingTheClient) {
   Link link;
-  HandshakeFrames f = handshake_frames({}, {});
-  link.client(protocol_header());
-  link.broker(f.start);
-  link.client_bytes();
-  link.broker_bytes();
+  HandshakeFrames f = begin_handshake(link, HandshakeStep::start);
   link.broker(with_end_octet(f.tune, 0));
   std::vector<WireFrame> to_broker = link.to_broker();
   ASSERT_EQ(to_broker.size(), 1u);
@@ -254,13 +250,7 @@ TEST(SessionMalformedStream, BrokerBreakingTheHandshakeIsClosedWithoutTellingThe
 
 TEST(SessionMalformedStream, MalformedTuneOkIsAFrameError) {
   Link link;
-  HandshakeFrames f = handshake_frames({}, {});
-  link.client(protocol_header());
-  link.broker(f.start);
-  link.client(f.start_ok);
-  link.broker(f.tune);
-  link.client_bytes();
-  link.broker_bytes();
+  begin_handshake(link, HandshakeStep::tune);
   link.client(raw_method(0, 10, 31, Bytes{0x07, 0xfe}));
   std::vector<WireFrame> to_client = link.to_client();
   ASSERT_EQ(to_client.size(), 1u);
@@ -271,12 +261,7 @@ TEST(SessionMalformedStream, MalformedTuneOkIsAFrameError) {
 
 TEST(SessionMalformedStream, MalformedTuneIsAFrameError) {
   Link link;
-  HandshakeFrames f = handshake_frames({}, {});
-  link.client(protocol_header());
-  link.broker(f.start);
-  link.client(f.start_ok);
-  link.client_bytes();
-  link.broker_bytes();
+  begin_handshake(link, HandshakeStep::start_ok);
   link.broker(raw_method(0, 10, 30, Bytes{0x07}));
   std::vector<WireFrame> to_broker = link.to_broker();
   ASSERT_EQ(to_broker.size(), 1u);

@@ -173,19 +173,35 @@ struct HandshakeResult {
   amqp::ConnectionTuneOk broker_saw;  // the tune-ok the proxy wrote to the broker
 };
 
+// How far begin_handshake goes.
+enum class HandshakeStep { start, start_ok, tune };
+
+// Runs the handshake's first frames through `link`, up to and including `last`: protocol
+// header, start, start-ok, then the broker's tune. The first three are checked to pass as their
+// original bytes; the tune, which the proxy may rewrite, is only read. Leaves the outputs empty
+// and returns the frames of `p` (the tune-ok taking what the broker offered).
+inline HandshakeFrames begin_handshake(Link& link, HandshakeStep last,
+                                       const HandshakeParams& p = {}) {
+  HandshakeFrames f = handshake_frames(p, {});
+  link.client(protocol_header());
+  EXPECT_EQ(link.broker_bytes(), protocol_header());
+  link.broker(f.start);
+  EXPECT_EQ(link.client_bytes(), f.start);
+  if (last == HandshakeStep::start) return f;
+  link.client(f.start_ok);
+  EXPECT_EQ(link.broker_bytes(), f.start_ok);
+  if (last == HandshakeStep::start_ok) return f;
+  link.broker(f.tune);
+  link.client_bytes();
+  return f;
+}
+
 // Runs protocol header, start, start-ok, tune, tune-ok, open and open-ok through `link`,
 // checking that everything but the tune pair passes as its original bytes. Leaves the
 // outputs empty.
 inline HandshakeResult handshake(Link& link, const HandshakeParams& p = {}) {
   HandshakeResult result;
-  HandshakeFrames f = handshake_frames(p, {});
-
-  link.client(protocol_header());
-  EXPECT_EQ(link.broker_bytes(), protocol_header());
-  link.broker(f.start);
-  EXPECT_EQ(link.client_bytes(), f.start);
-  link.client(f.start_ok);
-  EXPECT_EQ(link.broker_bytes(), f.start_ok);
+  HandshakeFrames f = begin_handshake(link, HandshakeStep::start_ok, p);
 
   link.broker(f.tune);
   std::vector<WireFrame> tune = link.to_client();
