@@ -13,7 +13,33 @@ namespace {
 
 using retry::DeadLetterReason;
 
-class GuardCrash : public GuardTest {};
+class GuardCrash : public GuardTest {
+ protected:
+  // m1 and m2 pass, the client goes away holding both (each counted once, neither to blame: two
+  // were in hand), and the broker redelivers them on the next connection: m1 reaches the client,
+  // m2 waits behind the suspect. Returns m2's redelivery, the one held back.
+  Bytes crash_holding_two(const Message& m1, const Message& m2) {
+    deliver_passes(delivery(1, m1));
+    deliver_passes(delivery(2, m2));
+    client_eof();
+    connect();
+    const Bytes r1 = delivery(1, m1, true), r2 = delivery(2, m2, true);
+    broker(cat({r1, r2}));
+    EXPECT_EQ(to_client(), decode_frames(r1));
+    return r2;
+  }
+  // The client goes away holding tags 1 and 2: the proxy declares q.dlq and takes both over,
+  // the first dead-lettered there for crash_loop. Fills `copies` with the two.
+  void crash_dead_letters_the_first(std::vector<Copy>& copies) {
+    std::vector<std::string> declared;
+    copies = client_eof_with_copies({1, 2}, &declared);
+    EXPECT_EQ(declared, std::vector<std::string>{"q.dlq"});
+    ASSERT_EQ(copies.size(), 2u);
+    EXPECT_EQ(copies[0].publish.routing_key, "q.dlq");
+    EXPECT_EQ(copies[0].header_text("x-nackguard-reason"),
+              text(amqp::FieldValue::string("crash_loop")));
+  }
+};
 
 TEST_F(GuardCrash, SuspectsAreHandedOutOneAtATime) {
   start(policy(5));
@@ -52,13 +78,7 @@ TEST_F(GuardCrash, SuspectsAreHandedOutOneAtATime) {
 
 TEST_F(GuardCrash, NackOfASuspectReleasesTheNextToo) {
   start(policy(5));
-  deliver_passes(delivery(1, message("m1")));
-  deliver_passes(delivery(2, message("m2")));
-  client_eof();
-  connect();
-  const Bytes r1 = delivery(1, message("m1"), true), r2 = delivery(2, message("m2"), true);
-  broker(cat({r1, r2}));
-  EXPECT_EQ(to_client(), decode_frames(r1));
+  const Bytes r2 = crash_holding_two(message("m1"), message("m2"));
   // Returns 2 of 5: redelivered already, its flag carries the first. So this one goes back as a
   // copy with its count, to the tail of its queue.
   client(nack(kCh, 1));
@@ -105,13 +125,9 @@ TEST_F(GuardCrash, CrashLoopIsCopiedAtEachCrashAndDeadLetteredAtTheLast) {
   broker(cat({delivery(1, copy), delivery(2, m2)}));
   // Handed out as a retry (redelivered), alone: m2 waits behind it.
   EXPECT_EQ(to_client(), decode_frames(delivery(1, copy, true)));
-  std::vector<std::string> declared;
-  const std::vector<Copy> copies = client_eof_with_copies({1, 2}, &declared);
-  EXPECT_EQ(declared, std::vector<std::string>{"q.dlq"});
-  ASSERT_EQ(copies.size(), 2u);
+  std::vector<Copy> copies;
+  ASSERT_NO_FATAL_FAILURE(crash_dead_letters_the_first(copies));
   const Copy& dead = copies[0];
-  EXPECT_EQ(dead.publish.routing_key, "q.dlq");
-  EXPECT_EQ(dead.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
   EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
   EXPECT_EQ(dead.header_text("x-nackguard-suspect"), "absent");
   EXPECT_EQ(dead.body, bytes_of(poison.body));
@@ -130,23 +146,13 @@ TEST_F(GuardCrash, CrashLoopIsCopiedAtEachCrashAndDeadLetteredAtTheLast) {
 TEST_F(GuardCrash, OnlyTheDeliveryHandedOutIsBlamedAndDeadLetteredAtTheCrash) {
   start(policy(1));
   const Message m1 = message("m1"), m2 = message("m2");
-  deliver_passes(delivery(1, m1));
-  deliver_passes(delivery(2, m2));
-  client_eof();  // both counted once, neither to blame yet: two were in hand
-
-  connect();
-  broker(cat({delivery(1, m1, true), delivery(2, m2, true)}));
-  EXPECT_EQ(to_client(), decode_frames(delivery(1, m1, true)));  // m2 waits behind the suspect
+  crash_holding_two(m1, m2);
   // The consumer died holding m1 alone: m1 is the culprit, past its limit, dead-lettered at the
   // crash. m2, held in the proxy, is not counted, and taken over too: republished with its
   // count, its flag from the broker's requeue would read as a return elsewhere.
-  std::vector<std::string> declared;
-  const std::vector<Copy> copies = client_eof_with_copies({1, 2}, &declared);
-  EXPECT_EQ(declared, std::vector<std::string>{"q.dlq"});
-  ASSERT_EQ(copies.size(), 2u);
+  std::vector<Copy> copies;
+  ASSERT_NO_FATAL_FAILURE(crash_dead_letters_the_first(copies));
   const Copy& dead = copies[0];
-  EXPECT_EQ(dead.publish.routing_key, "q.dlq");
-  EXPECT_EQ(dead.header_text("x-nackguard-reason"), text(amqp::FieldValue::string("crash_loop")));
   EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(2)));
   EXPECT_EQ(dead.body, bytes_of(m1.body));
   EXPECT_EQ(copies[1].publish.routing_key, "q");
@@ -255,13 +261,7 @@ TEST_F(GuardCrash, AllPrefetchedDeliveriesCountAsOneReturnInTheQueuesHealth) {
 
 TEST_F(GuardCrash, HeldBackDeliveriesAreReleasedAfterTheSuspectHold) {
   start(policy(5));
-  deliver_passes(delivery(1, message("m1")));
-  deliver_passes(delivery(2, message("m2")));
-  client_eof();
-  connect();
-  const Bytes r1 = delivery(1, message("m1"), true), r2 = delivery(2, message("m2"), true);
-  broker(cat({r1, r2}));
-  EXPECT_EQ(to_client(), decode_frames(r1));
+  const Bytes r2 = crash_holding_two(message("m1"), message("m2"));
   // The consumer sits on the first (it may want a batch before acking).
   conn->session.on_tick(5000);
   conn->session.on_tick(14999);
