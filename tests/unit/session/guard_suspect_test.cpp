@@ -15,14 +15,18 @@ namespace {
 class GuardSuspect : public GuardTest {
  protected:
   // m1 and m2 both in hand at a crash: both suspects, one return each. The next connection
-  // has fresh m3 in hand when m1 and m2 come back (broker tags 2 and 3).
-  void suspects_behind_a_fresh_delivery() {
+  // has fresh m3 in hand (broker tag 1).
+  void fresh_delivery_after_a_crash() {
     start(policy(5));
     deliver_passes(delivery(1, message("m1")));
     deliver_passes(delivery(2, message("m2")));
     client_eof();
     connect();
     deliver_passes(delivery(1, message("m3")));
+  }
+  // The same, and then m1 and m2 come back (broker tags 2 and 3).
+  void suspects_behind_a_fresh_delivery() {
+    fresh_delivery_after_a_crash();
     broker(cat({delivery(2, message("m1"), true), delivery(3, message("m2"), true)}));
   }
 };
@@ -68,12 +72,7 @@ TEST_F(GuardSuspect, AClientSittingOnWhatItHoldsGetsTheSuspectAfterTheHold) {
 
 // A basic.get has to be answered: a suspect it gets is handed out at once.
 TEST_F(GuardSuspect, AGetIsAnsweredAtOnceEvenWithOthersInHand) {
-  start(policy(5));
-  deliver_passes(delivery(1, message("m1")));
-  deliver_passes(delivery(2, message("m2")));
-  client_eof();
-  connect();
-  deliver_passes(delivery(1, message("m3")));
+  fresh_delivery_after_a_crash();
   client_passes(method(kCh, amqp::BasicGet{0, kQueue, false}));
   deliver_passes(get_ok(2, message("m1"), true));
 }
