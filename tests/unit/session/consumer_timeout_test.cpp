@@ -95,7 +95,6 @@ TEST_F(GuardConsumerTimeout, PoisonIsDeadLetteredAndTheInnocentIsNotCounted) {
             text(amqp::FieldValue::string("consumer_timeout")));
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(kCh, 1)}));
-  using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:p", 2, retry::DeadLetterReason::consumer_timeout}}));
 }

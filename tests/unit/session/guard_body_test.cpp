@@ -13,7 +13,6 @@ namespace nackguard::session::guard_test {
 namespace {
 
 using retry::Action;
-using Dl = RecordingListener::DeadLettered;
 
 class GuardBody : public GuardTest {
  protected:

@@ -131,7 +131,6 @@ TEST_F(GuardCrash, CrashLoopIsCopiedAtEachCrashAndDeadLetteredAtTheLast) {
   EXPECT_EQ(dead.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
   EXPECT_EQ(dead.header_text("x-nackguard-suspect"), "absent");
   EXPECT_EQ(dead.body, bytes_of(poison.body));
-  using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:m1", 3, DeadLetterReason::crash_loop}}));
   EXPECT_FALSE(tracked("m1"));

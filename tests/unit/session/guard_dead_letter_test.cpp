@@ -89,7 +89,6 @@ TEST_F(GuardDeadLetter, ThirdNackPastTheLimitIsDeadLetteredOnlyAfterTheConfirm) 
   confirm(1);
   EXPECT_EQ(to_broker(), frames({ack(kCh, 3)}));
   EXPECT_TRUE(client_bytes().empty());  // the client never saw any of the proxy's traffic
-  using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:m1", 3, DeadLetterReason::max_redeliveries}}));
   EXPECT_EQ(listener.requeues,
@@ -163,7 +162,6 @@ TEST_F(GuardDeadLetter, ViaRejectRejectsWithoutRequeueAtOnceAndUsesNoProxyChanne
   // The broker's own dead-lettering (the queue's x-dead-letter-exchange) takes it.
   EXPECT_EQ(to_broker(), frames({reject(kCh, 2, false)}));
   EXPECT_TRUE(client_bytes().empty());
-  using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(listener.dead_letters,
             (std::vector<Dl>{{"q", "message_id:m1", 2, DeadLetterReason::max_redeliveries}}));
   EXPECT_FALSE(tracked("m1"));

@@ -306,7 +306,6 @@ TEST_F(GuardFallback, AfterAFailedCopyTheQueueGoesWithoutCopiesFor30Seconds) {
   EXPECT_EQ(copy.header_text("x-nackguard-returns"), text(amqp::FieldValue::i64(3)));
   confirm(2);
   EXPECT_EQ(to_broker(), frames({ack(kCh, 3)}));
-  using Dl = RecordingListener::DeadLettered;
   EXPECT_EQ(
       listener.dead_letters,
       (std::vector<Dl>{{"q", "message_id:m1", 3, retry::DeadLetterReason::max_redeliveries}}));

@@ -65,6 +65,9 @@ class RecordingListener : public retry::GuardListener {
   }
 };
 
+// A dead-letter the listener heard of, as the tests write the ones they expect.
+using Dl = RecordingListener::DeadLettered;
+
 inline void PrintTo(const RecordingListener::DeadLettered& d, std::ostream* os) {
   *os << "{" << d.queue << ", " << d.identity << ", " << d.returns << ", "
       << retry::to_string(d.reason) << "}";

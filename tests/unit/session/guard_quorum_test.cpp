@@ -10,7 +10,6 @@ namespace nackguard::session::guard_test {
 namespace {
 
 using retry::DeadLetterReason;
-using Dl = RecordingListener::DeadLettered;
 
 class GuardQuorum : public GuardTest {
  protected:
