@@ -167,10 +167,7 @@ TEST_F(GuardBody, PerMessageZeroKeepsTheFirstBody) {
 // before the outage (no count spent, no fallback: nothing failed); a delivery made in outage
 // keeps its body and is delayed, and so is the redelivery of one forwarded.
 TEST_F(GuardBody, OutageStartedAfterTheDeliveryForwardsItsFirstReturnAndKeepsLaterBodies) {
-  retry::Policy p = policy(10);
-  p.rate.min_messages = 3;
-  p.rate.outage_ratio = 0.5;
-  start(p);
+  start(outage_policy(10, 3));
   for (std::uint64_t tag = 1; tag <= 3; ++tag) {
     deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
     EXPECT_FALSE(kept(tag));

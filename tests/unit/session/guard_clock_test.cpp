@@ -119,13 +119,8 @@ TEST_F(GuardClock, PerMessageRateWindowHoldsAcrossTheStep) {
 }
 
 TEST_F(GuardClock, OutageWindowHoldsAcrossTheStep) {
-  retry::Policy p = policy(10);
-  p.rate.min_messages = 10;
-  p.rate.outage_ratio = 0.5;
-  start(p);
-  for (std::uint64_t tag = 1; tag <= 20; ++tag) {
-    deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
-  }
+  start(outage_policy(10, 10));
+  fresh_deliveries_pass(1, 20);
   for (std::uint64_t tag = 1; tag <= 10; ++tag) client_passes(nack(kCh, tag));
   client(nack(kCh, 11));  // 11 of 20 messages returned: an outage
   ASSERT_EQ(listener.outages.size(), 1u);

@@ -246,13 +246,8 @@ TEST_F(GuardCrash, RecoverCountsButSuspectsNobody) {
 }
 
 TEST_F(GuardCrash, AllPrefetchedDeliveriesCountAsOneReturnInTheQueuesHealth) {
-  retry::Policy p = policy(5);
-  p.rate.min_messages = 3;
-  p.rate.outage_ratio = 0.5;
-  start(p);
-  for (std::uint64_t tag = 1; tag <= 3; ++tag) {
-    deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
-  }
+  start(outage_policy(5, 3));
+  fresh_deliveries_pass(1, 3);
   client_eof();  // 3 of 3 unacked: one crash, a ratio of 1/3
   EXPECT_TRUE(listener.outages.empty());
   EXPECT_EQ(listener.returns, 3);

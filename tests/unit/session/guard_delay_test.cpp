@@ -193,10 +193,7 @@ TEST_F(GuardDelay, PastTheLimitADelayedPolicyStillDeadLetters) {
 class GuardOutage : public GuardTest {
  protected:
   void SetUp() override {
-    retry::Policy p = policy(10);
-    p.rate.min_messages = 10;
-    p.rate.outage_ratio = 0.5;
-    start(p);
+    start(outage_policy(10, 10));
     // Copies of nackguard's (x-nackguard-returns 0, from an outage earlier), so that each keeps
     // its body for the copy an outage asks for: a first delivery made while the queue was
     // healthy keeps none, and its return in outage is forwarded (guard_body_test.cpp).

@@ -11,7 +11,19 @@ namespace {
 
 using retry::Action;
 
-class GuardHealth : public GuardTest {};
+class GuardHealth : public GuardTest {
+ protected:
+  // Under `p`, m1 to m3 pass and the client nacks m1, forwarded, then m2: 2 of 3 messages
+  // returned, the start of an outage.
+  void outage_at_the_second_of_three(const retry::Policy& p) {
+    start(p);
+    fresh_deliveries_pass(1, 3);
+    client_passes(nack(kCh, 1));
+    client(nack(kCh, 2));
+    ASSERT_EQ(listener.outages.size(), 1u);
+    EXPECT_TRUE(listener.outages[0].started);
+  }
+};
 
 // Issue 12: 2 good messages and 1 poison, max_redeliveries 30, per_message 1000 and the
 // default outage settings (min 20, ratio 0.5). Counting deliveries, the poison's own
@@ -61,17 +73,7 @@ TEST_F(GuardHealth, OnePoisonRequeuedAtOnceIsDeadLetteredAfterExactlyMaxPlusOneD
 // on_returns_done). The outage ended while nobody looked; that end must still be reported,
 // or the outage gauge stays at 1.
 TEST_F(GuardHealth, OutageEndSeenFirstByACrashIsStillReported) {
-  retry::Policy p = policy(10);
-  p.rate.min_messages = 3;
-  p.rate.outage_ratio = 0.5;
-  start(p);
-  for (std::uint64_t tag = 1; tag <= 3; ++tag) {
-    deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
-  }
-  client_passes(nack(kCh, 1));
-  client(nack(kCh, 2));  // 2 of 3 messages returned: an outage
-  ASSERT_EQ(listener.outages.size(), 1u);
-  EXPECT_TRUE(listener.outages[0].started);
+  ASSERT_NO_FATAL_FAILURE(outage_at_the_second_of_three(outage_policy(10, 3)));
   now += 10'000;                       // the window slides past all of it
   conn->session.on_eof(Side::client);  // m3 unacked, m2's delay not yet declared
   ASSERT_EQ(listener.outages.size(), 2u);
@@ -83,16 +85,9 @@ TEST_F(GuardHealth, OutageEndSeenFirstByACrashIsStillReported) {
 // before: counted as new at every pass, they would dilute the ratio until the outage seemed to
 // end while every message still failed.
 TEST_F(GuardHealth, DelayedCopiesComingBackAreNotNewMessages) {
-  retry::Policy p = policy(10);
-  p.rate.min_messages = 3;
-  p.rate.outage_ratio = 0.5;
-  start(p);
-  for (std::uint64_t tag = 1; tag <= 3; ++tag) {
-    deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
-  }
-  client_passes(nack(kCh, 1));
-  client(nack(kCh, 2));  // an outage: delayed, its copy carries x-nackguard-returns 0
-  ASSERT_EQ(listener.outages.size(), 1u);
+  const retry::Policy p = outage_policy(10, 3);
+  // m2's return is delayed: its copy carries x-nackguard-returns 0.
+  ASSERT_NO_FATAL_FAILURE(outage_at_the_second_of_three(p));
   broker_bytes();
   for (std::uint64_t tag = 4; tag <= 8; ++tag) {
     retry_passes(delivery(tag, message("m2", 0)));

@@ -273,4 +273,13 @@ inline retry::Policy policy(std::uint32_t max_redeliveries) {
   return p;
 }
 
+// policy(max_redeliveries) whose queue is in outage once half of at least `min_messages`
+// messages were returned.
+inline retry::Policy outage_policy(std::uint32_t max_redeliveries, std::uint32_t min_messages) {
+  retry::Policy p = policy(max_redeliveries);
+  p.rate.min_messages = min_messages;
+  p.rate.outage_ratio = 0.5;
+  return p;
+}
+
 }  // namespace nackguard::session::guard_test

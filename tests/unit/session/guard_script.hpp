@@ -261,6 +261,12 @@ class GuardTest : public ::testing::Test {
     broker(bytes);
     EXPECT_EQ(to_client(), decode_frames(bytes));
   }
+  // Fresh messages "m<first>" to "m<last>", delivered as broker tags `first` to `last`, pass.
+  void fresh_deliveries_pass(std::uint64_t first, std::uint64_t last) {
+    for (std::uint64_t tag = first; tag <= last; ++tag) {
+      deliver_passes(delivery(tag, message("m" + std::to_string(tag))));
+    }
+  }
   // The broker delivers `bytes`, a copy of nackguard's (a retry, which the broker delivers as
   // new): the client gets them as they are but for the redelivered bit of its method, set.
   void retry_passes(const Bytes& bytes) {
