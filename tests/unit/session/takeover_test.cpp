@@ -83,6 +83,18 @@ class SessionTakeover : public ::testing::Test {
     link.client(frame);
     return link.to_broker();
   }
+  // The client's basic.get of "q" on channel 1 passes to the broker.
+  void client_gets() {
+    const Bytes get = method(1, get_method("q"));
+    link.client(get);
+    EXPECT_EQ(link.broker_bytes(), get);
+  }
+  // The broker's get-ok for broker tag `tag`, 4 messages left in "q".
+  static amqp::BasicGetOk get_ok_with_four_left(std::uint64_t tag) {
+    amqp::BasicGetOk get_ok = get_ok_method(tag);
+    get_ok.message_count = 4;
+    return get_ok;
+  }
 
   Link link;
   std::vector<WireFrame> client_saw;
@@ -221,15 +233,8 @@ TEST_F(SessionTakeover, UnknownMultipleTagStillFailsAtTheBroker) {
 TEST_F(SessionTakeover, GetOkIsRenumberedToo) {
   link.observer.take_over_at_delivery = {{1, 1}};
   deliver_range(1, 1);
-  amqp::BasicGet get;
-  get.queue = "q";
-  link.client(method(1, get));
-  link.broker_bytes();
-  amqp::BasicGetOk get_ok;
-  get_ok.delivery_tag = 2;
-  get_ok.exchange = "ex";
-  get_ok.routing_key = "rk";
-  get_ok.message_count = 4;
+  client_gets();
+  amqp::BasicGetOk get_ok = get_ok_with_four_left(2);
   link.broker(cat({method(1, get_ok), content(1, "got")}));
   get_ok.delivery_tag = 1;
   EXPECT_EQ(link.to_client(), frames({method(1, get_ok), content(1, "got")}));
@@ -240,22 +245,14 @@ TEST_F(SessionTakeover, GetOkIsRenumberedToo) {
 // answered all the same, with get-empty: a polling client would otherwise wait for ever.
 TEST_F(SessionTakeover, ATakenOverGetOkIsAnsweredGetEmpty) {
   link.observer.take_over_at_delivery = {{1, 1}};
-  amqp::BasicGet get;
-  get.queue = "q";
-  link.client(method(1, get));
-  link.broker_bytes();
-  amqp::BasicGetOk get_ok;
-  get_ok.delivery_tag = 1;
-  get_ok.exchange = "ex";
-  get_ok.routing_key = "rk";
-  get_ok.message_count = 4;
+  client_gets();
+  amqp::BasicGetOk get_ok = get_ok_with_four_left(1);
   link.broker(cat({method(1, get_ok), content(1, "kept")}));
   EXPECT_EQ(link.to_client(), frames({method(1, amqp::BasicGetEmpty{})}));
   ASSERT_EQ(link.observer.taken_over.size(), 1u);
   EXPECT_TRUE(link.observer.taken_over[0].from_get);
   // The next get is answered as the broker answers it.
-  link.client(method(1, get));
-  link.broker_bytes();
+  client_gets();
   get_ok.delivery_tag = 2;
   link.broker(cat({method(1, get_ok), content(1, "next")}));
   get_ok.delivery_tag = 1;  // renumbered: the client never saw the broker's 1
