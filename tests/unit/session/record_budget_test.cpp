@@ -218,22 +218,37 @@ class Scripted {
   Session session;
 };
 
-// An observer that wants every body before it decides: the delivery is to be buffered.
-class NeedsBody : public RecordingObserver {
+// An observer whose plan for each delivery is RecordingObserver's as `adjust` changes it.
+class PlanningObserver : public RecordingObserver {
  public:
+  using Adjust = void (*)(const Delivery&, DeliveryPlan&);
+  explicit PlanningObserver(Adjust adjust) : adjust_(adjust) {}
   DeliveryPlan on_delivery(const Delivery& d) override {
     DeliveryPlan plan = RecordingObserver::on_delivery(d);
-    if (!d.body_complete) plan.action = DeliveryPlan::Action::need_body;
+    adjust_(d, plan);
     return plan;
   }
+
+ private:
+  Adjust adjust_;
+};
+
+// A Scripted session whose records count against a budget of kLimit, under a PlanningObserver.
+struct Budgeted {
+  explicit Budgeted(PlanningObserver::Adjust adjust)
+      : observer(adjust), link(SessionOptions{.body_budget = &budget}, &observer) {}
+  retry::BodyBudget budget{kLimit};
+  PlanningObserver observer;
+  Scripted link;
 };
 
 TEST(HostileBodySize, ABodySizeThatWouldWrapTheBufferCostIsForwardedNotBuffered) {
-  retry::BodyBudget budget(kLimit);
-  SessionOptions o;
-  o.body_budget = &budget;
-  NeedsBody observer;
-  Scripted link(o, &observer);
+  // An observer that wants every body before it decides: the delivery is to be buffered.
+  Budgeted b([](const Delivery& d, DeliveryPlan& plan) {
+    if (!d.body_complete) plan.action = DeliveryPlan::Action::need_body;
+  });
+  retry::BodyBudget& budget = b.budget;
+  Scripted& link = b.link;
   auto feed = [&](Side from, const Bytes& b) { link.feed(from, b); };
   auto out = [&](Side side) { return link.out(side); };
 
@@ -263,26 +278,16 @@ TEST(HostileBodySize, ABodySizeThatWouldWrapTheBufferCostIsForwardedNotBuffered)
   EXPECT_TRUE(link.session.is_open());
 }
 
-// An observer that hands broker tag 1 out alone (a crash suspect): later deliveries are held back.
-class FirstSuspect : public RecordingObserver {
- public:
-  DeliveryPlan on_delivery(const Delivery& d) override {
-    DeliveryPlan plan = RecordingObserver::on_delivery(d);
-    plan.suspect = d.broker_tag == 1;
-    return plan;
-  }
-};
-
 // Broker tags 2 and 3 wait behind the suspect tag 1; tag 4 has no room in the budget to wait
 // and is handed out first, as client tag 2. Tags 2 and 3 then become client tags 3 and 4. A
 // multiple ack of client tag 2 must not reach the broker as a multiple ack of broker tag 4,
 // which would settle 2 and 3 too: the client has not acked them.
 TEST(Reordered, AMultipleAckTakesOnlyWhatTheClientNamedAfterAHeldDeliveryWasPassed) {
-  retry::BodyBudget budget(kLimit);
-  SessionOptions o;
-  o.body_budget = &budget;
-  FirstSuspect observer;
-  Scripted link(o, &observer);
+  // An observer that hands broker tag 1 out alone (a crash suspect): later deliveries are
+  // held back.
+  Budgeted b([](const Delivery& d, DeliveryPlan& plan) { plan.suspect = d.broker_tag == 1; });
+  retry::BodyBudget& budget = b.budget;
+  Scripted& link = b.link;
   auto deliver = [&](std::uint64_t tag, std::string_view body = "payload") {
     link.feed(Side::broker, cat({method(1, deliver_method("c1", tag)), content(1, body)}));
     return decode_frames(link.out(Side::client));
