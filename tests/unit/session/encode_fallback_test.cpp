@@ -37,9 +37,7 @@ TEST_F(GuardEncode, ATemplateExpandingPast255BytesDeadLettersToTheFittedDlq) {
   client(nack(kCh, 1));
   EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare(dlq))}));
   broker(declare_ok(dlq));
-  std::vector<Wire> sent = to_broker();
-  Copy copy = take_copy(sent);
-  EXPECT_EQ(copy.frames, sent.size());
+  Copy copy = only_copy(to_broker());
   EXPECT_EQ(copy.publish.exchange, "");
   EXPECT_EQ(copy.publish.routing_key, dlq);
   confirm(1);

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "proxy/amqp/frame.hpp"
@@ -72,6 +74,20 @@ inline Bytes channel_close(std::uint16_t code, std::string text, std::uint16_t c
   close.class_id = class_id;
   close.method_id = method_id;
   return method(channel, close);
+}
+// The broker's basic.return of a mandatory copy to `exchange` and `routing_key` (312 NO_ROUTE),
+// then its content with `properties`, the body in one frame for each of `parts`.
+inline Bytes no_route(std::string exchange, std::string routing_key,
+                      const amqp::BasicProperties& properties,
+                      std::initializer_list<std::string_view> parts,
+                      std::uint16_t channel = kProxyChannel) {
+  std::size_t size = 0;
+  for (std::string_view part : parts) size += part.size();
+  Bytes out = cat({method(channel, amqp::BasicReturn{312, "NO_ROUTE", std::move(exchange),
+                                                     std::move(routing_key)}),
+                   content_header(channel, size, properties)});
+  for (std::string_view part : parts) out = cat({out, body_frame(channel, part)});
+  return out;
 }
 inline Bytes declare_ok(std::string queue, std::uint16_t channel = kProxyChannel) {
   return method(channel, amqp::QueueDeclareOk{std::move(queue), 0, 0});
@@ -239,6 +255,13 @@ inline Copy take_copy(const std::vector<Wire>& frames, std::size_t at = 0) {
   }
   EXPECT_EQ(copy.body.size(), copy.header.body_size);
   copy.frames = i - at;
+  return copy;
+}
+
+// The copy that is all of `sent`: nothing came before or after it.
+inline Copy only_copy(const std::vector<Wire>& sent) {
+  Copy copy = take_copy(sent);
+  EXPECT_EQ(copy.frames, sent.size()) << "not only the copy was sent";
   return copy;
 }
 

@@ -26,10 +26,10 @@ class GuardQuorum : public GuardTest {
     client_passes(method(kCh, declare));
     deliver_passes(method(kCh, amqp::QueueDeclareOk{kQueue, 0, 0}));
   }
-  // A quorum queue's only message, dead-lettered at its first return while q.dlq does not
-  // exist yet: the declaration of q.dlq that follows the passive one's 404.
-  std::vector<Wire> dlq_declared_after_a_dead_letter() {
-    start(policy(0));
+  // A quorum queue's only message, dead-lettered at its first return (under `p`) while q.dlq
+  // does not exist yet: the declaration of q.dlq that follows the passive one's 404.
+  std::vector<Wire> dlq_declared_after_a_dead_letter(const retry::Policy& p = policy(0)) {
+    start(p);
     declare_quorum(std::nullopt);
     deliver_passes(delivery(1, message("m1")));
     client(nack(kCh, 1));
@@ -37,13 +37,20 @@ class GuardQuorum : public GuardTest {
     broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
     return reopen_proxy_channel();
   }
-  // The proxy's channel opens and a copy is published without a declaration; returns it.
-  Copy republished() {
-    std::vector<Wire> sent = open_proxy_channel();
-    Copy copy = take_copy(sent);
-    EXPECT_EQ(copy.frames, sent.size());
-    return copy;
+  // Under policy(5) with delayed requeues (the client declaring q a quorum queue first if
+  // `declared_quorum`), the broker delivers `first` as broker tag 1 and the client nacks it:
+  // returns what the proxy's channel opens with, the delay queue's declaration.
+  std::vector<Wire> delay_declared_after_a_nack(bool declared_quorum, const Bytes& first) {
+    retry::Policy p = policy(5);
+    p.requeue = retry::RequeueMode::delayed;
+    start(p);
+    if (declared_quorum) declare_quorum(std::nullopt);
+    deliver_passes(first);
+    client(nack(kCh, 1));
+    return open_proxy_channel();
   }
+  // The proxy's channel opens and a copy is published without a declaration; returns it.
+  Copy republished() { return only_copy(open_proxy_channel()); }
 };
 
 TEST_F(GuardQuorum, WithoutARecordTheBrokersCountIsNotTaken) {
@@ -160,6 +167,15 @@ TEST_F(GuardQuorum, UnderTheAssumedLimitEveryCountingRedeliveryIsACopyAndTheCoun
   int handed_out = 0;
   bool redelivered = false;
   std::int64_t broker_count = 0;
+  // A copy of m was published: the broker confirms it, the proxy acks the original, and the
+  // copy is the message from now on, not redelivered, not counted by the broker.
+  auto copied = [&](const Copy& copy) {
+    confirm(++seq);
+    EXPECT_EQ(to_broker(), frames({ack(kCh, tag)}));
+    m = delivered(m, copy);
+    redelivered = false;
+    broker_count = 0;
+  };
   while (listener.dead_letters.empty() && tag < 40) {
     const Message as_sent = broker_count > 0 ? with_delivery_count(m, broker_count) : m;
     broker(delivery(tag, as_sent, redelivered));
@@ -167,11 +183,7 @@ TEST_F(GuardQuorum, UnderTheAssumedLimitEveryCountingRedeliveryIsACopyAndTheCoun
     if (got.empty()) {  // republished at the delivery
       const Copy copy = take_copy(past_proxy_channel_open(to_broker()));
       EXPECT_EQ(copy.publish.routing_key, "q");
-      confirm(++seq);
-      EXPECT_EQ(to_broker(), frames({ack(kCh, tag)}));
-      m = delivered(m, copy);
-      redelivered = false;
-      broker_count = 0;
+      copied(copy);
       ++tag;
       continue;
     }
@@ -188,12 +200,7 @@ TEST_F(GuardQuorum, UnderTheAssumedLimitEveryCountingRedeliveryIsACopyAndTheCoun
         broker(declare_ok("q.dlq"));
         sent = to_broker();
       }
-      const Copy copy = take_copy(sent);
-      confirm(++seq);
-      EXPECT_EQ(to_broker(), frames({ack(kCh, tag)}));
-      m = delivered(m, copy);
-      redelivered = false;
-      broker_count = 0;
+      copied(take_copy(sent));
     }
     ++tag;
   }
@@ -265,12 +272,6 @@ TEST_F(GuardQuorum, WhileItsDlqIsRefusedAMessageAtTheLimitIsStillRepublished) {
 }
 
 TEST_F(GuardQuorum, QuorumSourceGetsQuorumDelayQueuesThatDeadLetterAtLeastOnce) {
-  retry::Policy p = policy(5);
-  p.requeue = retry::RequeueMode::delayed;
-  start(p);
-  declare_quorum(std::nullopt);
-  deliver_passes(delivery(1, message("m1")));
-  client(nack(kCh, 1));
   amqp::FieldTable args;
   args.set("x-queue-type", amqp::FieldValue::string("quorum"));
   args.set("x-message-ttl", amqp::FieldValue::i64(1000));
@@ -280,19 +281,15 @@ TEST_F(GuardQuorum, QuorumSourceGetsQuorumDelayQueuesThatDeadLetterAtLeastOnce) 
   args.set("x-overflow", amqp::FieldValue::string("reject-publish"));
   // No x-expires: a quorum queue's counts from its declaration, renewed by nothing nackguard
   // does, and would delete the copies waiting in it.
-  EXPECT_EQ(open_proxy_channel(),
+  EXPECT_EQ(delay_declared_after_a_nack(true, delivery(1, message("m1"))),
             frames({method(kProxyChannel, durable_declare("nackguard.delay.q.1000ms", args))}));
 }
 
 TEST_F(GuardQuorum, ThreeDotXMarksAQuorumQueuesFirstDeliveryWhichTellsItsType) {
   // RabbitMQ 3.x sets x-delivery-count 0 on a quorum queue's basic.get-ok: a queue declared
   // elsewhere is then known as quorum before its first return.
-  retry::Policy p = policy(5);
-  p.requeue = retry::RequeueMode::delayed;
-  start(p);
-  deliver_passes(delivery(1, with_delivery_count(message("m1"), 0)));
-  client(nack(kCh, 1));
-  std::vector<Wire> sent = open_proxy_channel();
+  const std::vector<Wire> sent =
+      delay_declared_after_a_nack(false, delivery(1, with_delivery_count(message("m1"), 0)));
   ASSERT_EQ(sent.size(), 1u);
   const amqp::QueueDeclare declare = as<amqp::QueueDeclare>(sent[0]);
   EXPECT_EQ(declare.queue, "nackguard.delay.q.1000ms");
@@ -303,12 +300,8 @@ TEST_F(GuardQuorum, ThreeDotXMarksAQuorumQueuesFirstDeliveryWhichTellsItsType) {
 // redelivery of a quorum queue's message: that tells the type too (issue 38: a 4.3 nack loop
 // got a classic DLQ).
 TEST_F(GuardQuorum, FourDotThreesAcquiredCountTellsAQuorumQueue) {
-  retry::Policy p = policy(5);
-  p.requeue = retry::RequeueMode::delayed;
-  start(p);
-  deliver_passes(delivery(1, with_count(message("m1"), "x-acquired-count", 1), true));
-  client(nack(kCh, 1));
-  std::vector<Wire> sent = open_proxy_channel();
+  const std::vector<Wire> sent = delay_declared_after_a_nack(
+      false, delivery(1, with_count(message("m1"), "x-acquired-count", 1), true));
   ASSERT_EQ(sent.size(), 1u);
   const amqp::QueueDeclare declare = as<amqp::QueueDeclare>(sent[0]);
   EXPECT_EQ(text(declare.arguments.find("x-queue-type")), text(amqp::FieldValue::string("quorum")));
@@ -378,13 +371,8 @@ TEST_F(GuardQuorum, OnFourDotXTheQuorumDlqHasNoDeliveryLimit) {
 TEST_F(GuardQuorum, PolicyQueueTypeOverridesTheSource) {
   retry::Policy p = policy(0);
   p.queue_type = retry::QueueType::classic;
-  start(p);
-  declare_quorum(std::nullopt);
-  deliver_passes(delivery(1, message("m1")));
-  client(nack(kCh, 1));
-  EXPECT_EQ(open_proxy_channel(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
-  broker(channel_close(404, "NOT_FOUND - no queue 'q.dlq' in vhost '/'", 50, 10));
-  EXPECT_EQ(reopen_proxy_channel(), frames({method(kProxyChannel, durable_declare("q.dlq"))}));
+  EXPECT_EQ(dlq_declared_after_a_dead_letter(p),
+            frames({method(kProxyChannel, durable_declare("q.dlq"))}));
 }
 
 }  // namespace

@@ -60,6 +60,14 @@ class ProxyChannelTest : public ::testing::Test {
     r.deadline_ms = now + 30000;
     return r;
   }
+  // A request for `job` to queue "q.dlq" as a policy's use_existing names it: the channel
+  // checks it with a passive declare, and declares its own (no arguments) only if it is absent.
+  PublishRequest existing_dlq_request(std::uint64_t job) {
+    PublishRequest r = request(job, "q.dlq");
+    r.ensure->use_existing = true;
+    r.ensure->arguments = {};
+    return r;
+  }
   // A request to exchange "x" with routing key `key`, nothing to declare.
   PublishRequest to_exchange(std::uint64_t job, const std::string& key) {
     PublishRequest r = request(job);

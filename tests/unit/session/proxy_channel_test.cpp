@@ -29,9 +29,7 @@ TEST_F(ProxyChannelTest, OpensSelectsAndDeclaresBeforeTheFirstPublish) {
 }
 
 TEST_F(ProxyChannelTest, UseExistingDeclaresPassivelyAndOwnDeclarationOnlyIfAbsent) {
-  PublishRequest r = request(1, "q.dlq");
-  r.ensure->use_existing = true;
-  r.ensure->arguments = {};
+  PublishRequest r = existing_dlq_request(1);
   publish(r);
   open();
   EXPECT_EQ(take_sent(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
@@ -81,16 +79,10 @@ TEST_F(ProxyChannelTest, ReturnBeforeTheAckFailsThatJobAsUnroutable) {
   publish(to_exchange(2, "bound"));
   open();
   EXPECT_EQ(take_sent().size(), 2u * 3u);
-  amqp::BasicReturn returned;
-  returned.reply_code = 312;
-  returned.reply_text = "NO_ROUTE";
-  returned.exchange = "x";
-  returned.routing_key = "nowhere";
   amqp::BasicProperties props;
   props.message_id = "m1";
   // The returned content, its body in two frames, then one ack for both publishes.
-  feed(cat({method(kProxyChannel, returned), content_header(kProxyChannel, 4, props),
-            body_frame(kProxyChannel, "co"), body_frame(kProxyChannel, "py"),
+  feed(cat({no_route("x", "nowhere", props, {"co", "py"}),
             method(kProxyChannel, amqp::BasicAck{2, true})}));
   EXPECT_EQ(take_done(),
             (std::vector<Done>{
@@ -108,15 +100,7 @@ TEST_F(ProxyChannelTest, OneReturnFailsOnlyTheOldestPublishToThatAddress) {
   publish(to_exchange(3, "k"));
   open();
   EXPECT_EQ(take_sent().size(), 3u * 3u);
-  amqp::BasicReturn returned;
-  returned.reply_code = 312;
-  returned.reply_text = "NO_ROUTE";
-  returned.exchange = "x";
-  returned.routing_key = "k";
-  amqp::BasicProperties props;
-  const Bytes returned_content =
-      cat({method(kProxyChannel, returned), content_header(kProxyChannel, 4, props),
-           body_frame(kProxyChannel, "copy")});
+  const Bytes returned_content = no_route("x", "k", {}, {"copy"});
   const std::string unroutable = "the copy was unroutable: exchange \"x\" has no binding for \"k\"";
   feed(cat({returned_content, method(kProxyChannel, amqp::BasicAck{1, false}),
             method(kProxyChannel, amqp::BasicAck{2, false})}));
@@ -131,28 +115,19 @@ TEST_F(ProxyChannelTest, OneReturnFailsOnlyTheOldestPublishToThatAddress) {
 // exchange come back unroutable; the next copy should check the queue again rather than be
 // published into the void again, or a long-lived connection never dead-letters again.
 TEST_F(ProxyChannelTest, UnroutableCopyToAnEnsuredQueueDeclaresItAgain) {
-  PublishRequest r = request(1, "q.dlq");
-  r.ensure->use_existing = true;
-  r.ensure->arguments = {};
+  PublishRequest r = existing_dlq_request(1);
   publish(r);
   open();
   EXPECT_EQ(take_sent(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
   feed(declare_ok("q.dlq"));
   EXPECT_EQ(take_sent(), frames({publish_frames(r)}));
 
-  amqp::BasicReturn returned;
-  returned.reply_code = 312;
-  returned.reply_text = "NO_ROUTE";
-  returned.exchange = "";
-  returned.routing_key = "q.dlq";
-  feed(cat({method(kProxyChannel, returned), content_header(kProxyChannel, 4, r.header.properties),
-            body_frame(kProxyChannel, "copy"), method(kProxyChannel, amqp::BasicAck{1, false})}));
+  feed(cat({no_route("", "q.dlq", r.header.properties, {"copy"}),
+            method(kProxyChannel, amqp::BasicAck{1, false})}));
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(take_done()[0].failure, retry::FallbackCause::republish_failed);
 
-  PublishRequest next = request(2, "q.dlq");
-  next.ensure->use_existing = true;
-  next.ensure->arguments = {};
+  PublishRequest next = existing_dlq_request(2);
   publish(next);
   EXPECT_EQ(take_sent(), frames({method(kProxyChannel, passive_declare("q.dlq"))}));
 }
