@@ -47,9 +47,7 @@ TEST_F(SessionChannelEnd, ChannelClosedByClientReturnsWhatItHeldAtItsClose) {
 }
 
 TEST_F(SessionChannelEnd, ChannelClosedByBrokerReturnsItsUnackedAtCloseOk) {
-  consume(3, "q", "c1");
-  deliveries(3, "c1", 1, 2);
-  link.observer.take_events();
+  holding(2, 3);
   amqp::ChannelClose close;
   close.reply_code = 406;
   close.reply_text = "PRECONDITION_FAILED - unknown delivery tag 9";
@@ -89,9 +87,7 @@ TEST_F(SessionChannelEnd, ClientEofReturnsEverythingOnceEach) {
 }
 
 TEST_F(SessionChannelEnd, BrokerEofReturnsEverythingAndTellsTheClient) {
-  consume(1, "q", "c1");
-  deliveries(1, "c1", 1, 2);
-  link.observer.take_events();
+  holding(2);
   link.session.on_eof(Side::broker);
   EXPECT_EQ(link.observer.take_events(),
             (Events{"returned ch1 b1 broker_lost", "returned ch1 b2 broker_lost"}));
@@ -152,19 +148,14 @@ TEST_F(SessionChannelEnd, AClientThatKeepsItsSocketAfterCloseOkIsClosedAfterTenS
   close.reply_code = 200;
   client_passes(method(0, close));
   broker_passes(method(0, amqp::ConnectionCloseOk{}));
-  link.session.on_tick(1000 + 9999);
-  EXPECT_FALSE(link.session.finished());
-  link.session.on_tick(1000 + 10000);
-  EXPECT_TRUE(link.session.finished());
+  ends_after(1000, 10000);
 }
 
 // A client that answers the broker's connection.close with its TCP close, no close-ok (Bunny
 // 2.19 recovering, php-amqp 1.11): the broker answers nothing more, so nothing is cancelled or
 // waited for (issue 38: the proxy waited for a cancel-ok, 31 s, until the broker reset it).
 TEST_F(SessionChannelEnd, ClientEofAfterTheBrokersCloseEndsAtOnce) {
-  consume(1, "q", "c1");
-  deliveries(1, "c1", 1, 1);
-  link.observer.take_events();
+  holding(1);
   amqp::ConnectionClose close;
   close.reply_code = 320;
   close.reply_text = "CONNECTION_FORCED - Closed via management plugin";
@@ -178,9 +169,7 @@ TEST_F(SessionChannelEnd, ClientEofAfterTheBrokersCloseEndsAtOnce) {
 }
 
 TEST_F(SessionChannelEnd, BrokerConnectionCloseHandshake) {
-  consume(1, "q", "c1");
-  deliveries(1, "c1", 1, 1);
-  link.observer.take_events();
+  holding(1);
   amqp::ConnectionClose close;
   close.reply_code = 320;
   close.reply_text = "CONNECTION_FORCED - broker forced connection closure";

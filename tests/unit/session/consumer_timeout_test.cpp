@@ -55,9 +55,7 @@ TEST_F(SessionConsumerTimeout, TheProxysOwnOldestDeliveryBlamesNoConsumer) {
 }
 
 TEST_F(SessionConsumerTimeout, AnotherPreconditionFailedStillCountsEveryDelivery) {
-  consume(1, "q", "c1");
-  deliveries(1, "c1", 1, 2);
-  link.observer.take_events();
+  holding(2);
   broker_passes(test::method(1, broker_close(406, "PRECONDITION_FAILED - unknown delivery tag 9")));
   client_passes(test::method(1, amqp::ChannelCloseOk{}));
   EXPECT_EQ(link.observer.take_events(),

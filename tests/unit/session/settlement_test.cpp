@@ -8,12 +8,21 @@
 namespace nackguard::session::test {
 namespace {
 
-class SessionSettlement : public SessionTracking {};
+class SessionSettlement : public SessionTracking {
+ protected:
+  // `all` (tag 0, multiple) settles b5, the last delivery outstanding on channel 1, as `how`;
+  // then `side`'s EOF has nothing left to return: each was reported once.
+  void settles_the_last(const Bytes& all, const std::string& how, Side side) {
+    client_passes(all);
+    EXPECT_EQ(link.observer.take_events(), Events{"settled ch1 b5 c5 " + how});
+    EXPECT_EQ(link.session.channel(1)->unacked_count(), 0u);
+    link.session.on_eof(side);
+    EXPECT_EQ(link.observer.take_events(), Events{});
+  }
+};
 
 TEST_F(SessionSettlement, AckSingleSettlesOnceAndPassesAsItIs) {
-  consume(1, "q", "c1");
-  deliveries(1, "c1", 1, 3);
-  link.observer.take_events();
+  holding(3);
   client_passes(ack(1, 2));
   client_passes(ack(1, 2));  // again: the broker decides; nothing more to report
   EXPECT_EQ(link.observer.take_events(), Events{"settled ch1 b2 c2 ack"});
@@ -30,35 +39,22 @@ TEST_F(SessionSettlement, AckMultipleSettlesEveryTagUpToIt) {
   client_passes(ack(1, 4, true));
   EXPECT_EQ(link.observer.take_events(),
             (Events{"settled ch1 b1 c1 ack", "settled ch1 b3 c3 ack", "settled ch1 b4 c4 ack"}));
-  client_passes(ack(1, 0, true));  // everything outstanding
-  EXPECT_EQ(link.observer.take_events(), Events{"settled ch1 b5 c5 ack"});
-  EXPECT_EQ(link.session.channel(1)->unacked_count(), 0u);
-  link.session.on_eof(Side::broker);
-  EXPECT_EQ(link.observer.take_events(), Events{});
+  settles_the_last(ack(1, 0, true), "ack", Side::broker);
 }
 
 TEST_F(SessionSettlement, NackWithRequeueIsAClientReturnAndWithoutASettlement) {
-  consume(1, "q", "c1");
-  deliveries(1, "c1", 1, 5);
-  link.observer.take_events();
+  holding(5);
   client_passes(nack(1, 1, false, true));
   client_passes(nack(1, 2, false, false));
   client_passes(nack(1, 4, true, true));
   EXPECT_EQ(link.observer.take_events(),
             (Events{"client-return ch1 b1 c1 nack", "settled ch1 b2 c2 nack",
                     "client-return ch1 b3 c3 nack", "client-return ch1 b4 c4 nack"}));
-  client_passes(nack(1, 0, true, false));
-  EXPECT_EQ(link.observer.take_events(), Events{"settled ch1 b5 c5 nack"});
-  EXPECT_EQ(link.session.channel(1)->unacked_count(), 0u);
-  // Each was reported once: nothing is left to return.
-  link.session.on_eof(Side::client);
-  EXPECT_EQ(link.observer.take_events(), Events{});
+  settles_the_last(nack(1, 0, true, false), "nack", Side::client);
 }
 
 TEST_F(SessionSettlement, RejectWithRequeueIsAClientReturnAndWithoutASettlement) {
-  consume(1, "q", "c1");
-  deliveries(1, "c1", 1, 2);
-  link.observer.take_events();
+  holding(2);
   client_passes(reject(1, 2, true));
   client_passes(reject(1, 1, false));
   EXPECT_EQ(link.observer.take_events(),
@@ -90,9 +86,7 @@ TEST_F(SessionSettlement, RecoverWithRequeueReturnsEveryUnacked) {
 }
 
 TEST_F(SessionSettlement, RecoverAsyncWithRequeueReturnsEveryUnacked) {
-  consume(1, "q", "c1");
-  deliveries(1, "c1", 1, 2);
-  link.observer.take_events();
+  holding(2);
   Bytes recover_async;
   amqp::append_fixed_method_frame(recover_async, 1, amqp::BasicRecoverAsync{{true}});
   client_passes(recover_async);
@@ -101,9 +95,7 @@ TEST_F(SessionSettlement, RecoverAsyncWithRequeueReturnsEveryUnacked) {
 }
 
 TEST_F(SessionSettlement, RecoverWithoutRequeueReturnsNothing) {
-  consume(1, "q", "c1");
-  deliveries(1, "c1", 1, 2);
-  link.observer.take_events();
+  holding(2);
   client_passes(method(1, amqp::BasicRecover{false}));
   EXPECT_EQ(link.observer.take_events(), Events{});
   EXPECT_EQ(link.session.channel(1)->unacked_count(), 2u);

@@ -29,6 +29,20 @@ class SessionTracking : public ::testing::Test {
     for (std::uint64_t tag = first; tag <= last; ++tag) link.broker(deliver(ch, consumer, tag));
     drain();
   }
+  // Consumer "c1" of queue "q" on channel `ch` holds deliveries 1 to `last`, which the
+  // observer has heard of (its events taken).
+  void holding(std::uint64_t last, std::uint16_t ch = 1) {
+    consume(ch, "q", "c1");
+    deliveries(ch, "c1", 1, last);
+    link.observer.take_events();
+  }
+  // The session, its last tick at `from`, ends `ms` later and not a millisecond before.
+  void ends_after(std::int64_t from, std::int64_t ms) {
+    link.session.on_tick(from + ms - 1);
+    EXPECT_FALSE(link.session.finished());
+    link.session.on_tick(from + ms);
+    EXPECT_TRUE(link.session.finished());
+  }
   void drain() {
     link.client_bytes();
     link.broker_bytes();
