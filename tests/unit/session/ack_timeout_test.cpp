@@ -77,8 +77,7 @@ TEST_F(SessionAckTimeout, AClientClosingAtTheSameTimeIsAnswered) {
   link.session.on_tick(6000);
   drain();
   link.observer.take_events();
-  amqp::ChannelClose close;
-  close.reply_code = 200;
+  const amqp::ChannelClose close = test::channel_close_method(200);
   link.client(test::method(1, close));
   EXPECT_EQ(link.to_client(), test::frames({test::method(1, amqp::ChannelCloseOk{})}));
   link.broker(test::method(1, amqp::ChannelCloseOk{}));

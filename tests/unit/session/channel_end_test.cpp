@@ -16,9 +16,7 @@ TEST_F(SessionChannelEnd, ChannelClosedByClientReturnsWhatItHeldAtItsClose) {
   deliveries(2, "c2", 1, 1);
   client_passes(ack(1, 1));
   link.observer.take_events();
-  amqp::ChannelClose close;
-  close.reply_code = 200;
-  close.reply_text = "bye";
+  const amqp::ChannelClose close = channel_close_method(200, "bye");
   link.client(method(1, close));
   // What the client held when it closed, counted then (the observer may take some over); two
   // in hand, so neither alone.
@@ -48,11 +46,8 @@ TEST_F(SessionChannelEnd, ChannelClosedByClientReturnsWhatItHeldAtItsClose) {
 
 TEST_F(SessionChannelEnd, ChannelClosedByBrokerReturnsItsUnackedAtCloseOk) {
   holding(2, 3);
-  amqp::ChannelClose close;
-  close.reply_code = 406;
-  close.reply_text = "PRECONDITION_FAILED - unknown delivery tag 9";
-  close.class_id = 60;
-  close.method_id = 80;
+  const amqp::ChannelClose close =
+      channel_close_method(406, "PRECONDITION_FAILED - unknown delivery tag 9", 60, 80);
   broker_passes(method(3, close));
   EXPECT_EQ(link.observer.take_events(), Events{});
   client_passes(method(3, amqp::ChannelCloseOk{}));
@@ -116,9 +111,7 @@ TEST_F(SessionChannelEnd, ClientConnectionCloseHandshake) {
   deliveries(1, "c1", 1, 2);
   client_passes(ack(1, 1));
   link.observer.take_events();
-  amqp::ConnectionClose close;
-  close.reply_code = 200;
-  close.reply_text = "Goodbye";
+  const amqp::ConnectionClose close = connection_close_method(200, "Goodbye");
   link.client(method(0, close));
   EXPECT_FALSE(link.session.finished());
   // Counted at the client's close: one in hand, on the whole connection.
@@ -144,8 +137,7 @@ TEST_F(SessionChannelEnd, ClientConnectionCloseHandshake) {
 
 TEST_F(SessionChannelEnd, AClientThatKeepsItsSocketAfterCloseOkIsClosedAfterTenSeconds) {
   link.session.on_tick(1000);
-  amqp::ConnectionClose close;
-  close.reply_code = 200;
+  const amqp::ConnectionClose close = connection_close_method(200);
   client_passes(method(0, close));
   broker_passes(method(0, amqp::ConnectionCloseOk{}));
   ends_after(1000, 10000);
@@ -156,9 +148,8 @@ TEST_F(SessionChannelEnd, AClientThatKeepsItsSocketAfterCloseOkIsClosedAfterTenS
 // waited for (issue 38: the proxy waited for a cancel-ok, 31 s, until the broker reset it).
 TEST_F(SessionChannelEnd, ClientEofAfterTheBrokersCloseEndsAtOnce) {
   holding(1);
-  amqp::ConnectionClose close;
-  close.reply_code = 320;
-  close.reply_text = "CONNECTION_FORCED - Closed via management plugin";
+  const amqp::ConnectionClose close =
+      connection_close_method(320, "CONNECTION_FORCED - Closed via management plugin");
   broker_passes(method(0, close));
   link.session.on_eof(Side::client);
   EXPECT_TRUE(link.broker_bytes().empty());  // no basic.cancel
@@ -170,9 +161,8 @@ TEST_F(SessionChannelEnd, ClientEofAfterTheBrokersCloseEndsAtOnce) {
 
 TEST_F(SessionChannelEnd, BrokerConnectionCloseHandshake) {
   holding(1);
-  amqp::ConnectionClose close;
-  close.reply_code = 320;
-  close.reply_text = "CONNECTION_FORCED - broker forced connection closure";
+  const amqp::ConnectionClose close =
+      connection_close_method(320, "CONNECTION_FORCED - broker forced connection closure");
   broker_passes(method(0, close));
   EXPECT_EQ(link.observer.take_events(), Events{});
   client_passes(method(0, amqp::ConnectionCloseOk{}));

@@ -10,18 +10,12 @@
 namespace nackguard::session {
 namespace {
 
-amqp::ChannelClose broker_close(std::uint16_t code, std::string text) {
-  amqp::ChannelClose close;
-  close.reply_code = code;
-  close.reply_text = std::move(text);
-  return close;
-}
 // What RabbitMQ 3.10 and 4.0 send (rabbit_channel).
 amqp::ChannelClose timeout_close(std::uint16_t channel = 1) {
-  return broker_close(406, "PRECONDITION_FAILED - delivery acknowledgement on channel " +
-                               std::to_string(channel) +
-                               " timed out. Timeout value used: 5000 ms. This timeout value "
-                               "can be configured, see consumers doc guide to learn more");
+  return test::channel_close_method(
+      406, "PRECONDITION_FAILED - delivery acknowledgement on channel " + std::to_string(channel) +
+               " timed out. Timeout value used: 5000 ms. This timeout value "
+               "can be configured, see consumers doc guide to learn more");
 }
 
 class SessionConsumerTimeout : public test::SessionTracking {};
@@ -56,7 +50,8 @@ TEST_F(SessionConsumerTimeout, TheProxysOwnOldestDeliveryBlamesNoConsumer) {
 
 TEST_F(SessionConsumerTimeout, AnotherPreconditionFailedStillCountsEveryDelivery) {
   holding(2);
-  broker_passes(test::method(1, broker_close(406, "PRECONDITION_FAILED - unknown delivery tag 9")));
+  broker_passes(test::method(
+      1, test::channel_close_method(406, "PRECONDITION_FAILED - unknown delivery tag 9")));
   client_passes(test::method(1, amqp::ChannelCloseOk{}));
   EXPECT_EQ(link.observer.take_events(),
             (test::Events{"returned ch1 b1 channel_closed", "returned ch1 b2 channel_closed"}));

@@ -79,9 +79,7 @@ TEST_F(SessionCrashHold, AChannelCloseWaitsForTheSettlement) {
   consume(1, "q", "c1");
   deliveries(1, "c1", 1, 1);
   link.observer.take_over_at_crash = {{1, 1}};
-  amqp::ChannelClose close;
-  close.reply_code = 200;
-  close.reply_text = "bye";
+  const amqp::ChannelClose close = channel_close_method(200, "bye");
   link.client(method(1, close));
   EXPECT_EQ(link.broker_bytes(), cancel("c1"));  // the close waits
   link.broker(cancel_ok("c1"));
@@ -99,9 +97,7 @@ TEST_F(SessionCrashHold, AConnectionCloseWaitsForTheSettlement) {
   consume(2, "q", "c2");
   deliveries(2, "c2", 1, 1);
   link.observer.take_over_at_crash = {{2, 1}};
-  amqp::ConnectionClose close;
-  close.reply_code = 200;
-  close.reply_text = "Goodbye";
+  const amqp::ConnectionClose close = connection_close_method(200, "Goodbye");
   link.client(method(0, close));
   // Every consumer of the connection is cancelled while its close waits.
   EXPECT_EQ(link.broker_bytes(), cat({cancel("c1"), method(2, amqp::BasicCancel{"c2", false})}));
@@ -196,9 +192,7 @@ TEST_F(SessionCrashHold, NothingIsTakenOverOnAChannelTheBrokerClosed) {
   consume(1, "q", "c1");
   deliveries(1, "c1", 1, 1);
   link.observer.take_over_at_crash = {{1, 1}};
-  amqp::ChannelClose close;
-  close.reply_code = 406;
-  close.reply_text = "PRECONDITION_FAILED";
+  const amqp::ChannelClose close = channel_close_method(406, "PRECONDITION_FAILED");
   broker_passes(method(1, close));
   link.observer.take_events();
   client_passes(method(1, amqp::ChannelCloseOk{}));

@@ -75,13 +75,29 @@ inline Bytes heartbeat() {
   return out;
 }
 
+// A connection.close or a channel.close with `code` and `text`; a channel.close names the
+// method that caused it, if any.
+inline amqp::ConnectionClose connection_close_method(std::uint16_t code, std::string text = "") {
+  amqp::ConnectionClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  return close;
+}
+inline amqp::ChannelClose channel_close_method(std::uint16_t code, std::string text = "",
+                                               std::uint16_t class_id = 0,
+                                               std::uint16_t method_id = 0) {
+  amqp::ChannelClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  close.class_id = class_id;
+  close.method_id = method_id;
+  return close;
+}
+
 // The connection.close the proxy sends the broker once a gone client's connection is done
 // (session_crash.cpp): the broker's close-ok ends it.
 inline Bytes gone_client_close() {
-  amqp::ConnectionClose close;
-  close.reply_code = 200;
-  close.reply_text = "nackguard: the client connection ended";
-  return method(0, close);
+  return method(0, connection_close_method(200, "nackguard: the client connection ended"));
 }
 
 // A content header and `data` split into body frames of at most `chunk` bytes.

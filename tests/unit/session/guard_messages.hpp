@@ -68,12 +68,7 @@ inline Bytes body_frame(std::uint16_t channel, std::string_view data) {
 
 inline Bytes channel_close(std::uint16_t code, std::string text, std::uint16_t class_id = 0,
                            std::uint16_t method_id = 0, std::uint16_t channel = kProxyChannel) {
-  amqp::ChannelClose close;
-  close.reply_code = code;
-  close.reply_text = std::move(text);
-  close.class_id = class_id;
-  close.method_id = method_id;
-  return method(channel, close);
+  return method(channel, test::channel_close_method(code, std::move(text), class_id, method_id));
 }
 // The broker's basic.return of a mandatory copy to `exchange` and `routing_key` (312 NO_ROUTE),
 // then its content with `properties`, the body in one frame for each of `parts`.

@@ -220,9 +220,8 @@ TEST(SessionHandshake, OtherHandshakeMethodsPassAsTheirOriginalBytes) {
 TEST(SessionHandshake, AuthFailureCloseAndCloseOkEndTheSession) {
   Link link;
   begin_handshake(link, HandshakeStep::start_ok);
-  amqp::ConnectionClose close;
-  close.reply_code = 403;
-  close.reply_text = "ACCESS_REFUSED - Login was refused";
+  const amqp::ConnectionClose close =
+      connection_close_method(403, "ACCESS_REFUSED - Login was refused");
   Bytes close_bytes = method(0, close);
   link.broker(close_bytes);
   EXPECT_EQ(link.client_bytes(), close_bytes);

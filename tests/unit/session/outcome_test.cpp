@@ -113,9 +113,8 @@ TEST_F(SessionOutcomeInContent, IsHandedBackAfterTheClientsLastBodyFrame) {
 // The broker closes the channel first and requeues the original: the outcome is dropped, and
 // the observer books nothing (a dead-letter booked there would never have happened).
 TEST_F(SessionOutcomeInContent, ABrokerChannelCloseDropsItUnheard) {
-  amqp::ChannelClose close;
-  close.reply_code = 406;
-  close.reply_text = "PRECONDITION_FAILED - unknown delivery tag 7";
+  const amqp::ChannelClose close =
+      channel_close_method(406, "PRECONDITION_FAILED - unknown delivery tag 7");
   link.broker(method(1, close));
   link.observer.take_events();
   link.client(body(1, "def"));

@@ -78,8 +78,7 @@ TEST(AckTimeoutRules, OnlyTheDeliveryThatTimedOutCountsAReturn) {
 
 TEST(AckTimeoutRules, WhatEndsASidesPartOfTheProxysClose) {
   EXPECT_EQ(close_end(only_frame(method(3, amqp::ChannelCloseOk{}))), CloseEnd::close_ok);
-  amqp::ChannelClose close;
-  close.reply_code = 200;
+  const amqp::ChannelClose close = channel_close_method(200);
   EXPECT_EQ(close_end(only_frame(method(3, close))), CloseEnd::crossed_close);
   EXPECT_EQ(close_end(only_frame(ack(3, 1))), CloseEnd::no);
   EXPECT_EQ(close_end(only_frame(body(3, "x"))), CloseEnd::no);

@@ -150,9 +150,7 @@ TEST_F(SessionTx, BrokerCloseReleasesTheFramesBehindAHeldCommit) {
   deliveries(1, "c1", 1, 1);
   link.client(nack(1, 1, false, true));
   link.client(tx_commit());
-  amqp::ChannelClose close;
-  close.reply_code = 406;
-  close.reply_text = "PRECONDITION_FAILED";
+  const amqp::ChannelClose close = channel_close_method(406, "PRECONDITION_FAILED");
   link.broker(method(1, close));
   link.client_bytes();
   link.client(method(1, amqp::ChannelCloseOk{}));
