@@ -1,10 +1,8 @@
 #pragma once
 // Byte-spelling helpers for the codec tests: expected wire bytes are written as hex, with
 // spaces wherever they help the reader, and printed as hex when a comparison fails. And a
-// content header with all 14 properties set, and the check that each error of an enum has a
-// text of its own.
-
-#include <gtest/gtest.h>
+// content header with all 14 properties set. No gtest: the session fuzz target includes it
+// (through tests/unit/session/frame_builders.hpp).
 
 #include <cstdint>
 #include <initializer_list>
@@ -108,19 +106,6 @@ inline ContentHeader every_property(FieldTable headers, std::uint64_t body_size)
   p.app_id = "shop";
   p.cluster_id = "c";
   return header;
-}
-
-// Every error in `all` has a text that is not empty, and no two of them share a text.
-template <typename Error>
-void expect_each_error_has_its_own_text(std::initializer_list<Error> all) {
-  for (Error a : all) {
-    EXPECT_FALSE(to_string(a).empty()) << "error " << static_cast<int>(a);
-    for (Error b : all) {
-      if (a != b) {
-        EXPECT_NE(to_string(a), to_string(b));
-      }
-    }
-  }
 }
 
 }  // namespace nackguard::amqp::test

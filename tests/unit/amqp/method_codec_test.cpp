@@ -11,6 +11,7 @@
 
 #include "amqp/all_methods.hpp"
 #include "amqp/codec_test_support.hpp"
+#include "amqp/error_text_check.hpp"
 
 namespace nackguard::amqp {
 namespace {

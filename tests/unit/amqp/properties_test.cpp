@@ -9,6 +9,7 @@
 #include <string>
 
 #include "amqp/codec_test_support.hpp"
+#include "amqp/error_text_check.hpp"
 
 namespace nackguard::amqp {
 namespace {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "amqp/codec_test_support.hpp"
+#include "amqp/error_text_check.hpp"
 #include "proxy/amqp/table.hpp"
 
 namespace nackguard::amqp {
