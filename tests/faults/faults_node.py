@@ -332,3 +332,14 @@ def stop_module_node():
             log(f"leaving {NODE_NAME} running: this module did not start it")
     finally:
         release_machine_lock()
+
+
+def setUpModule():
+    """unittest's module fixture for a fault-test module with a private node of its own:
+    `from faults_support import setUpModule, tearDownModule`; its tests reach the node as
+    FaultTest.node."""
+    start_module_node()
+
+
+def tearDownModule():
+    stop_module_node()

@@ -243,6 +243,20 @@ class FaultTest(unittest.TestCase):
         proxy.start()
         return proxy
 
+    def start_traffic(self, proxy, queue, ledger, tag, rate, prefetch=20, decide=None,
+                      heartbeat=None):
+        """A publisher (`tag`, `rate` messages a second) and a consumer (`prefetch`, `decide`)
+        on `queue` through `proxy`, the consumer started first; both stopped at the test's
+        end. Returns (publisher, consumer)."""
+        pub = Publisher(proxy.port, queue, ledger, tag, rate=rate, heartbeat=heartbeat)
+        con = Consumer(proxy.port, queue, ledger, decide=decide, prefetch=prefetch,
+                       heartbeat=heartbeat)
+        self.addCleanup(pub.stop, 5)
+        self.addCleanup(con.stop, 5)
+        con.start()
+        pub.start()
+        return pub, con
+
     def queue(self, tag, declare=True):
         name = unique_queue(tag)
         self.queues_to_delete += [name, f"{name}.dlq"]

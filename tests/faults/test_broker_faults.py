@@ -40,20 +40,11 @@ import pika
 import pika.exceptions
 
 import faults_support as fs
+from faults_support import setUpModule, tearDownModule  # noqa: F401  (the module fixture)
 from broker_fault_support import CLEAN_ERRORS, Flood, first_error_after, reconnected_after
 
-NODE = None
 MAX_REDELIVERIES = 3
 KILL_AFTER_DECLARE_S = 5.0  # see test_broker_kill9_and_restart
-
-
-def setUpModule():
-    global NODE
-    NODE = fs.start_module_node()
-
-
-def tearDownModule():
-    fs.stop_module_node()
 
 
 class BrokerFaultTest(fs.FaultTest):
@@ -64,12 +55,7 @@ class BrokerFaultTest(fs.FaultTest):
                                 **(policy_extra or {}))
         proxy = self.start_proxy(policies={"q.yaml": policy}, handshake="2s")
         ledger = fs.Ledger(tag)
-        pub = fs.Publisher(proxy.port, queue, ledger, tag, rate=rate, heartbeat=heartbeat)
-        con = fs.Consumer(proxy.port, queue, ledger, prefetch=20, heartbeat=heartbeat)
-        self.addCleanup(pub.stop, 5)
-        self.addCleanup(con.stop, 5)
-        con.start()
-        pub.start()
+        pub, con = self.start_traffic(proxy, queue, ledger, tag, rate, heartbeat=heartbeat)
         return queue, proxy, ledger, pub, con
 
     def finish(self, queue, ledger, pub, con, what, drain_timeout=45):
@@ -80,9 +66,9 @@ class BrokerFaultTest(fs.FaultTest):
         poison = sum(1 for i in ledger.confirmed if fs.number_of(i) % 25 == 0)
         drained = fs.wait_drained(ledger, queue, drain_timeout, dlq_expected=poison)
         self.assertTrue(con.stop(), f"{what}: the consumer thread is stuck")
-        fs.wait_none_unacked(NODE, queue)  # the consumer's close has reached the broker
+        fs.wait_none_unacked(self.node, queue)  # the consumer's close has reached the broker
         self.record(drained=drained)
-        account = self.assert_exact_account(NODE, ledger, queue, what,
+        account = self.assert_exact_account(self.node, ledger, queue, what,
                                             note=f" (drained: {drained})")
         self.assertGreater(account["confirmed"], 100, f"{what}: too little traffic")
         return account
@@ -100,7 +86,7 @@ class BrokerFaultTest(fs.FaultTest):
         fs.wait_flowing(ledger, 60)
         self.assertGreater(len(ledger.confirmed), 50, "no steady traffic before the fault")
         t_fault = time.monotonic()
-        stopper = threading.Thread(target=NODE.stop_app)
+        stopper = threading.Thread(target=self.node.stop_app)
         stopper.start()
         pub_err = first_error_after(pub, t_fault, 60)
         con_err = first_error_after(con, t_fault, 60)
@@ -113,7 +99,7 @@ class BrokerFaultTest(fs.FaultTest):
         time.sleep(2)  # deliberate: the window in which the failed reconnects are counted
         down_errors = pub.events.since(t_down_retries, "error")
         t_up = time.monotonic()
-        NODE.start_app()
+        self.node.start_app()
         start_seconds = time.monotonic() - t_up
         pub_back = reconnected_after(pub, t_up, 30)
         con_back = reconnected_after(con, t_up, 30)
@@ -151,13 +137,13 @@ class BrokerFaultTest(fs.FaultTest):
                                       30, 0.1), "nothing dead-lettered before the fault")
         time.sleep(KILL_AFTER_DECLARE_S)  # deliberate: the DLQ's age, see above
         t_fault = time.monotonic()
-        pid = NODE.kill9()
+        pid = self.node.kill9()
         pub_err = first_error_after(pub, t_fault, 15)
         con_err = first_error_after(con, t_fault, 15)
         self.assertIsNotNone(pub_err, "the publisher never saw its connection close (hang)")
         self.assertIsNotNone(con_err, "the consumer never saw its connection close (hang)")
         t_restart = time.monotonic()
-        boot = NODE.start(fresh=False)
+        boot = self.node.start(fresh=False)
         pub_back = reconnected_after(pub, t_restart, 60)
         con_back = reconnected_after(con, t_restart, 60)
         self.assertIsNotNone(pub_back, "the publisher did not reconnect through the proxy")
@@ -236,12 +222,12 @@ class BrokerFaultTest(fs.FaultTest):
 
         def reset():
             try:
-                NODE.ctl("set_vm_memory_high_watermark", "0.4")
+                self.node.ctl("set_vm_memory_high_watermark", "0.4")
             finally:
                 reset_done.set()
 
         self.addCleanup(lambda: reset_done.is_set() or reset())
-        NODE.ctl("set_vm_memory_high_watermark", "0.0000001")
+        self.node.ctl("set_vm_memory_high_watermark", "0.0000001")
         t_alarm = time.monotonic()
         # Any publish on a connection makes the broker block it (and say so).
         for probe_id in ("probe-000001", "probe-000002", "probe-000003"):
@@ -312,9 +298,9 @@ class BrokerFaultTest(fs.FaultTest):
         sampler.start()
         self.addCleanup(sampler.stop)
         rss_before = proxy.rss_kb()
-        self.addCleanup(lambda: NODE.sigcont())
+        self.addCleanup(lambda: self.node.sigcont())
         t_stop = time.monotonic()
-        NODE.sigstop()
+        self.node.sigstop()
         try:
             pub_err = first_error_after(pub, t_stop, 2 * hb + 8)
             con_err = first_error_after(con, t_stop, 2 * hb + 8)
@@ -331,7 +317,7 @@ class BrokerFaultTest(fs.FaultTest):
             if remaining > 0:
                 time.sleep(remaining)  # deliberate: the stall lasts 10 s
         finally:
-            NODE.sigcont()
+            self.node.sigcont()
         stall = time.monotonic() - t_stop
         t_cont = time.monotonic()
         sampler_max = sampler.max_rss_kb()

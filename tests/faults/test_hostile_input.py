@@ -42,21 +42,12 @@ import time
 import unittest
 
 import faults_support as fs
+from faults_support import setUpModule, tearDownModule  # noqa: F401  (the module fixture)
 import hostile_cases as hc
 import hostile_reload as hr
 import rawamqp as raw
 from hostile_support import HostileCase, run_all, short
 
-NODE = None
-
-
-def setUpModule():
-    global NODE
-    NODE = fs.start_module_node()
-
-
-def tearDownModule():
-    fs.stop_module_node()
 
 
 class HostileInputTest(HostileCase):
@@ -119,8 +110,8 @@ class HostileInputTest(HostileCase):
         self.assertTrue(direct.get("confirmed"),
                         "the broker did not confirm the deep-headers message")
         deliveries, closes = hc.nack_everything(self.proxy.port, queue)
-        fs.wait_none_unacked(NODE, queue)  # the last nack and the close have taken effect
-        dlq, delayed, queued = fs.final_count(NODE, queue)
+        fs.wait_none_unacked(self.node, queue)  # the last nack and the close have taken effect
+        dlq, delayed, queued = fs.final_count(self.node, queue)
         account = ledger.account(dlq, delayed, queued)
         results["deep headers delivered through the proxy and nacked"] = {
             "deliveries": dict(collections.Counter(i for i, _ in deliveries)),
@@ -201,12 +192,7 @@ class HostileInputTest(HostileCase):
         ledger = fs.Ledger("reload")
         # every message is poison: its dead-letter line tells the policy in force
         decide = fs.standard_decide(poison_every=1, flaky_every=0)
-        pub = fs.Publisher(proxy.port, queue, ledger, "rl", rate=20)
-        con = fs.Consumer(proxy.port, queue, ledger, decide=decide, prefetch=5)
-        self.addCleanup(pub.stop, 5)
-        self.addCleanup(con.stop, 5)
-        con.start()
-        pub.start()
+        pub, con = self.start_traffic(proxy, queue, ledger, "rl", 20, prefetch=5, decide=decide)
         reloads = hr.PolicyReloads(proxy, queue)
         self.assertTrue(reloads.wait_dead_letter(0), proxy.log_text())
         self.assertEqual(reloads.returns_in_force(0), [2],
@@ -232,7 +218,7 @@ class HostileInputTest(HostileCase):
         pub.stop()
         fs.wait_drained(ledger, queue, 30, dlq_expected=len(ledger.confirmed))
         con.stop()
-        account = ledger.account(*fs.final_count(NODE, queue))
+        account = ledger.account(*fs.final_count(self.node, queue))
         metrics = proxy.metrics()
         reload_metrics = {k: v for k, v in metrics.items()
                           if k.startswith("nackguard_policy_reloads")}

@@ -29,18 +29,9 @@ import unittest
 
 import connection_burst
 import faults_support as fs
+from faults_support import setUpModule, tearDownModule  # noqa: F401  (the module fixture)
 import process_fault_support as ps
 
-NODE = None
-
-
-def setUpModule():
-    global NODE
-    NODE = fs.start_module_node()
-
-
-def tearDownModule():
-    fs.stop_module_node()
 
 
 class ProcessFaultTest(fs.FaultTest):
@@ -54,12 +45,12 @@ class ProcessFaultTest(fs.FaultTest):
 
     def finish_bystander(self, stream):
         stream.drain(30)
-        account = stream.ledger.account(*fs.final_count(NODE, stream.queue))
+        account = stream.ledger.account(*fs.final_count(self.node, stream.queue))
         self.assert_no_loss(account, "bystander")
         return account
 
     def account(self, ledger, queue, what, extra_queues=(), poison_every=25):
-        return self.assert_exact_account(NODE, ledger, queue, what, extra_queues, poison_every)
+        return self.assert_exact_account(self.node, ledger, queue, what, extra_queues, poison_every)
 
     # ------------------------------------------------------------ (2) consumer kill -9
     def test_consumer_killed_holding_unacked_and_delayed(self):
@@ -86,7 +77,7 @@ class ProcessFaultTest(fs.FaultTest):
             time.sleep(4.5)
             if child.poll() is not None:
                 self.fail(f"consumer {round_} exited by itself: {children.stderr_tail()}")
-            kills.append(children.kill_holding_unacked(child, NODE, delay_queue))
+            kills.append(children.kill_holding_unacked(child, self.node, delay_queue))
             fs.log(f"consumer kill {round_}: {kills[-1]}")
         time.sleep(1)  # deliberate: 1 s more of publishing with no consumer at all
         pub.stop()
@@ -101,10 +92,10 @@ class ProcessFaultTest(fs.FaultTest):
         drained = fs.wait_until(lambda: children.settled(ledger, poison), 60 + 2 * suspects,
                                 0.5)
         fs.log(f"drained: {drained} after {time.monotonic() - started:.1f}s")
-        fs.wait_none_unacked(NODE, queue)  # the last consumer's acks have reached the broker
+        fs.wait_none_unacked(self.node, queue)  # the last consumer's acks have reached the broker
         final.send_signal(signal.SIGTERM)
         final.wait(10)
-        fs.wait_none_unacked(NODE, queue)  # what it still held is back in the queue
+        fs.wait_none_unacked(self.node, queue)  # what it still held is back in the queue
         children.read_events(ledger)
         metrics = proxy.metrics()
         account = self.account(ledger, queue, "consumer kill -9")
@@ -140,12 +131,8 @@ class ProcessFaultTest(fs.FaultTest):
         # of nacks, which the proxy turns into delayed republishes and, at the third return,
         # dead-letters.
         fs.preload(queue, 1000, ledger, "pk")
-        pub = fs.Publisher(proxy.port, queue, ledger, "pkl", rate=80)
-        con = fs.Consumer(proxy.port, queue, ledger, decide=decide, prefetch=50)
-        self.addCleanup(pub.stop, 5)
-        self.addCleanup(con.stop, 5)
-        con.start()
-        pub.start()
+        pub, con = self.start_traffic(proxy, queue, ledger, "pkl", 80, prefetch=50,
+                                      decide=decide)
         burst = fs.wait_until(lambda: (fs.message_count(f"{queue}.dlq") or 0) >= 40, 40, 0.05)
         before = proxy.metrics()
         t_kill = time.monotonic()
@@ -169,7 +156,7 @@ class ProcessFaultTest(fs.FaultTest):
         poison = sum(1 for i in ledger.confirmed if fs.number_of(i) % 3 == 0)
         drained = fs.wait_drained(ledger, queue, 60, dlq_expected=poison)
         self.assertTrue(con.stop(), "the consumer thread is stuck")
-        fs.wait_none_unacked(NODE, queue)  # the consumer's close has reached the broker
+        fs.wait_none_unacked(self.node, queue)  # the consumer's close has reached the broker
         account = self.account(ledger, queue, "proxy kill -9", poison_every=3)
         errors = sorted({d for _, _, d in pub.events.since(t_kill, "error")
                          + con.events.since(t_kill, "error")})
@@ -191,12 +178,7 @@ class ProcessFaultTest(fs.FaultTest):
         proxy = self.start_proxy(policies={"q.yaml": fs.policy_yaml(queue, 3,
                                                                      rate=fs.NO_RATE_LIMITS)})
         ledger = fs.Ledger("proxystall")
-        pub = fs.Publisher(proxy.port, queue, ledger, "pst", rate=100, heartbeat=hb)
-        con = fs.Consumer(proxy.port, queue, ledger, prefetch=20, heartbeat=hb)
-        self.addCleanup(pub.stop, 5)
-        self.addCleanup(con.stop, 5)
-        con.start()
-        pub.start()
+        pub, con = self.start_traffic(proxy, queue, ledger, "pst", 100, heartbeat=hb)
         fs.wait_flowing(ledger, 100)  # both clients connected, the stream flowing
         self.addCleanup(lambda: proxy.alive() and os.kill(proxy.pid, signal.SIGCONT))
         t_stop = time.monotonic()
