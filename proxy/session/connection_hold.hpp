@@ -49,7 +49,7 @@ class ConnectionHold {
   }
 
   // The proxy's connection.close for a gone client went out: nothing else may follow it.
-  void gone_close_sent(std::int64_t now_ms) {
+  void mark_gone_close_sent(std::int64_t now_ms) {
     gone_close_sent_ = true;
     gone_close_ms_ = now_ms;
   }

@@ -139,7 +139,7 @@ void Session::end_gone_client() {
   emit_connection_close(Side::broker, amqp::reply::success,
                         "nackguard: the client connection ended");
   proxy_close_ = ProxyClose::awaiting_broker;
-  connection_hold_.gone_close_sent(clock_ms_);
+  connection_hold_.mark_gone_close_sent(clock_ms_);
 }
 
 void Session::tick_crash_holds(std::int64_t now_ms) {

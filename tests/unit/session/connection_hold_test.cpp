@@ -45,7 +45,7 @@ TEST(ConnectionHold, OverdueAfterTheBoundFromTheFirstTickWhenUndated) {
 TEST(ConnectionHold, TheGoneClientsCloseOkIsAwaitedForItsBound) {
   ConnectionHold hold;
   EXPECT_FALSE(hold.gone_close_sent());
-  hold.gone_close_sent(2000);
+  hold.mark_gone_close_sent(2000);
   EXPECT_TRUE(hold.gone_close_sent());
   EXPECT_FALSE(hold.gone_close_overdue(2000 + ConnectionHold::kGoneCloseOkMs - 1));
   EXPECT_TRUE(hold.gone_close_overdue(2000 + ConnectionHold::kGoneCloseOkMs));
