@@ -181,7 +181,7 @@ wants() { [[ ,$extra_checks, == *,$1,* ]]; }
 # <dir>/build.log and <dir>/build.status. The AddressSanitizer build, the longest path, is -O1
 # with line tables only (-g1), its unit tests' own files -O0 (-O1 -g everywhere took 35 minutes
 # of an idle machine). ThreadSanitizer stays at -O2 -g1: at -O1, GCC 12 with -fsanitize=thread
-# reports a false -Wmaybe-uninitialized on a std::optional in session_channels.cpp.
+# reports a false -Wmaybe-uninitialized on a std::optional in session_methods.cpp.
 asan_dir="$build_dir-asan"
 tsan_dir="$build_dir-tsan"
 fuzz_dir="$build_dir-fuzz"

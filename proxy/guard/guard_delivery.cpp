@@ -130,7 +130,7 @@ DeliveryPlan Guard::plan_unseen(const Delivery& d, const retry::Policy& policy) 
     }
     return plan;
   }
-  // Its channel's crash holds the broker side open (session_crash.cpp): a copy can be made.
+  // Its channel's crash holds the broker side open (session_core_end.cpp): a copy can be made.
   if (uncounted_return(d, id, ReturnContext{false, true}) == ReturnAction::take_over) {
     plan.action = DeliveryPlan::Action::take_over;
   }
@@ -187,7 +187,7 @@ bool Guard::first_delivery_keeps_body(const Delivery& d, const retry::Policy& po
 
 // ---- the policy's ack_timeout ----
 // How long a consumer may hold a delivery unacked before the session closes its channel
-// (session_timeout.cpp), and the report of each such close.
+// (ack_closes.cpp), and the report of each such close.
 
 std::int64_t Guard::ack_timeout_ms(const Delivery& d) {
   if (d.queue.empty() || d.no_ack) return 0;

@@ -1,6 +1,6 @@
 #pragma once
 // The rules of acknowledgement timeouts, as values (the session applies them:
-// session_timeout.cpp). RabbitMQ's consumer_timeout (30 min by default; per queue from 3.12
+// ack_closes.cpp). RabbitMQ's consumer_timeout (30 min by default; per queue from 3.12
 // with x-consumer-timeout or a policy) closes the channel with 406 "delivery acknowledgement
 // on channel N timed out" once the oldest unacked delivery on it has waited that long, and
 // requeues every delivery of the channel; RabbitMQ 4.3 times out a quorum queue's consumer

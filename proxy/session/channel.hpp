@@ -75,11 +75,11 @@ class ChannelState {
   ChannelTx tx;                     // transaction mode (tx.select), see transaction.hpp
   // The channel closes because an acknowledgement timed out (RabbitMQ's consumer_timeout or
   // the policy's ack_timeout): only the delivery timed_out_broker_tag names counts a return,
-  // the others go back uncounted (session_timeout.cpp).
+  // the others go back uncounted (ack_closes.cpp).
   bool ack_timed_out = false;
   std::optional<std::uint64_t> timed_out_broker_tag;
   // The proxy closes the channel itself, on both sides, because a delivery stayed unacked
-  // past its ack_timeout (session_timeout.cpp): it ends once both close-oks are in.
+  // past its ack_timeout (ack_closes.cpp): it ends once both close-oks are in.
   struct AckClose {
     bool active = false;
     bool client_done = false;  // the client's close-ok (or its own close) came
@@ -213,14 +213,14 @@ class ChannelState {
   // theirs is a return any more. Returns them as they were, the broker's oldest first.
   std::vector<Delivery> requeued_by_broker(const std::string& consumer_tag);
   // The client's close or crash found the deliveries up to this client tag in its hands, and
-  // the observer counted them then (session_crash.cpp); later ones were never seen by the
+  // the observer counted them then (session_core_end.cpp); later ones were never seen by the
   // client. 0: no crash.
   std::uint64_t crash_tag = 0;
   // The client closed the channel or the connection, or went away: what the broker delivers
-  // now, the client never sees (Delivery::unseen; session_crash.cpp).
+  // now, the client never sees (Delivery::unseen; session_core_end.cpp).
   bool client_left = false;
   // Its consumers were cancelled while a crash's close waits, and how many cancel-oks are still
-  // to come (session_crash.cpp).
+  // to come (session_core_end.cpp).
   bool consumers_cancelled = false;
   std::uint32_t cancels_pending = 0;
   // The delivery RabbitMQ's consumer_timeout looks at: the one the broker handed out first

@@ -1,6 +1,6 @@
 #pragma once
 // The end of a client's connection, held while deliveries its consumer's crash gave up are
-// taken over (session_crash.cpp): its connection.close kept, or its EOF noted (the client
+// taken over (session_core_end.cpp): its connection.close kept, or its EOF noted (the client
 // side closed, the broker side still open). A copy's confirm waits 30 s at most (guard.cpp),
 // and the settlements release the hold: kCrashHoldMs only keeps it from waiting for ever
 // should none come. A gone client's broker side then ends with a connection.close of the

@@ -1,7 +1,7 @@
 #pragma once
 // A client's channel.close, held while a delivery on the channel is taken over and not yet
 // settled (its copy awaits the broker's confirm) or a cancel of the proxy's is pending
-// (Session::hold_client_close). Forwarded at once, the close would hand the original back to
+// (SessionCore::hold_client_close). Forwarded at once, the close would hand the original back to
 // the broker, the copy would be a duplicate, and the ack after the confirm a frame on a closed
 // channel (the broker ends the connection with 504). A copy's confirm waits 30 s at most
 // (guard.cpp), and its settlement releases the close: kHeldCloseMs only keeps a client from

@@ -1,5 +1,5 @@
 #pragma once
-// The frame scan of the send-ahead (Session::receive_input, session_send_ahead.cpp): whether a
+// The frame scan of the send-ahead (Session::receive_input, session_core.cpp): whether a
 // read from the broker holds exactly one whole delivery that could go to the client as it is.
 
 #include <cstdint>

@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "proxy/amqp/method_codec.hpp"
-#include "proxy/session/ack_timeout.hpp"
 
 namespace nackguard::session {
 
@@ -15,23 +14,8 @@ using amqp::FrameType;
 namespace mid = amqp::mid;
 namespace reply = amqp::reply;
 
-std::string_view to_string(Side side) {
-  return side == Side::client ? "client" : "broker";
-}
-
 Session::Session(SessionOptions options, SessionObserver* observer)
-    : options_(options),
-      observer_(observer ? observer : &null_observer_),
-      handshake_(options.max_frame_bytes),
-      router_(*observer_, options_.body_budget, io(Side::client).out, clock_ms_) {
-  // Before tune-ok the spec allows only frame-min-size; RabbitMQ's own handshake frames are
-  // small, but clients with large property tables exist, so allow up to 128 KiB until then.
-  std::uint32_t initial =
-      std::clamp<std::uint32_t>(options_.max_frame_bytes, amqp::kFrameMinSize, 131072);
-  for (auto& side : io_) side.decoder.set_frame_max(initial);
-  io(Side::client).out.set_source(io(Side::broker).in);
-  io(Side::broker).out.set_source(io(Side::client).in);
-}
+    : SessionCore(std::move(options), observer) {}
 
 const ChannelState* Session::channel(std::uint16_t number) const {
   auto it = channels_.find(number);
@@ -51,19 +35,6 @@ void Session::feed(Side from, ByteView data) {
   std::memcpy(space.data(), data.data(), data.size());
   commit_input(from, data.size());
   finish_bookkeeping();
-}
-
-std::span<std::uint8_t> Session::input_space(Side from, std::size_t buffer_bytes) {
-  finish_bookkeeping();                  // the frame it reads lies in an input buffer
-  io(other(from)).out.copy_forwarded();  // the next read overwrites what it points to
-  SideIo& side = io(from);
-  return side.in.space(buffer_bytes, side.decoder.frame_max());
-}
-
-void Session::receive(Side from, std::size_t n) {
-  SideIo& side = io(from);
-  side.in.commit(n);
-  side.received = n;
 }
 
 void Session::handle_input(Side from) {
@@ -130,54 +101,6 @@ std::size_t Session::process(Side from, ByteView data) {
   return used;
 }
 
-ChannelState& Session::channel_state(std::uint16_t number) {
-  return channels_[number];
-}
-
-void Session::returned(const Delivery& delivery, ReturnCause cause, bool solo) {
-  observer_->on_returned(delivery, cause, ReturnContext{.solo = solo, .can_take_over = false});
-}
-
-void Session::return_all(ChannelState& ch, ReturnCause cause) {
-  // A recover leaves the transaction's settlements alone: they are not among the unacked.
-  if (cause != ReturnCause::recover) tx_return_all(ch, cause);
-  const bool solo = ch.crash_tag == 0 && ch.in_hand_tags().size() == 1;
-  for (const Delivery& d : ch.take_all()) {
-    if (d.no_ack) continue;
-    // The client's close or crash counted what it held then (session_crash.cpp); what came
-    // after, the client never saw.
-    const bool after_crash = ch.crash_tag != 0 && !d.taken_over;
-    if (after_crash && d.client_tag <= ch.crash_tag) continue;
-    returned(d, after_crash ? ReturnCause::unseen : end_cause(ch, d, cause), solo);
-  }
-  std::deque<ChannelState::HeldBackDelivery> held_back = router_.take_held_back(ch);
-  ch.gate.open();
-  for (ChannelState::HeldBackDelivery& h : held_back) {
-    if (!h.delivery.no_ack) returned(h.delivery, end_cause(ch, h.delivery, cause), false);
-  }
-  // A delivery cut off mid-body: the observer has seen it, and the broker requeues it.
-  if (ch.incoming && !ch.incoming->header_payload.empty() && !ch.incoming->no_ack) {
-    returned(*ch.incoming, end_cause(ch, *ch.incoming, cause), false);
-  }
-  ch.incoming.reset();
-  observer_->on_returns_done();
-}
-
-void Session::end_channel(std::uint16_t number, ReturnCause cause) {
-  auto it = channels_.find(number);
-  if (it == channels_.end()) return;
-  return_all(it->second, cause);
-  channels_.erase(it);
-}
-
-void Session::end_all_channels(ReturnCause cause) {
-  std::vector<std::uint16_t> numbers;
-  numbers.reserve(channels_.size());
-  for (const auto& [number, ch] : channels_) numbers.push_back(number);
-  std::sort(numbers.begin(), numbers.end());
-  for (std::uint16_t number : numbers) end_channel(number, cause);
-}
-
 void Session::on_tick(std::int64_t now_ms) {
   finish_bookkeeping();
   if (tx_replay_pending_) replay_behind_commits();
@@ -190,7 +113,7 @@ void Session::on_tick(std::int64_t now_ms) {
     release_held_back(ch, true);
     ch.gate.waited_again(now_ms, !ch.held_back.empty());
   }
-  if (phase_ == Phase::open && proxy_close_ == ProxyClose::none) check_ack_timeouts(now_ms);
+  if (phase_ == Phase::open && proxy_close_ == ProxyClose::none) ack_closes_.check(now_ms);
   clock_ms_ = now_ms;
   for (auto& [number, ch] : channels_) {
     if (ch.held_close.held()) release_held_close(ch, ch.held_close.overdue(now_ms));
@@ -201,31 +124,70 @@ void Session::on_tick(std::int64_t now_ms) {
   pump_proxy_channel();
 }
 
-Delivery* Session::settleable(std::uint16_t channel, std::uint64_t broker_tag) {
-  auto it = channels_.find(channel);
-  if (it == channels_.end() || phase_ != Phase::open || proxy_close_ != ProxyClose::none ||
-      it->second.ack_close.active || (it->second.closing && !it->second.held_close.held())) {
-    return nullptr;
+void Session::on_eof(Side side) {
+  finish_bookkeeping();
+  io(side).input_closed = true;
+  if (proxy_close_ != ProxyClose::none) {
+    channels_.clear();  // shutdown: not returns
+    router_.forget_channels();
   }
-  Delivery* d = it->second.find_taken_over(broker_tag);
-  return d && !d->settling ? d : nullptr;
+  if (phase_ == Phase::closed) {
+    io(side).out.close();
+    if (side == Side::client) awaiting_client_close_ = false;
+    return;
+  }
+  if (side == Side::broker && phase_ == Phase::open) {
+    emit_connection_close(Side::client, reply::connection_forced,
+                          "CONNECTION_FORCED - nackguard: the broker connection was lost");
+  }
+  if (side == Side::client && phase_ == Phase::open) {
+    // What it held is counted as a crash (session_core_end.cpp); the broker side stays open while
+    // deliveries it gave up are taken over.
+    if (!connection_hold_.gone()) client_gone();
+    return;
+  }
+  connection_hold_.drop();
+  end_all_channels(side == Side::broker ? ReturnCause::broker_lost
+                                        : ReturnCause::connection_closed);
+  close_both_after_flush();
 }
 
-bool Session::settle_taken_over(std::uint16_t channel, std::uint64_t broker_tag, SettleKind kind,
-                                bool requeue) {
+void Session::close_gracefully(std::uint16_t code, std::string text) {
   finish_bookkeeping();
-  Delivery* d = settleable(channel, broker_tag);
-  if (!d) return false;
-  auto it = channels_.find(channel);
-  d->settling = true;
-  amqp::Bytes frame;
-  append_settlement(frame, channel, kind, broker_tag, false, requeue);
-  io(Side::broker)
-      .injections.push_back(
-          Injection{std::move(frame), channel, Settle{channel, broker_tag, kind, requeue}});
-  tx_settlement_queued(it->second, channel, broker_tag);
-  flush_injections(Side::broker);
-  return true;
+  if (proxy_close_ != ProxyClose::none || phase_ == Phase::closed) return;
+  if (phase_ != Phase::open) {
+    close_both_after_flush();
+    return;
+  }
+  emit_connection_close(Side::client, code, std::move(text));
+  proxy_close_ = ProxyClose::awaiting_client;
+}
+
+void Session::handle_frame_while_proxy_closes(Side from, const Frame& frame) {
+  // After sending connection.close only close and close-ok count (the spec's rule); frames
+  // for the client are no longer sent.
+  if (frame.channel == 0 && frame.frame_type() == FrameType::method) {
+    std::optional<std::uint32_t> key = amqp::peek_method_key(frame.payload);
+    bool closing = key && (*key == mid::connection_close_ok || *key == mid::connection_close);
+    if (from == Side::client && closing && proxy_close_ == ProxyClose::awaiting_client) {
+      io(Side::client).input_closed = true;
+      io(Side::client).out.close();
+      emit_connection_close(Side::broker, reply::success,
+                            "nackguard: the client connection was closed at shutdown");
+      proxy_close_ = ProxyClose::awaiting_broker;
+      return;
+    }
+    if (from == Side::broker && closing) {
+      channels_.clear();  // requeued by the broker; not returns
+      router_.forget_channels();
+      close_both_after_flush();
+      return;
+    }
+  }
+  if (from == Side::broker && reserved_channel() && frame.channel == *reserved_channel()) {
+    proxy_channel_.on_frame(frame, steady_ms());
+    pump_proxy_channel();
+  }
 }
 
 // ---- frames from the client ----
@@ -255,14 +217,14 @@ void Session::handle_client_frame(const Frame& frame) {
                        " is above the negotiated channel_max");
     return;
   }
-  if (!stray_close_oks_.empty() && take_stray_close_ok(frame)) return;
+  if (ack_closes_.awaits_stray_close_ok() && ack_closes_.take_stray_close_ok(frame)) return;
   ChannelState& ch = channel_state(frame.channel);
   if (ch.ack_close.active) {
-    client_frame_while_ack_close(ch, frame);
+    ack_close_ended(ack_closes_.client_frame(ch, frame));
     return;
   }
   if (ch.tx.holds_commit()) {
-    queue_behind_commit(ch, frame);
+    tx_.queue_behind_commit(ch, frame);
     return;
   }
   if (frame.frame_type() != FrameType::method) {
@@ -320,7 +282,7 @@ void Session::handle_broker_frame(const Frame& frame) {
   }
   ChannelState& ch = channel_state(frame.channel);
   if (ch.ack_close.active) {
-    broker_frame_while_ack_close(ch, frame);
+    ack_close_ended(ack_closes_.broker_frame(ch, frame));
     return;
   }
   if (frame.frame_type() != FrameType::method) {
@@ -339,6 +301,41 @@ void Session::handle_broker_frame(const Frame& frame) {
     return;
   }
   handle_broker_channel_method(ch, frame, *key);
+}
+
+// ---- client frames kept for later ----
+
+void Session::replay_behind_commits() {
+  while (tx_replay_pending_) {
+    tx_replay_pending_ = false;
+    std::vector<std::uint16_t> ready;
+    for (const auto& [number, ch] : channels_) {
+      if (ch.tx.replay_pending()) ready.push_back(number);
+    }
+    std::sort(ready.begin(), ready.end());
+    for (std::uint16_t number : ready) {
+      auto it = channels_.find(number);
+      if (it == channels_.end()) continue;
+      // A commit met on the way is held again; the frames after it queue behind it.
+      replay_client_frames(it->second.tx.take_queued());
+    }
+  }
+}
+
+void Session::replay_client_frames(const amqp::Bytes& queued) {
+  amqp::FrameDecoder decoder(std::numeric_limits<std::uint32_t>::max());
+  std::size_t at = 0;
+  while (at < queued.size() && phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
+         !io(Side::client).input_closed) {
+    amqp::FrameResult r = decoder.decode(amqp::ByteView(queued).subspan(at));
+    if (r.status != amqp::FrameResult::Status::frame) break;
+    at += r.frame.raw.size();
+    handle_client_frame(r.frame);
+  }
+}
+
+void Session::ack_close_ended(std::optional<ChannelState::AckClose> ended) {
+  if (ended) replay_client_frames(ended->queued);  // its reservations held until then
 }
 
 }  // namespace nackguard::session

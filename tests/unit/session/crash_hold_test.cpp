@@ -1,4 +1,4 @@
-// A consumer's crash with deliveries in its hands (session_crash.cpp): each is reported once,
+// A consumer's crash with deliveries in its hands (session_core_end.cpp): each is reported once,
 // at the crash, and one the observer takes over keeps its close waiting (its channel.close,
 // its connection.close, or, after its EOF, the broker side of the connection) until the proxy
 // has settled it; the consumer is cancelled meanwhile, and what still comes is returned as
@@ -160,7 +160,7 @@ TEST_F(SessionCrashHold, TakenOverDeliveriesAreReturnedWhenTheChannelEnds) {
   link.observer.take_events();
   link.session.on_tick(0);
   // The client goes away: what it held is counted at once; the broker side waits for the one
-  // taken over (session_crash.cpp), which no settlement ends here: 45 s at most.
+  // taken over (session_core_end.cpp), which no settlement ends here: 45 s at most.
   link.session.on_eof(Side::client);
   EXPECT_EQ(link.observer.take_events(),
             (Events{"returned ch1 b1 connection_closed", "returned ch1 b3 connection_closed"}));

@@ -26,6 +26,17 @@ using amqp::FrameType;
 
 using amqp::test::cat;  // the codec tests' concatenation
 
+// The one frame `bytes` hold, decoded (it points into `bytes`). Anything else is the test's
+// mistake: std::logic_error.
+inline amqp::Frame only_frame(const Bytes& bytes) {
+  amqp::FrameDecoder decoder(amqp::kFrameMinSize * 64);
+  amqp::FrameResult r = decoder.decode(bytes);
+  if (r.status != amqp::FrameResult::Status::frame || r.frame.raw.size() != bytes.size()) {
+    throw std::logic_error("only_frame: not exactly one frame");
+  }
+  return r.frame;
+}
+
 inline Bytes frame(FrameType type, std::uint16_t channel, ByteView payload) {
   Bytes out;
   amqp::append_frame(out, type, channel, payload);
@@ -69,6 +80,20 @@ inline Bytes body(std::uint16_t channel, std::string_view data) {
   return frame(FrameType::body, channel, amqp::as_bytes(data));
 }
 
+// The tx class's methods (class 90), which have no fields.
+inline Bytes tx_select(std::uint16_t channel = 1) {
+  return raw_method(channel, 90, 10);
+}
+inline Bytes tx_commit(std::uint16_t channel = 1) {
+  return raw_method(channel, 90, 20);
+}
+inline Bytes tx_commit_ok(std::uint16_t channel = 1) {
+  return raw_method(channel, 90, 21);
+}
+inline Bytes tx_rollback(std::uint16_t channel = 1) {
+  return raw_method(channel, 90, 30);
+}
+
 inline Bytes heartbeat() {
   Bytes out;
   amqp::append_heartbeat(out);
@@ -95,7 +120,7 @@ inline amqp::ChannelClose channel_close_method(std::uint16_t code, std::string t
 }
 
 // The connection.close the proxy sends the broker once a gone client's connection is done
-// (session_crash.cpp): the broker's close-ok ends it.
+// (session_core_end.cpp): the broker's close-ok ends it.
 inline Bytes gone_client_close() {
   return method(0, connection_close_method(200, "nackguard: the client connection ended"));
 }

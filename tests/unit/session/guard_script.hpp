@@ -143,7 +143,7 @@ class GuardTest : public ::testing::Test {
   }
 
   // The client's connection ends holding deliveries (broker tags `tags`) that the guard takes
-  // over at the crash (session_crash.cpp): the broker side stays open while the proxy cancels
+  // over at the crash (session_core_end.cpp): the broker side stays open while the proxy cancels
   // the consumer, opens its channel, declares what it needs (answered here, and named in
   // `declared`), and publishes the copies; the broker confirms them, the proxy acks the
   // originals, and only then does the session end. Returns the copies, in publish order.
@@ -205,7 +205,7 @@ class GuardTest : public ::testing::Test {
     broker(method(kCh, amqp::BasicCancelOk{kConsumer}));
     return past_proxy_channel_open(sent);
   }
-  // The proxy's cancel of the consumer of a client that left (session_crash.cpp).
+  // The proxy's cancel of the consumer of a client that left (session_core_end.cpp).
   static Bytes cancel_consumer() { return method(kCh, amqp::BasicCancel{kConsumer, false}); }
 
   // What the proxy sent (`sent`), past the opening of its channel if that is what it starts

@@ -150,7 +150,7 @@ class Link {
 
   // A client that closes a channel or its connection, or leaves, has its consumers (channel,
   // tag) cancelled by the proxy, which holds the close until the cancel-oks
-  // (session_crash.cpp): checks the cancels and answers them.
+  // (session_core_end.cpp): checks the cancels and answers them.
   void consumers_cancelled(const std::vector<std::pair<std::uint16_t, std::string>>& consumers) {
     Bytes cancels;
     Bytes oks;

@@ -17,15 +17,6 @@ namespace {
 
 using namespace test;  // frame_builders.hpp
 
-// The one frame in `bytes`, decoded.
-amqp::Frame only_frame(const Bytes& bytes) {
-  amqp::FrameDecoder decoder(amqp::kFrameMinSize * 64);
-  amqp::FrameResult r = decoder.decode(bytes);
-  EXPECT_EQ(r.status, amqp::FrameResult::Status::frame);
-  EXPECT_EQ(r.frame.raw.size(), bytes.size());
-  return r.frame;
-}
-
 TEST(ContentState, TakesAHeaderThenItsBodiesUpToTheAnnouncedSize) {
   ContentState state;
   const Bytes h = header(1, 5);

@@ -8,19 +8,6 @@
 namespace nackguard::session::test {
 namespace {
 
-Bytes tx_select(std::uint16_t ch = 1) {
-  return raw_method(ch, 90, 10);
-}
-Bytes tx_commit(std::uint16_t ch = 1) {
-  return raw_method(ch, 90, 20);
-}
-Bytes tx_rollback(std::uint16_t ch = 1) {
-  return raw_method(ch, 90, 30);
-}
-Bytes tx_commit_ok(std::uint16_t ch = 1) {
-  return raw_method(ch, 90, 21);
-}
-
 class SessionTx : public SessionTracking {
  protected:
   void SetUp() override {

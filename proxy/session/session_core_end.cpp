@@ -1,3 +1,6 @@
+// How a connection's handling ends (session_core.hpp): a consumer's crash, a protocol error, the
+// connection's close.
+//
 // A consumer's crash: its channel.close, connection.close or its connection's end (EOF, garbage)
 // with deliveries in its hands. The observer counts each of them at that moment and may take
 // some over (on_returned with can_take_over): the proxy then keeps the delivery from the
@@ -14,11 +17,19 @@
 #include <algorithm>
 
 #include "proxy/amqp/method_codec.hpp"
-#include "proxy/session/session.hpp"
+#include "proxy/session/session_core.hpp"
 
 namespace nackguard::session {
 
-bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool can_take_over) {
+using amqp::Frame;
+using amqp::FrameType;
+namespace mid = amqp::mid;
+namespace reply = amqp::reply;
+
+// ---- a consumer's crash ----
+
+bool SessionCore::crash_channel(ChannelState& ch, ReturnCause cause, bool solo,
+                                bool can_take_over) {
   can_take_over = can_take_over && phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
                   !broker_closing_ && !ch.tx.active && !ch.ack_close.active;
   ch.crash_tag = ch.last_client_tag();
@@ -59,14 +70,14 @@ bool Session::crash_channel(ChannelState& ch, ReturnCause cause, bool solo, bool
   return !taken.empty() || !held.empty();
 }
 
-std::uint16_t Session::number_of(const ChannelState& ch) const {
+std::uint16_t SessionCore::number_of(const ChannelState& ch) const {
   for (const auto& [number, state] : channels_) {
     if (&state == &ch) return number;
   }
   return 0;
 }
 
-void Session::stop_consumers(ChannelState& ch, std::uint16_t number) {
+void SessionCore::stop_consumers(ChannelState& ch, std::uint16_t number) {
   // While the close waits, the broker would go on delivering to the consumers of a client
   // that holds nothing any more, and return at the close what it sent meanwhile, redelivered
   // without a return of theirs, which any other sidecar would count. Cancelled, it stops; what
@@ -83,11 +94,11 @@ void Session::stop_consumers(ChannelState& ch, std::uint16_t number) {
   }
 }
 
-void Session::stop_all_consumers() {
+void SessionCore::stop_all_consumers() {
   for (auto& [number, ch] : channels_) stop_consumers(ch, number);
 }
 
-bool Session::crash_connection(bool can_take_over) {
+bool SessionCore::crash_connection(bool can_take_over) {
   std::size_t in_hand = 0;
   std::vector<std::uint16_t> numbers;
   for (const auto& [number, ch] : channels_) {
@@ -104,7 +115,7 @@ bool Session::crash_connection(bool can_take_over) {
   return taken;
 }
 
-bool Session::close_must_wait() const {
+bool SessionCore::close_must_wait() const {
   if (broker_closing_) return false;  // nothing the broker sends now can settle anything
   for (const auto& [number, ch] : channels_) {
     if (ch.taken_over_count() > 0 || ch.cancels_pending > 0) return true;
@@ -112,7 +123,7 @@ bool Session::close_must_wait() const {
   return false;
 }
 
-void Session::release_crash_holds(bool overdue) {
+void SessionCore::release_crash_holds(bool overdue) {
   if (!connection_hold_.held()) return;
   if (close_must_wait() && !overdue) return;
   if (connection_hold_.close_held()) {
@@ -124,7 +135,7 @@ void Session::release_crash_holds(bool overdue) {
   end_gone_client();
 }
 
-void Session::end_gone_client() {
+void SessionCore::end_gone_client() {
   // Mid-publish, the broker would take the close for content; closing, it answers no close.
   const bool can_close = phase_ == Phase::open && proxy_close_ == ProxyClose::none &&
                          !broker_closing_ && !content_in_progress(Side::broker);
@@ -142,7 +153,7 @@ void Session::end_gone_client() {
   connection_hold_.mark_gone_close_sent(clock_ms_);
 }
 
-void Session::tick_crash_holds(std::int64_t now_ms) {
+void SessionCore::tick_crash_holds(std::int64_t now_ms) {
   if (connection_hold_.gone_close_sent() && phase_ != Phase::closed) {
     // No close-ok in time: the socket ends it.
     if (connection_hold_.gone_close_overdue(now_ms)) close_both_after_flush();
@@ -152,7 +163,7 @@ void Session::tick_crash_holds(std::int64_t now_ms) {
   release_crash_holds(connection_hold_.overdue(now_ms));
 }
 
-bool Session::hold_client_connection_close(const amqp::Frame& close) {
+bool SessionCore::hold_client_connection_close(const amqp::Frame& close) {
   // Also when a copy taken over earlier is in flight: closed now, the broker would requeue its
   // original beside the copy, a duplicate.
   crash_connection(true);
@@ -162,7 +173,7 @@ bool Session::hold_client_connection_close(const amqp::Frame& close) {
   return true;
 }
 
-void Session::client_gone() {
+void SessionCore::client_gone() {
   io(Side::client).out.close();  // nothing more can reach it
   // A publish the client cut off half way keeps the broker from taking any frame of the
   // proxy's on that connection (settlements wait for a frame boundary): nothing can be settled.
@@ -174,6 +185,103 @@ void Session::client_gone() {
     return;
   }
   end_gone_client();
+}
+
+// ---- the connection's end: the proxy's own close at shutdown, a protocol error from either
+// side, a client's unknown method. Each ends every channel, reporting what goes back to the
+// broker, and closes both sides once their output is written.
+
+void SessionCore::emit_connection_close(Side to, std::uint16_t code, std::string text) {
+  amqp::ConnectionClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  amqp::Bytes frame;
+  amqp::append_close_frame(frame, 0, close);
+  emit(to, frame);
+}
+
+void SessionCore::close_both_after_flush() {
+  awaiting_client_close_ = false;
+  for (auto& side : io_) {
+    side.out.close();
+    side.input_closed = true;
+  }
+  drop_all_injections(Side::client);
+  drop_all_injections(Side::broker);
+  phase_ = Phase::closed;
+}
+
+void SessionCore::close_broker_await_client() {
+  SideIo& broker = io(Side::broker);
+  broker.out.close();
+  broker.input_closed = true;
+  drop_all_injections(Side::broker);
+  phase_ = Phase::closed;
+  // What the client sends now is dropped (process()); its EOF closes its side (on_eof), or
+  // kClientCloseGraceMs do (on_tick). Closed at once, the socket would end under a client
+  // that reads its close-ok while it closes: the Go client took that EOF for an error.
+  client_close_since_ms_ = clock_ms_;
+  awaiting_client_close_ = true;
+}
+
+void SessionCore::tick_client_close(std::int64_t now_ms) {
+  if (!awaiting_client_close_) return;
+  if (client_close_since_ms_ < 0) client_close_since_ms_ = now_ms;
+  if (now_ms - client_close_since_ms_ < kClientCloseGraceMs) return;
+  awaiting_client_close_ = false;
+  io(Side::client).out.close();
+  io(Side::client).input_closed = true;
+}
+
+void SessionCore::protocol_error(Side offender, std::uint16_t code, std::string text,
+                                 std::uint32_t failing_method) {
+  if (phase_ == Phase::closed && finished()) return;
+  bool was_open = phase_ == Phase::open;
+  amqp::ConnectionClose close;
+  close.reply_code = code;
+  close.reply_text = std::move(text);
+  close.class_id = static_cast<std::uint16_t>(failing_method >> 16);
+  close.method_id = static_cast<std::uint16_t>(failing_method & 0xFFFF);
+  amqp::Bytes frame;
+  amqp::append_close_frame(frame, 0, close);
+  emit(offender, frame);
+  if (offender == Side::broker && was_open) {
+    emit_connection_close(Side::client, reply::connection_forced,
+                          "CONNECTION_FORCED - nackguard: the broker sent invalid data");
+  }
+  // What the client held is counted as a crash, the connection being one deliveries.
+  if (offender == Side::client) crash_connection(false);
+  end_all_channels(offender == Side::broker ? ReturnCause::broker_lost
+                                            : ReturnCause::connection_closed);
+  close_both_after_flush();
+}
+
+void SessionCore::reject_unknown_method(std::uint16_t channel, std::uint32_t key) {
+  std::string ids =
+      "class " + std::to_string(key >> 16) + ", method " + std::to_string(key & 0xFFFF);
+  if (phase_ == Phase::open) {
+    // Forwarded, such a method crashes RabbitMQ 3.10's connection process (the client then
+    // gets 320 with no cause). The broker gets the close a client sends, then the socket ends.
+    emit_connection_close(
+        Side::broker, reply::success,
+        "nackguard: the client sent a method AMQP 0-9-1 does not have (" + ids + ")");
+  }
+  protocol_error(Side::client, reply::not_implemented,
+                 "NOT_IMPLEMENTED - nackguard: unknown method (" + ids + ") on channel " +
+                     std::to_string(channel) + "; AMQP 0-9-1 has no such method",
+                 key);
+}
+
+std::shared_ptr<retry::RetainedBody> SessionCore::reserve_kept_frame(const Frame& frame,
+                                                                     std::string_view waiting_for) {
+  auto reservation = retry::RetainedBody::make(options_.body_budget, frame.raw.size());
+  if (!reservation) {
+    protocol_error(Side::client, reply::resource_error,
+                   "RESOURCE_ERROR - nackguard: channel " + std::to_string(frame.channel) +
+                       " sent more than limits.retained_body_bytes allows while " +
+                       std::string(waiting_for));
+  }
+  return reservation;
 }
 
 }  // namespace nackguard::session

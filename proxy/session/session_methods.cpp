@@ -1,6 +1,8 @@
-// Channel-level methods from both sides: settlements and the delivery tag mapping (written by
-// settlement.hpp), consumers (basic_methods.hpp), the deliveries' start (the rest of them:
-// session_deliveries.cpp).
+// The methods of both sides: the connection's (the handshake: handshake.hpp, the tune and tune-ok
+// rewritten, the vhost, the broker's version and the client's name kept; the connection's close),
+// and the channels': settlements and the delivery tag mapping (written by settlement.hpp),
+// consumers (basic_methods.hpp), the deliveries' start, and the broker's content frames (a
+// delivery's handed to the delivery router, a basic.return's passed through).
 
 #include "proxy/amqp/method_codec.hpp"
 #include "proxy/amqp/method_name.hpp"
@@ -16,6 +18,85 @@ using amqp::Frame;
 using amqp::FrameType;
 namespace mid = amqp::mid;
 namespace reply = amqp::reply;
+
+void Session::handle_client_connection_method(const Frame& frame, std::uint32_t key) {
+  switch (key) {
+    case mid::connection_tune_ok: {
+      std::optional<amqp::Bytes> to_broker = handshake_.client_tune_ok(frame);
+      if (!to_broker) {
+        protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed tune-ok");
+        return;
+      }
+      for (auto& side : io_) side.decoder.set_frame_max(handshake_.tuning().frame_max());
+      emit(Side::broker, *to_broker);
+      return;
+    }
+    case mid::connection_start_ok:
+      // Forwarded as it is (credentials included); only the client's name is kept.
+      handshake_.client_start_ok(frame);
+      break;
+    case mid::connection_open:
+      if (!handshake_.client_open(frame)) {
+        protocol_error(Side::client, reply::frame_error, "FRAME_ERROR - malformed connection.open");
+        return;
+      }
+      break;
+    case mid::connection_close:
+      if (phase_ == Phase::open && hold_client_connection_close(frame)) return;
+      break;
+    case mid::connection_close_ok:
+      // The client answers the broker's connection.close: the broker ended it.
+      emit(Side::broker, frame.raw);
+      end_all_channels(ReturnCause::broker_lost);
+      close_both_after_flush();
+      return;
+    default:
+      if (!amqp::is_spec_method(key)) return reject_unknown_method(frame.channel, key);
+      break;
+  }
+  emit(Side::broker, frame.raw);
+}
+
+void Session::handle_broker_connection_method(const Frame& frame, std::uint32_t key) {
+  switch (key) {
+    case mid::connection_start:
+      // Forwarded as it is; only the broker's version is kept.
+      handshake_.broker_start(frame);
+      emit(Side::client, frame.raw);
+      return;
+    case mid::connection_tune: {
+      std::optional<amqp::Bytes> to_client = handshake_.broker_tune(frame);
+      if (!to_client) {
+        protocol_error(Side::broker, reply::frame_error, "FRAME_ERROR - malformed tune");
+        return;
+      }
+      emit(Side::client, *to_client);
+      return;
+    }
+    case mid::connection_open_ok:
+      phase_ = Phase::open;
+      emit(Side::client, frame.raw);
+      proxy_channel_.configure(reserved_channel(), frame_max());
+      observer_->on_open(handshake_.facts(frame_max()));
+      return;
+    case mid::connection_close:
+      // The broker ends the connection: it answers nothing more but its close-ok (no cancel-ok
+      // for a crash's cancels, no confirm), and requeues what the client held.
+      broker_closing_ = true;
+      emit(Side::client, frame.raw);
+      return;
+    case mid::connection_close_ok:
+      // The client's connection.close, answered: the broker side is done; the client's socket
+      // is the client's to close, as RabbitMQ leaves it (session_core_end.cpp).
+      emit(Side::client, frame.raw);
+      end_all_channels(ReturnCause::connection_closed);
+      close_broker_await_client();
+      return;
+    default:
+      emit(Side::client, frame.raw);
+      return;
+  }
+}
 
 void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
                                            std::uint32_t key) {
@@ -51,7 +132,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     case tx_mid::select:
     case tx_mid::commit:
     case tx_mid::rollback:
-      return handle_client_tx_method(ch, frame, key);
+      return tx_.method(ch, frame, key);
     case mid::queue_declare: {
       amqp::QueueDeclare m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
@@ -101,7 +182,7 @@ void Session::settle_from_client(ChannelState& ch, const Frame& frame, SettleKin
   for (const Delivery& d : settled) {
     if (ch.gate.settled(d.client_tag)) gate_opened = true;
     if (kind == SettleKind::ack || !requeue) {
-      // In a transaction the settlement is the broker's at the commit (session_tx.cpp).
+      // In a transaction the settlement is the broker's at the commit (tx_methods.cpp).
       if (ch.tx.active) {
         ch.tx_settle(d, kind, requeue);
       } else {
@@ -171,7 +252,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       if (!note_broker_consumer_method(ch, frame, key)) return malformed();
       break;
     case mid::basic_cancel:
-      if (!note_broker_cancel(ch, frame)) return malformed();
+      if (!ack_closes_.note_broker_cancel(ch, frame)) return malformed();
       break;
     case mid::basic_cancel_ok:
       if (!note_broker_consumer_method(ch, frame, key)) return malformed();
@@ -180,7 +261,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       if (ch.cancels_pending == 0) emit(Side::client, frame.raw);
       if (ch.cancels_pending > 0 && --ch.cancels_pending == 0) {
         // The last cancel of a client that left: a close waiting for it may go now
-        // (session_crash.cpp). Last: it may end the connection, and `ch` with it.
+        // (session_core_end.cpp). Last: it may end the connection, and `ch` with it.
         release_held_close(ch);
         release_crash_holds(false);
       }
@@ -195,7 +276,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       ch.closing = true;
       ch.held_close.drop();  // the broker ends the channel: the client's close crossed it
       drop_injections(frame.channel);
-      tx_abandon(ch);  // the client's close-ok may wait behind a held commit
+      tx_.abandon(ch);  // the client's close-ok may wait behind a held commit
       note_broker_channel_close(ch, frame);
       break;
     case mid::channel_close_ok:
@@ -267,6 +348,40 @@ bool Session::start_broker_delivery(ChannelState& ch, const Frame& frame, std::u
   }
   router_.begin(ch, frame, std::move(d));
   return true;
+}
+
+void Session::handle_broker_content(ChannelState& ch, const Frame& frame) {
+  ContentState& state = ch.from_broker;
+  const bool is_header = frame.frame_type() == FrameType::header;
+  if (!state.take(frame)) {
+    protocol_error(Side::broker, reply::unexpected_frame,
+                   "UNEXPECTED_FRAME - nackguard got a content frame out of sequence on channel " +
+                       std::to_string(frame.channel));
+    return;
+  }
+
+  if (ch.incoming) {
+    if (is_header) {
+      router_.header(ch, frame);
+    } else {
+      router_.body(ch, frame);
+    }
+    if (!state.in_progress()) {
+      router_.complete(ch);
+      carry_out_router_take_overs();
+    }
+  } else {
+    // basic.return content: passed through.
+    emit(Side::client, frame.raw);
+    ch.to_client = state;
+  }
+  if (!state.in_progress()) {
+    if (router_.any_held_back()) {
+      finish_bookkeeping();  // a release records deliveries too, in tag order
+      release_all_held_back();
+    }
+    flush_injections(Side::client);
+  }
 }
 
 }  // namespace nackguard::session
