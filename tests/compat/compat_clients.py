@@ -24,6 +24,23 @@ def python_module_version(module):
     return out.stdout.strip() if out.returncode == 0 else "not installed"
 
 
+def publish_labels(broker, queue, labels):
+    """Publishes a message per label (good-NN or poison), persistent, with a message_id of
+    the label and a random suffix."""
+    broker.publish(queue, [(label.encode(), pika.BasicProperties(
+        message_id=f"{label}-{uuid.uuid4().hex[:8]}", content_type="text/plain",
+        delivery_mode=2)) for label in labels])
+
+
+def read_events(path):
+    """The events a client program wrote to `path`, a list of words a line; [] before it
+    wrote any."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.split() for line in f if line.strip()]
+
+
 # ---------------------------------------------------------------- the clients
 
 
@@ -61,10 +78,7 @@ class Run:
                                     start_new_session=True)
 
     def events(self):
-        if not os.path.exists(self.events_path):
-            return []
-        with open(self.events_path) as f:
-            return [line.split() for line in f if line.strip()]
+        return read_events(self.events_path)
 
     def log_text(self):
         if not os.path.exists(self.log_path):
@@ -116,9 +130,7 @@ class Client:
         return CLIENTS_DIR
 
     def publish(self, broker, queue):
-        broker.publish(queue, [(label.encode(), pika.BasicProperties(
-            message_id=f"{label}-{uuid.uuid4().hex[:8]}", content_type="text/plain",
-            delivery_mode=2)) for label in MESSAGES])
+        publish_labels(broker, queue, MESSAGES)
 
     def start(self, run):
         self.process = run.spawn(self.argv(run), self.cwd())
@@ -325,9 +337,7 @@ class AmqpConsumePoisonFirst(AmqpConsumeRestarted):
                 f"{MAX_REDELIVERIES} or {MAX_REDELIVERIES + 1}")
 
     def publish(self, broker, queue):
-        broker.publish(queue, [(label.encode(), pika.BasicProperties(
-            message_id=f"{label}-{uuid.uuid4().hex[:8]}", content_type="text/plain",
-            delivery_mode=2)) for label in [POISON] + GOOD])
+        publish_labels(broker, queue, [POISON] + GOOD)
 
 
 class AmqpConsumeHeld(AmqpConsumeRestarted):

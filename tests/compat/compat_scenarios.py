@@ -25,11 +25,8 @@ compat_languages, which builds its clients from these, at its end.
 
 import os
 import time
-import uuid
 
-import pika
-
-from compat_clients import Client, stop_process
+from compat_clients import Client, publish_labels, read_events, stop_process
 from compat_common import GOOD, POISON, harness
 from redelivery_support import CRASH_EXIT_CODE
 
@@ -56,21 +53,6 @@ def close_broker_connections(name, reason):
     for pid in pids:
         harness.rabbitmqctl("close_connection", pid, reason)
     return pids
-
-
-def publish_labels(broker, queue, labels):
-    """As compat_clients.Client.publish, for a part of the messages."""
-    broker.publish(queue, [(label.encode(), pika.BasicProperties(
-        message_id=f"{label}-{uuid.uuid4().hex[:8]}", content_type="text/plain",
-        delivery_mode=2)) for label in labels])
-
-
-def read_events(path):
-    """An events file as compat_clients.Run.events() reads one."""
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [line.split() for line in f if line.strip()]
 
 
 class LanguageScenario(Client):
