@@ -54,6 +54,16 @@ def queue_and_connection(target, tag):
             harness.close_connection(conn)
 
 
+@contextlib.contextmanager
+def declared_queue(target, tag):
+    """queue_and_connection, and a channel of that connection on which the queue is declared
+    (harness.declare_queue)."""
+    with queue_and_connection(target, tag) as (queue, conn):
+        ch = conn.channel()
+        harness.declare_queue(ch, queue)
+        yield queue, conn, ch
+
+
 def message_count(channel, queue):
     return channel.queue_declare(queue, passive=True).method.message_count
 
@@ -78,9 +88,7 @@ def channel_error(exc, queue=None):
 
 def confirms(target):
     result = {}
-    with queue_and_connection(target, "confirms") as (queue, conn):
-        ch = conn.channel()
-        harness.declare_queue(ch, queue)
+    with declared_queue(target, "confirms") as (queue, conn, ch):
         ch.confirm_delivery()
         confirmed = 0
         for i in range(1000):
@@ -107,9 +115,7 @@ def confirms(target):
 
 def basic_get(target):
     result = []
-    with queue_and_connection(target, "get") as (queue, conn):
-        ch = conn.channel()
-        harness.declare_queue(ch, queue)
+    with declared_queue(target, "get") as (queue, conn, ch):
         result.append(("empty", ch.basic_get(queue)))
         for i in range(3):
             ch.basic_publish("", queue, f"g{i}".encode())
@@ -131,10 +137,8 @@ def basic_get(target):
 
 def transactions(target):
     result = {}
-    with queue_and_connection(target, "tx") as (queue, conn):
-        tx = conn.channel()
+    with declared_queue(target, "tx") as (queue, conn, tx):
         observer = conn.channel()
-        harness.declare_queue(tx, queue)
         tx.tx_select()
         tx.basic_publish("", queue, b"rolled-back")
         result["before_rollback"] = message_count(observer, queue)
@@ -165,9 +169,7 @@ def transactions(target):
 
 def client_cancel(target):
     result = {}
-    with queue_and_connection(target, "cancel") as (queue, conn):
-        ch = conn.channel()
-        harness.declare_queue(ch, queue)
+    with declared_queue(target, "cancel") as (queue, conn, ch):
         for i in range(5):
             ch.basic_publish("", queue, f"k{i}".encode())
         ch.basic_qos(prefetch_count=1)
@@ -189,10 +191,8 @@ def client_cancel(target):
 
 def server_cancel(target):
     result = {}
-    with queue_and_connection(target, "server-cancel") as (queue, conn):
-        ch = conn.channel()
+    with declared_queue(target, "server-cancel") as (queue, conn, ch):
         other = conn.channel()
-        harness.declare_queue(ch, queue)
         ch.basic_publish("", queue, b"s0")
         cancels = []
         ch.add_on_cancel_callback(cancels.append)
@@ -239,9 +239,7 @@ def hundred_channels(target, count=100, per_channel=3):
 
 
 def nack_reject_requeue(target):
-    with queue_and_connection(target, "requeue") as (queue, conn):
-        ch = conn.channel()
-        harness.declare_queue(ch, queue)
+    with declared_queue(target, "requeue") as (queue, conn, ch):
         ch.basic_publish("", queue, b"nacked")
         ch.basic_publish("", queue, b"rejected")
         ch.basic_qos(prefetch_count=1)
@@ -260,9 +258,7 @@ def nack_reject_requeue(target):
 
 
 def recover(target):
-    with queue_and_connection(target, "recover") as (queue, conn):
-        ch = conn.channel()
-        harness.declare_queue(ch, queue)
+    with declared_queue(target, "recover") as (queue, conn, ch):
         for i in range(3):
             ch.basic_publish("", queue, f"r{i}".encode())
         got = Collector()
@@ -277,9 +273,7 @@ def recover(target):
 
 def qos(target):
     steps = []
-    with queue_and_connection(target, "qos") as (queue, conn):
-        ch = conn.channel()
-        harness.declare_queue(ch, queue)
+    with declared_queue(target, "qos") as (queue, conn, ch):
         for i in range(10):
             ch.basic_publish("", queue, f"q{i}".encode())
         ch.basic_qos(prefetch_count=3)
