@@ -91,6 +91,15 @@ NO_RATE_LIMITS = {"window": "10s", "per_message": 1000, "outage_ratio": 1.0,
                   "min_messages": 1000000}
 
 
+def delayed_policy_yaml(queue, max_redeliveries, initial, multiplier, max_delay):
+    """policy_yaml with requeue: delayed, a backoff without jitter (so that the delay queues'
+    names are known: nackguard.delay.QUEUE.<delay>ms) and NO_RATE_LIMITS."""
+    return policy_yaml(queue, max_redeliveries, requeue="delayed",
+                       backoff={"initial": initial, "multiplier": multiplier, "max": max_delay,
+                                "jitter": "none"},
+                       rate=NO_RATE_LIMITS)
+
+
 class FaultProxy(proxy_process.Proxy):
     """A nackguard process on a fixed port with a generated config and policies.
 

@@ -55,10 +55,7 @@ class ProcessFaultTest(fs.FaultTest):
     # ------------------------------------------------------------ (2) consumer kill -9
     def test_consumer_killed_holding_unacked_and_delayed(self):
         queue = self.queue("conskill")
-        policy = fs.policy_yaml(queue, 3, requeue="delayed",
-                                backoff={"initial": "1s", "multiplier": 2, "max": "2s",
-                                         "jitter": "none"},
-                                rate=fs.NO_RATE_LIMITS)
+        policy = fs.delayed_policy_yaml(queue, 3, "1s", 2, "2s")
         proxy = self.start_proxy(policies={"q.yaml": policy})
         ledger = fs.Ledger("conskill")
         pub = fs.Publisher(proxy.port, queue, ledger, "ck", rate=80)
@@ -119,10 +116,7 @@ class ProcessFaultTest(fs.FaultTest):
     # ------------------------------------------------------------ (3) proxy kill -9
     def test_proxy_killed_during_republish_burst(self):
         queue = self.queue("proxykill")
-        policy = fs.policy_yaml(queue, 2, requeue="delayed",
-                                backoff={"initial": "300ms", "multiplier": 1, "max": "300ms",
-                                         "jitter": "none"},
-                                rate=fs.NO_RATE_LIMITS)
+        policy = fs.delayed_policy_yaml(queue, 2, "300ms", 1, "300ms")
         self.queues_to_delete.append(f"nackguard.delay.{queue}.300ms")
         proxy = self.start_proxy(policies={"q.yaml": policy})
         ledger = fs.Ledger("proxykill")
