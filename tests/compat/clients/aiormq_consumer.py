@@ -57,8 +57,7 @@ async def main_async():
         await consume(events, stop)
         return 0
     except Exception as exc:  # every failure is the finding: report it, exit non-zero
-        events.write("error", f"{type(exc).__name__}: {exc!r}")
-        print(f"aiormq client: {type(exc).__name__}: {exc!r}", file=sys.stderr)
+        events.failed("aiormq", exc)
         return 1
 
 

@@ -10,6 +10,7 @@ One line per event, written with a single write() so that lines never interleave
 """
 
 import os
+import sys
 
 
 class Events:
@@ -22,3 +23,9 @@ class Events:
 
     def close(self):
         os.close(self._fd)
+
+    def failed(self, client, exc):
+        """Reports `exc`, a failure of `client` (every failure is the finding): an error
+        event, and the same on stderr."""
+        self.write("error", f"{type(exc).__name__}: {exc!r}")
+        print(f"{client} client: {type(exc).__name__}: {exc!r}", file=sys.stderr)

@@ -45,8 +45,7 @@ def main():
         events.write("stop")
         return 0
     except Exception as exc:  # every failure is the finding: report it, exit non-zero
-        events.write("error", f"{type(exc).__name__}: {exc!r}")
-        print(f"pika client: {type(exc).__name__}: {exc!r}", file=sys.stderr)
+        events.failed("pika", exc)
         return 1
 
 
