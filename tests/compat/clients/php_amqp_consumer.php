@@ -203,20 +203,11 @@ function traffic(): void
     event('stop');
 }
 
-if ($argc !== 2 || !in_array($argv[1], MODES, true)) {
-    fwrite(STDERR, 'usage: php_amqp_consumer.php ' . implode('|', MODES) . "\n");
-    exit(2);
-}
-try {
-    switch ($argv[1]) {
+run_client($argv, function (string $mode): void {
+    switch ($mode) {
         case 'get': poll(); break;
         case 'traffic': traffic(); break;
         case 'reconnect': reconnecting(); break;
-        default: consume($argv[1]);
+        default: consume($mode);
     }
-} catch (Throwable $e) {
-    event('error', get_class($e) . ': ' . $e->getMessage());
-    fwrite(STDERR, 'php-amqp client: ' . $e . "\n");
-    exit(1);
-}
-exit(0);
+});

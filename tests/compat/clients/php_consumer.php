@@ -226,20 +226,11 @@ function traffic(): void
     event('stop');
 }
 
-if ($argc !== 2 || !in_array($argv[1], MODES, true)) {
-    fwrite(STDERR, 'usage: php_consumer.php ' . implode('|', MODES) . "\n");
-    exit(2);
-}
-try {
-    switch ($argv[1]) {
+run_client($argv, function (string $mode) use (&$stopping): void {
+    switch ($mode) {
         case 'get': poll($stopping); break;
         case 'traffic': traffic(); break;
         case 'reconnect': reconnecting($stopping); break;
-        default: consume($argv[1], $stopping);
+        default: consume($mode, $stopping);
     }
-} catch (Throwable $e) {
-    event('error', get_class($e) . ': ' . $e->getMessage());
-    fwrite(STDERR, 'php-amqplib client: ' . $e . "\n");
-    exit(1);
-}
-exit(0);
+});

@@ -28,3 +28,22 @@ function event(...$words): void
     fwrite($events, $text . "\n");
     fflush($events);
 }
+
+// The client's main: runs $run with the mode its one argument names (the usage and exit 2
+// otherwise), then exits 0; on any failure, the finding, an error event, the exception on
+// stderr and exit 1.
+function run_client(array $argv, callable $run): never
+{
+    if (count($argv) !== 2 || !in_array($argv[1], MODES, true)) {
+        fwrite(STDERR, 'usage: ' . basename($argv[0]) . ' ' . implode('|', MODES) . "\n");
+        exit(2);
+    }
+    try {
+        $run($argv[1]);
+    } catch (Throwable $e) {
+        event('error', get_class($e) . ': ' . $e->getMessage());
+        fwrite(STDERR, CLIENT_NAME . ' client: ' . $e . "\n");
+        exit(1);
+    }
+    exit(0);
+}
