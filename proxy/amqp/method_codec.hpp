@@ -79,6 +79,19 @@ class FixedFieldEncoder : public FieldEncoder {
   void table(const FieldTable&) = delete;
 };
 
+// Appends the method's class and method ids, then its fields through an Encoder
+// (FieldEncoder, or FixedFieldEncoder for methods that always encode); false if a string or
+// table does not fit its length prefix.
+template <typename Encoder, typename M>
+bool encode_method_with(Bytes& out, const M& method) {
+  ByteWriter w(out);
+  w.u16(static_cast<std::uint16_t>(M::kKey >> 16));
+  w.u16(static_cast<std::uint16_t>(M::kKey & 0xFFFF));
+  Encoder encoder(w);
+  M::fields(method, encoder);
+  return w.ok();
+}
+
 }  // namespace detail
 
 // Decodes a whole method payload (class and method ids included) into `out`.
@@ -101,12 +114,7 @@ MethodError decode_method(ByteView payload, M& out, const TableLimits& limits = 
 // Encodes a method payload; false if a string or table does not fit its length prefix.
 template <typename M>
 [[nodiscard]] bool encode_method(Bytes& out, const M& method) {
-  ByteWriter w(out);
-  w.u16(static_cast<std::uint16_t>(M::kKey >> 16));
-  w.u16(static_cast<std::uint16_t>(M::kKey & 0xFFFF));
-  detail::FieldEncoder encoder(w);
-  M::fields(method, encoder);
-  return w.ok();
+  return detail::encode_method_with<detail::FieldEncoder>(out, method);
 }
 
 // Appends a whole method frame on `channel`; on false nothing is appended.
@@ -124,11 +132,7 @@ template <typename M>
 template <typename M>
 void append_fixed_method_frame(Bytes& out, std::uint16_t channel, const M& method) {
   Bytes payload;
-  ByteWriter w(payload);
-  w.u16(static_cast<std::uint16_t>(M::kKey >> 16));
-  w.u16(static_cast<std::uint16_t>(M::kKey & 0xFFFF));
-  detail::FixedFieldEncoder encoder(w);
-  M::fields(method, encoder);
+  detail::encode_method_with<detail::FixedFieldEncoder>(payload, method);
   append_frame(out, FrameType::method, channel, payload);
 }
 
@@ -142,11 +146,7 @@ void append_close_frame(Bytes& out, std::uint16_t channel, M close) {
   static_assert(M::kKey == mid::connection_close || M::kKey == mid::channel_close);
   cut_to_short_string(close.reply_text);
   Bytes payload;
-  ByteWriter w(payload);
-  w.u16(static_cast<std::uint16_t>(M::kKey >> 16));
-  w.u16(static_cast<std::uint16_t>(M::kKey & 0xFFFF));
-  detail::FieldEncoder encoder(w);
-  M::fields(close, encoder);
+  detail::encode_method_with<detail::FieldEncoder>(payload, close);
   append_frame(out, FrameType::method, channel, payload);
 }
 
