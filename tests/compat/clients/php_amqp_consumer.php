@@ -54,23 +54,13 @@ function open_queue(AMQPChannel $channel, int $flags = AMQP_DURABLE): AMQPQueue
 // Acks a good message; gives the poison back as $mode says.
 function handle(AMQPQueue $queue, AMQPEnvelope $envelope, string $mode): void
 {
-    $label = $envelope->getBody();
     $tag = $envelope->getDeliveryTag();
-    event('deliver', $label, $envelope->isRedelivery() ? 1 : 0);
-    if ($label !== env('COMPAT_POISON')) {
-        $queue->ack($tag);
-        event('ack', $label);
-        return;
-    }
-    if ($mode === 'crash') {
-        event('crash', $label);
-        exit(CRASH_EXIT_CODE);
-    } elseif ($mode === 'reject' || $mode === 'get') {
-        $queue->reject($tag, AMQP_REQUEUE);
-    } else {
-        $queue->nack($tag, AMQP_REQUEUE);
-    }
-    event('return', $label);
+    handle_delivery($envelope->getBody(), $envelope->isRedelivery(), $mode,
+                    fn(string $how) => match ($how) {
+                        'ack' => $queue->ack($tag),
+                        'reject' => $queue->reject($tag, AMQP_REQUEUE),
+                        'nack' => $queue->nack($tag, AMQP_REQUEUE),
+                    });
 }
 
 // Consumes until the process is ended, or until the connection is lost (throws).

@@ -55,22 +55,12 @@ function queue_arguments(): AMQPTable
 // Acks a good message; gives the poison back as $mode says.
 function handle(AMQPMessage $message, string $mode): void
 {
-    $label = $message->getBody();
-    event('deliver', $label, $message->isRedelivered() ? 1 : 0);
-    if ($label !== env('COMPAT_POISON')) {
-        $message->ack();
-        event('ack', $label);
-        return;
-    }
-    if ($mode === 'crash') {
-        event('crash', $label);
-        exit(CRASH_EXIT_CODE);
-    } elseif ($mode === 'reject' || $mode === 'get') {
-        $message->reject(true);
-    } else {
-        $message->nack(true);
-    }
-    event('return', $label);
+    handle_delivery($message->getBody(), $message->isRedelivered(), $mode,
+                    fn(string $how) => match ($how) {
+                        'ack' => $message->ack(),
+                        'reject' => $message->reject(true),
+                        'nack' => $message->nack(true),
+                    });
 }
 
 $stopping = false;

@@ -47,3 +47,23 @@ function run_client(array $argv, callable $run): never
     }
     exit(0);
 }
+
+// What both clients do with a delivery: ack a good message; give the poison back as $mode says
+// (crash: exit CRASH_EXIT_CODE holding it; reject and get: basic.reject; otherwise basic.nack;
+// with requeue). $settle('ack'), $settle('reject') or $settle('nack') does it on the client's
+// library.
+function handle_delivery(string $label, ?bool $redelivered, string $mode, callable $settle): void
+{
+    event('deliver', $label, $redelivered ? 1 : 0);
+    if ($label !== env('COMPAT_POISON')) {
+        $settle('ack');
+        event('ack', $label);
+        return;
+    }
+    if ($mode === 'crash') {
+        event('crash', $label);
+        exit(CRASH_EXIT_CODE);
+    }
+    $settle($mode === 'reject' || $mode === 'get' ? 'reject' : 'nack');
+    event('return', $label);
+}
