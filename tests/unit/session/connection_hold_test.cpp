@@ -4,11 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "proxy/session/connection_hold.hpp"
+#include "session/frame_builders.hpp"
 
 namespace nackguard::session {
 namespace {
 
-const amqp::Bytes kClose{1, 0, 0, 0, 0, 0, 4, 0, 10, 0, 50, 0xce};
+const amqp::Bytes kClose = test::raw_method(0, 10, 50);  // connection.close, no arguments
 
 TEST(ConnectionHold, KeepsTheClientsCloseAsItCameUntilTaken) {
   ConnectionHold hold;

@@ -4,11 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "proxy/session/held_close.hpp"
+#include "session/frame_builders.hpp"
 
 namespace nackguard::session {
 namespace {
 
-const amqp::Bytes kClose{1, 0, 1, 0, 0, 0, 4, 0, 20, 0, 40, 0xce};
+const amqp::Bytes kClose = test::raw_method(1, 20, 40);  // channel.close, no arguments
 
 TEST(HeldClose, KeepsTheCloseAsItCameUntilTaken) {
   HeldClose held;
