@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "proxy/guard/header_names.hpp"
 #include "proxy/replay/fingerprint.hpp"
 #include "proxy/replay/rewrite.hpp"
 
@@ -73,7 +74,7 @@ const Summary& Replayer::run(const std::function<bool()>& interrupted,
 namespace {
 
 std::int64_t returns_of(const amqp::BasicProperties& properties) {
-  const amqp::FieldValue* count = header_of(properties, kDeliveryCountHeader);
+  const amqp::FieldValue* count = header_of(properties, guard::kDeliveryCountHeader);
   return count ? count->as_int().value_or(0) : 0;
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "proxy/guard/header_names.hpp"
+
 namespace nackguard::replay {
 
 const amqp::FieldValue* header_of(const amqp::BasicProperties& properties, std::string_view name) {
@@ -17,7 +19,7 @@ std::int64_t replays_of(const amqp::BasicProperties& properties) {
 }
 
 std::string reason_of(const amqp::BasicProperties& properties) {
-  const amqp::FieldValue* value = header_of(properties, kReasonHeader);
+  const amqp::FieldValue* value = header_of(properties, guard::kReasonHeader);
   const std::string* text = value ? value->as_string() : nullptr;
   if (text == nullptr || text->empty()) return std::string(kNoReason);
   return printable(*text, 80);
@@ -34,8 +36,8 @@ amqp::ContentHeader replay_copy_header(const amqp::ContentHeader& original) {
   amqp::FieldTable& headers =
       copy.properties.headers.emplace(original.properties.headers.value_or(amqp::FieldTable{}));
   std::erase_if(headers.entries, [](const auto& entry) {
-    return entry.first == kReturnsHeader || entry.first == kDeliveryCountHeader ||
-           entry.first == kAcquiredCountHeader;
+    return entry.first == guard::kReturnsHeader || entry.first == guard::kDeliveryCountHeader ||
+           entry.first == guard::kAcquiredCountHeader;
   });
   std::int64_t next = replays < std::numeric_limits<std::int64_t>::max() ? replays + 1 : replays;
   headers.set(std::string(kReplaysHeader), amqp::FieldValue::i64(next));

@@ -10,11 +10,8 @@
 
 namespace nackguard::replay {
 
+// The replay's own header; it reads the others nackguard writes (guard/header_names.hpp).
 inline constexpr std::string_view kReplaysHeader = "x-nackguard-replays";
-inline constexpr std::string_view kReturnsHeader = "x-nackguard-returns";
-inline constexpr std::string_view kDeliveryCountHeader = "x-delivery-count";
-inline constexpr std::string_view kAcquiredCountHeader = "x-acquired-count";
-inline constexpr std::string_view kReasonHeader = "x-nackguard-reason";
 inline constexpr std::string_view kNoReason = "(no reason)";
 
 // The header `name`, or nullptr when the message has no such header (or no headers).

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdio>
 
+#include "proxy/guard/header_names.hpp"
 #include "proxy/replay/rewrite.hpp"
 
 namespace nackguard::replay {
@@ -69,10 +70,10 @@ std::string key_value(const TriageKey& key, const amqp::BasicProperties& propert
     case TriageKey::Kind::reason:
       return reason_of(properties);  // "(no reason)" when absent
     case TriageKey::Kind::queue:
-      value = text_of(header_of(properties, kQueueHeader));
+      value = text_of(header_of(properties, guard::kQueueHeader));
       break;
     case TriageKey::Kind::consumer:
-      value = text_of(header_of(properties, kConsumerHeader));
+      value = text_of(header_of(properties, guard::kConsumerHeader));
       break;
     case TriageKey::Kind::header:
       value = text_of(header_of(properties, key.header));
@@ -87,11 +88,11 @@ std::string key_value(const TriageKey& key, const amqp::BasicProperties& propert
 }
 
 std::optional<std::int64_t> first_return_s(const amqp::BasicProperties& properties) {
-  return seconds_of(properties, kFirstReturnHeader);
+  return seconds_of(properties, guard::kFirstReturnHeader);
 }
 
 std::optional<std::int64_t> last_return_s(const amqp::BasicProperties& properties) {
-  return seconds_of(properties, kLastReturnHeader);
+  return seconds_of(properties, guard::kLastReturnHeader);
 }
 
 std::optional<std::chrono::seconds> parse_duration(std::string_view text) {

@@ -14,11 +14,6 @@
 
 namespace nackguard::replay {
 
-inline constexpr std::string_view kQueueHeader = "x-nackguard-queue";
-inline constexpr std::string_view kConsumerHeader = "x-nackguard-consumer";
-inline constexpr std::string_view kFirstReturnHeader = "x-nackguard-first-return";
-inline constexpr std::string_view kLastReturnHeader = "x-nackguard-last-return";
-
 struct TriageKey {
   enum class Kind { reason, queue, consumer, header, day };
   Kind kind = Kind::reason;
