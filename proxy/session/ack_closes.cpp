@@ -26,7 +26,7 @@ bool AckCloses::note_broker_cancel(ChannelState& ch, const amqp::Frame& frame) {
     }
     if (!requeued.empty()) core_.observer_->on_returns_done();
   }
-  ch.forget_consumer(tag);
+  ch.book.forget(tag);
   return true;
 }
 

@@ -16,11 +16,11 @@ BasicNote note_client_basic_method(ChannelState& ch, const Frame& frame, std::ui
       amqp::BasicConsume m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
         return BasicNote::malformed;
-      std::string queue = m.queue.empty() ? ch.last_declared_queue : m.queue;
+      std::string queue = m.queue.empty() ? ch.book.last_declared_queue : m.queue;
       if (m.no_wait) {
-        ch.consumers[m.consumer_tag] = Consumer{queue, m.no_ack};
+        ch.book.consumers[m.consumer_tag] = Consumer{queue, m.no_ack};
       } else {
-        ch.pending_consumes.push_back(PendingConsume{queue, m.consumer_tag, m.no_ack});
+        ch.book.pending_consumes.push_back(PendingConsume{queue, m.consumer_tag, m.no_ack});
       }
       return BasicNote::noted;
     }
@@ -30,15 +30,15 @@ BasicNote note_client_basic_method(ChannelState& ch, const Frame& frame, std::ui
         return BasicNote::malformed;
       // The consumer's deliveries in flight still arrive until cancel-ok; forget it then, or
       // with no-wait keep it among the recently cancelled.
-      if (m.no_wait) ch.forget_consumer(m.consumer_tag);
+      if (m.no_wait) ch.book.forget(m.consumer_tag);
       return BasicNote::noted;
     }
     case mid::basic_get: {
       amqp::BasicGet m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none)
         return BasicNote::malformed;
-      ch.pending_gets.push_back(
-          PendingGet{m.queue.empty() ? ch.last_declared_queue : m.queue, m.no_ack});
+      ch.book.pending_gets.push_back(
+          PendingGet{m.queue.empty() ? ch.book.last_declared_queue : m.queue, m.no_ack});
       return BasicNote::noted;
     }
     default: {  // basic.recover, basic.recover-async
@@ -59,12 +59,12 @@ bool note_broker_consumer_method(ChannelState& ch, const Frame& frame, std::uint
     amqp::BasicConsumeOk m;
     if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
     Consumer consumer;
-    if (!ch.pending_consumes.empty()) {
-      consumer.queue = ch.pending_consumes.front().queue;
-      consumer.no_ack = ch.pending_consumes.front().no_ack;
-      ch.pending_consumes.pop_front();
+    if (!ch.book.pending_consumes.empty()) {
+      consumer.queue = ch.book.pending_consumes.front().queue;
+      consumer.no_ack = ch.book.pending_consumes.front().no_ack;
+      ch.book.pending_consumes.pop_front();
     }
-    ch.consumers[m.consumer_tag] = std::move(consumer);
+    ch.book.consumers[m.consumer_tag] = std::move(consumer);
     return true;
   }
   // basic.cancel or cancel-ok: the same fields either way; a broker-sent cancel has a no-wait
@@ -72,7 +72,7 @@ bool note_broker_consumer_method(ChannelState& ch, const Frame& frame, std::uint
   amqp::ByteReader in(frame.payload.subspan(4));
   std::string tag = in.shortstr();
   if (!in.ok()) return false;
-  ch.forget_consumer(tag);
+  ch.book.forget(tag);
   return true;
 }
 

@@ -53,21 +53,21 @@ std::uint64_t BodyHasher::digest() const {
   return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
 }
 
-const Consumer* ChannelState::find_consumer(const std::string& tag) const {
+const Consumer* ConsumerBook::find(const std::string& tag) const {
   auto it = consumers.find(tag);
   if (it != consumers.end()) return &it->second;
-  for (const auto& [cancelled, consumer] : cancelled_consumers) {
+  for (const auto& [cancelled, consumer] : cancelled) {
     if (cancelled == tag) return &consumer;
   }
   return nullptr;
 }
 
-void ChannelState::forget_consumer(const std::string& tag) {
+void ConsumerBook::forget(const std::string& tag) {
   auto it = consumers.find(tag);
   if (it == consumers.end()) return;
   constexpr std::size_t kRemembered = 16;
-  if (cancelled_consumers.size() >= kRemembered) cancelled_consumers.pop_front();
-  cancelled_consumers.emplace_back(it->first, std::move(it->second));
+  if (cancelled.size() >= kRemembered) cancelled.pop_front();
+  cancelled.emplace_back(it->first, std::move(it->second));
   consumers.erase(it);
 }
 

@@ -52,6 +52,37 @@ struct PendingGet {
   bool no_ack = false;
 };
 
+// A channel's consumers and gets, kept from the basic-class methods (basic_methods.hpp): the
+// queue a delivery comes from, and whether it needs an ack.
+struct ConsumerBook {
+  std::unordered_map<std::string, Consumer> consumers;
+  // Consumers cancelled with no-wait: their deliveries in flight still name them.
+  std::deque<std::pair<std::string, Consumer>> cancelled;
+  const Consumer* find(const std::string& tag) const;
+  void forget(const std::string& tag);
+  std::deque<PendingConsume> pending_consumes;
+  std::deque<PendingGet> pending_gets;
+  std::string last_declared_queue;  // what an empty queue name in consume or get means
+};
+
+// A channel's incoming delivery (ChannelState::incoming) on its way: how the delivery router
+// routes its frames once its header is in, and what it keeps of them meanwhile.
+struct IncomingRoute {
+  amqp::Bytes method_frame;  // held until the header arrives
+  // The same frame where it was read, while it is still there (DeliveryRouter::original_method).
+  amqp::ByteView method_raw;
+  std::uint64_t method_pass = 0;
+  enum class Route { forward, take_over, buffer };
+  Route route = Route::forward;
+  amqp::Bytes frames;  // for Route::buffer: method, header and body frames so far
+  std::shared_ptr<retry::RetainedBody> reservation;  // for Route::buffer
+  // The plan of the delivery when it is buffered to wait as a suspect.
+  std::optional<DeliveryPlan> plan;
+  bool untracked = false;              // forwarded untracked
+  bool hashed = true;                  // its body is hashed as it passes (DeliveryPlan::hash_body)
+  std::unique_ptr<BodyHasher> hasher;  // reused across deliveries
+};
+
 class ChannelState {
  public:
   // Content sequence of the client's publishes (client to broker), and of what the proxy
@@ -62,17 +93,10 @@ class ChannelState {
   // method is held until its header arrives, or while a taken-over delivery's body is swallowed.
   ContentState from_broker;
 
-  std::unordered_map<std::string, Consumer> consumers;
-  // Consumers cancelled with no-wait: their deliveries in flight still name them.
-  std::deque<std::pair<std::string, Consumer>> cancelled_consumers;
-  const Consumer* find_consumer(const std::string& tag) const;
-  void forget_consumer(const std::string& tag);
-  std::deque<PendingConsume> pending_consumes;
-  std::deque<PendingGet> pending_gets;
-  std::string last_declared_queue;  // what an empty queue name in consume or get means
-  bool closing = false;             // a channel.close was sent by either side
-  HeldClose held_close;             // the client's channel.close, held (held_close.hpp)
-  ChannelTx tx;                     // transaction mode (tx.select), see transaction.hpp
+  ConsumerBook book;     // its consumers and gets (basic_methods.hpp)
+  bool closing = false;  // a channel.close was sent by either side
+  HeldClose held_close;  // the client's channel.close, held (held_close.hpp)
+  ChannelTx tx;          // transaction mode (tx.select), see transaction.hpp
   // The channel closes because an acknowledgement timed out (RabbitMQ's consumer_timeout or
   // the policy's ack_timeout): only the delivery timed_out_broker_tag names counts a return,
   // the others go back uncounted (ack_closes.cpp).
@@ -104,16 +128,8 @@ class ChannelState {
 
   // The delivery whose method arrived and whose header or body is still arriving.
   std::optional<Delivery> incoming;
-  amqp::Bytes incoming_method_frame;  // held until the header arrives
-  // The same frame where it was read, while it is still there (DeliveryRouter::original_method).
-  amqp::ByteView incoming_method_raw;
-  std::uint64_t incoming_method_pass = 0;
-  // How the incoming delivery's frames are routed once its header is in.
-  enum class Route { forward, take_over, buffer };
-  Route incoming_route = Route::forward;
-  amqp::Bytes incoming_frames;  // for Route::buffer: method, header and body frames so far
-  std::shared_ptr<retry::RetainedBody> incoming_buffer_reservation;
-  std::unique_ptr<BodyHasher> hasher;  // reused across deliveries
+  // How its frames go on (delivery_router.hpp), and their bookkeeping.
+  IncomingRoute routing;
 
   // Closed while the client holds a suspect alone: later deliveries wait in `held_back`.
   SuspectGate gate;
@@ -126,8 +142,6 @@ class ChannelState {
     std::optional<DeliveryPlan> plan;
   };
   std::deque<HeldBackDelivery> held_back;
-  // The plan of the incoming delivery when it is buffered to wait as a suspect.
-  std::optional<DeliveryPlan> incoming_plan;
   // A suspect waits at the front of held_back for the client to settle what it holds.
   bool suspect_waits() const {
     return !gate.closed() && !held_back.empty() && held_back.front().plan.has_value();
@@ -170,8 +184,6 @@ class ChannelState {
   // Whether an unacked delivery has a broker tag at or below `broker_tag`: after a reorder,
   // a multiple settlement up to that tag would take one the client did not name.
   bool unacked_at_or_below(std::uint64_t broker_tag) const;
-  bool incoming_untracked = false;  // the incoming delivery is being forwarded untracked
-  bool incoming_hashed = true;      // its body is hashed as it passes (DeliveryPlan::hash_body)
 
   // A delivery to fill in: a settled one's strings and header buffer (recycle) serve it
   // when there is one, so that a delivery in the usual flow allocates nothing.

@@ -81,13 +81,13 @@ void DeliveryRouter::begin(ChannelState& ch, const Frame& frame, Delivery delive
   delivery.unseen = ch.client_left;
   ch.note_broker_tag(delivery.broker_tag);
   ch.incoming = std::move(delivery);
-  ch.incoming_method_frame.assign(frame.raw.begin(), frame.raw.end());
-  ch.incoming_method_raw = frame.raw;
-  ch.incoming_method_pass = pass_;
-  ch.incoming_route = ChannelState::Route::forward;
-  ch.incoming_untracked = false;
-  ch.incoming_hashed = true;
-  ch.incoming_plan.reset();
+  ch.routing.method_frame.assign(frame.raw.begin(), frame.raw.end());
+  ch.routing.method_raw = frame.raw;
+  ch.routing.method_pass = pass_;
+  ch.routing.route = IncomingRoute::Route::forward;
+  ch.routing.untracked = false;
+  ch.routing.hashed = true;
+  ch.routing.plan.reset();
   ch.from_broker.phase = ContentState::Phase::awaiting_header;
 }
 
@@ -95,8 +95,8 @@ void DeliveryRouter::header(ChannelState& ch, const Frame& frame) {
   Delivery& d = *ch.incoming;
   d.header_payload.assign(frame.payload.begin(), frame.payload.end());
   d.body_size = amqp::peek_body_size(frame.payload).value_or(0);
-  if (!ch.hasher) ch.hasher = std::make_unique<BodyHasher>();
-  ch.hasher->reset();
+  if (!ch.routing.hasher) ch.routing.hasher = std::make_unique<BodyHasher>();
+  ch.routing.hasher->reset();
   if (!d.no_ack && !admit_record(ch, d, budget_)) return forward_untracked(ch, frame);
 
   // One the client will never see is decided at once, not held back behind a suspect.
@@ -113,15 +113,15 @@ void DeliveryRouter::header(ChannelState& ch, const Frame& frame) {
   const bool waits = waits_for_empty_hands(ch, d, plan);
   if (plan.action == DeliveryPlan::Action::need_body || waits) {
     std::uint64_t frames_size =
-        buffered_frames_cost(ch.incoming_method_frame.size() + frame.raw.size(), d.body_size);
-    ch.incoming_buffer_reservation = retry::RetainedBody::make(budget_, frames_size);
-    if (ch.incoming_buffer_reservation) {
-      ch.incoming_route = ChannelState::Route::buffer;
-      ch.incoming_frames = std::move(ch.incoming_method_frame);
-      ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
+        buffered_frames_cost(ch.routing.method_frame.size() + frame.raw.size(), d.body_size);
+    ch.routing.reservation = retry::RetainedBody::make(budget_, frames_size);
+    if (ch.routing.reservation) {
+      ch.routing.route = IncomingRoute::Route::buffer;
+      ch.routing.frames = std::move(ch.routing.method_frame);
+      ch.routing.frames.insert(ch.routing.frames.end(), frame.raw.begin(), frame.raw.end());
       if (waits) {
         d.held_back = true;
-        ch.incoming_plan = plan;
+        ch.routing.plan = plan;
       }
       return;
     }
@@ -133,23 +133,23 @@ void DeliveryRouter::header(ChannelState& ch, const Frame& frame) {
     }
     if (plan.action == DeliveryPlan::Action::need_body) plan = DeliveryPlan{};
   }
-  ch.incoming_hashed = plan.hash_body;
+  ch.routing.hashed = plan.hash_body;
   if (plan.retain_body) {
     d.body = retry::RetainedBody::make(budget_, d.body_size);
     // Within the budget just reserved; without a budget the size is the broker's word only.
     if (d.body && budget_) d.body->bytes.reserve(d.body_size);
   }
   if (plan.action == DeliveryPlan::Action::take_over) {
-    ch.incoming_route = ChannelState::Route::take_over;
+    ch.routing.route = IncomingRoute::Route::take_over;
     ch.note_owned();
-    ch.incoming_method_frame.clear();  // its capacity serves the next delivery
+    ch.routing.method_frame.clear();  // its capacity serves the next delivery
     return;
   }
-  ch.incoming_route = ChannelState::Route::forward;
+  ch.routing.route = IncomingRoute::Route::forward;
   d.suspect = plan.suspect && !d.no_ack;
   d.show_redelivered = plan.show_redelivered && !d.redelivered;
-  hand_out(ch, d, ch.incoming_method_frame, original_method(ch));
-  ch.incoming_method_frame.clear();  // its capacity serves the next delivery
+  hand_out(ch, d, ch.routing.method_frame, original_method(ch));
+  ch.routing.method_frame.clear();  // its capacity serves the next delivery
   to_client_.emit(frame.raw);
   ch.to_client = ch.from_broker;
 }
@@ -159,12 +159,12 @@ void DeliveryRouter::forward_untracked(ChannelState& ch, const Frame& frame) {
   // (a fallback). No record is kept, only a run of tags (ChannelState::note_untracked); past
   // kMaxUntrackedRuns, a record of its tags alone.
   Delivery& d = *ch.incoming;
-  ch.incoming_route = ChannelState::Route::forward;
-  hand_out(ch, d, ch.incoming_method_frame, original_method(ch));
-  ch.incoming_method_frame.clear();
+  ch.routing.route = IncomingRoute::Route::forward;
+  hand_out(ch, d, ch.routing.method_frame, original_method(ch));
+  ch.routing.method_frame.clear();
   to_client_.emit(frame.raw);
   ch.to_client = ch.from_broker;
-  ch.incoming_untracked = ch.note_untracked(d.client_tag, d.broker_tag);
+  ch.routing.untracked = ch.note_untracked(d.client_tag, d.broker_tag);
   ChannelState::make_slim(d);
 }
 
@@ -172,23 +172,23 @@ void DeliveryRouter::body(ChannelState& ch, const Frame& frame) {
   Delivery& d = *ch.incoming;
   // A retained body is hashed from the retained bytes, if ever asked (BodyHash). A forwarded
   // frame is hashed after it is sent (settle_deferred).
-  if (!d.body && ch.incoming_hashed) {
-    if (ch.incoming_route == ChannelState::Route::forward) {
+  if (!d.body && ch.routing.hashed) {
+    if (ch.routing.route == IncomingRoute::Route::forward) {
       deferred_.ch = &ch;
       deferred_.body = frame.payload;
     } else {
-      ch.hasher->update(frame.payload);
+      ch.routing.hasher->update(frame.payload);
     }
   }
-  switch (ch.incoming_route) {
-    case ChannelState::Route::forward:
+  switch (ch.routing.route) {
+    case IncomingRoute::Route::forward:
       to_client_.emit(frame.raw);
       ch.to_client = ch.from_broker;
       break;
-    case ChannelState::Route::take_over:
+    case IncomingRoute::Route::take_over:
       break;
-    case ChannelState::Route::buffer:
-      ch.incoming_frames.insert(ch.incoming_frames.end(), frame.raw.begin(), frame.raw.end());
+    case IncomingRoute::Route::buffer:
+      ch.routing.frames.insert(ch.routing.frames.end(), frame.raw.begin(), frame.raw.end());
       return;
   }
   if (d.body) d.body->bytes.insert(d.body->bytes.end(), frame.payload.begin(), frame.payload.end());
@@ -199,15 +199,15 @@ void DeliveryRouter::complete(ChannelState& ch) {
   bool digest = false;
   if (incoming.body && incoming.body->bytes.size() == incoming.body_size) {
     incoming.body_hash.defer_to(incoming.body);
-  } else if (ch.incoming_hashed) {
+  } else if (ch.routing.hashed) {
     digest = true;
   } else {
     incoming.body_hash.forget();
   }
-  ch.incoming_hashed = true;
+  ch.routing.hashed = true;
   incoming.body_complete = true;
-  if (ch.incoming_route == ChannelState::Route::forward) {
-    if (!incoming.no_ack && !ch.incoming_untracked) {
+  if (ch.routing.route == IncomingRoute::Route::forward) {
+    if (!incoming.no_ack && !ch.routing.untracked) {
       // It stays the channel's incoming delivery until its frames are sent: settle_deferred
       // takes its digest (a body of 0 bytes, or one hashed before) and records it.
       deferred_.ch = &ch;
@@ -216,19 +216,19 @@ void DeliveryRouter::complete(ChannelState& ch) {
     } else {
       ch.incoming.reset();
     }
-    ch.incoming_untracked = false;
+    ch.routing.untracked = false;
     return;
   }
-  if (digest) incoming.body_hash = ch.hasher ? ch.hasher->digest() : 0;
+  if (digest) incoming.body_hash = ch.routing.hasher ? ch.routing.hasher->digest() : 0;
   Delivery d = std::move(incoming);
   ch.incoming.reset();
-  if (ch.incoming_route == ChannelState::Route::take_over) return take_over(ch, std::move(d));
+  if (ch.routing.route == IncomingRoute::Route::take_over) return take_over(ch, std::move(d));
   // Route::buffer: its frames were kept until now.
-  amqp::Bytes frames = std::move(ch.incoming_frames);
-  ch.incoming_frames.clear();
-  auto reservation = std::move(ch.incoming_buffer_reservation);
-  std::optional<DeliveryPlan> decided = std::move(ch.incoming_plan);
-  ch.incoming_plan.reset();
+  amqp::Bytes frames = std::move(ch.routing.frames);
+  ch.routing.frames.clear();
+  auto reservation = std::move(ch.routing.reservation);
+  std::optional<DeliveryPlan> decided = std::move(ch.routing.plan);
+  ch.routing.plan.reset();
   if (d.held_back) {
     if (ch.held_back.empty()) ++channels_with_held_back_;
     ch.note_owned();
@@ -254,12 +254,12 @@ void DeliveryRouter::hold_suspect(ChannelState& ch, ChannelState::HeldBackDelive
 void DeliveryRouter::settle_deferred() {
   ChannelState& ch = *deferred_.ch;
   deferred_.ch = nullptr;
-  if (!deferred_.body.empty()) ch.hasher->update(deferred_.body);
+  if (!deferred_.body.empty()) ch.routing.hasher->update(deferred_.body);
   deferred_.body = {};
   if (!deferred_.record) return;
   deferred_.record = false;
   Delivery& d = *ch.incoming;
-  if (deferred_.digest) d.body_hash = ch.hasher ? ch.hasher->digest() : 0;
+  if (deferred_.digest) d.body_hash = ch.routing.hasher ? ch.routing.hasher->digest() : 0;
   ch.add_unacked(std::move(d));
   ch.incoming.reset();
 }

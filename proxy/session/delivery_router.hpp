@@ -94,7 +94,7 @@ class DeliveryRouter {
   // The incoming delivery's method frame where it was read, if it came in this pass (and is
   // therefore still there); otherwise empty.
   amqp::ByteView original_method(const ChannelState& ch) const {
-    return ch.incoming_method_pass == pass_ ? ch.incoming_method_raw : amqp::ByteView{};
+    return ch.routing.method_pass == pass_ ? ch.routing.method_raw : amqp::ByteView{};
   }
 
   // What settle_deferred() still owes `ch`: a body frame's payload to hash, where it was read,

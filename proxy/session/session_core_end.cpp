@@ -85,7 +85,7 @@ void SessionCore::stop_consumers(ChannelState& ch, std::uint16_t number) {
   // A broker that closes the connection answers no cancel: nothing would release the close.
   if (ch.consumers_cancelled || broker_closing_) return;
   ch.consumers_cancelled = true;
-  for (const auto& [tag, consumer] : ch.consumers) {
+  for (const auto& [tag, consumer] : ch.book.consumers) {
     amqp::Bytes frame;
     if (amqp::append_method_frame(frame, number, amqp::BasicCancel{tag, false})) {
       inject(Side::broker, std::move(frame));

@@ -136,7 +136,7 @@ void Session::handle_client_channel_method(ChannelState& ch, const Frame& frame,
     case mid::queue_declare: {
       amqp::QueueDeclare m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      if (m.no_wait) ch.last_declared_queue = m.queue;
+      if (m.no_wait) ch.book.last_declared_queue = m.queue;
       if (!m.passive) observer_->on_queue_declare(m);
       break;
     }
@@ -242,7 +242,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
       if (!start_broker_delivery(ch, frame, key)) malformed();
       return;
     case mid::basic_get_empty:
-      if (!ch.pending_gets.empty()) ch.pending_gets.pop_front();
+      if (!ch.book.pending_gets.empty()) ch.book.pending_gets.pop_front();
       break;
     case mid::basic_return:
       ch.from_broker.phase = ContentState::Phase::awaiting_header;
@@ -269,7 +269,7 @@ void Session::handle_broker_channel_method(ChannelState& ch, const Frame& frame,
     case mid::queue_declare_ok: {
       amqp::QueueDeclareOk m;
       if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return malformed();
-      ch.last_declared_queue = m.queue;
+      ch.book.last_declared_queue = m.queue;
       break;
     }
     case mid::channel_close:
@@ -323,7 +323,7 @@ bool Session::start_broker_delivery(ChannelState& ch, const Frame& frame, std::u
     // Decoded into buffers that served earlier deliveries: no allocation per delivery.
     amqp::BasicDeliver& m = deliver_scratch_;
     if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
-    if (const Consumer* consumer = ch.find_consumer(m.consumer_tag)) {
+    if (const Consumer* consumer = ch.book.find(m.consumer_tag)) {
       d.queue = consumer->queue;
       d.no_ack = consumer->no_ack;
     }
@@ -335,10 +335,10 @@ bool Session::start_broker_delivery(ChannelState& ch, const Frame& frame, std::u
   } else {
     amqp::BasicGetOk m;
     if (amqp::decode_method(frame.payload, m) != amqp::MethodError::none) return false;
-    if (!ch.pending_gets.empty()) {
-      d.queue = ch.pending_gets.front().queue;
-      d.no_ack = ch.pending_gets.front().no_ack;
-      ch.pending_gets.pop_front();
+    if (!ch.book.pending_gets.empty()) {
+      d.queue = ch.book.pending_gets.front().queue;
+      d.no_ack = ch.book.pending_gets.front().no_ack;
+      ch.book.pending_gets.pop_front();
     }
     d.from_get = true;
     d.broker_tag = m.delivery_tag;
