@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "proxy/amqp/bytes.hpp"
+#include "proxy/session/waited.hpp"
 
 namespace nackguard::session {
 
@@ -21,14 +22,10 @@ class HeldClose {
   // `now_ms`: the session's clock, -1 before its first tick (the next tick dates it).
   void hold(amqp::ByteView close, std::int64_t now_ms) {
     frame_.assign(close.begin(), close.end());
-    since_ms_ = now_ms;
+    waited_.start(now_ms);
   }
   // The tick's part: true once the close has been held kHeldCloseMs.
-  bool overdue(std::int64_t now_ms) {
-    if (!held()) return false;
-    if (since_ms_ < 0) since_ms_ = now_ms;
-    return now_ms - since_ms_ >= kHeldCloseMs;
-  }
+  bool overdue(std::int64_t now_ms) { return held() && waited_.past(now_ms, kHeldCloseMs); }
   // The close, to send; nothing is held any more.
   amqp::Bytes take() {
     amqp::Bytes close = std::move(frame_);
@@ -40,7 +37,7 @@ class HeldClose {
 
  private:
   amqp::Bytes frame_;
-  std::int64_t since_ms_ = -1;
+  Waited waited_;
 };
 
 }  // namespace nackguard::session

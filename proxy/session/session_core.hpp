@@ -25,6 +25,7 @@
 #include "proxy/session/input_buffer.hpp"
 #include "proxy/session/observer.hpp"
 #include "proxy/session/outbox.hpp"
+#include "proxy/session/waited.hpp"
 
 namespace nackguard::session {
 
@@ -207,9 +208,9 @@ class SessionCore {
   // The client's connection.close held, or the client gone, while deliveries its crash gave
   // up are taken over; then a gone client's close (session_core_end.cpp).
   ConnectionHold connection_hold_;
-  // close_broker_await_client: since when the client's side waits for the client's close.
+  // close_broker_await_client: the client's side waits for the client's close.
   bool awaiting_client_close_ = false;
-  std::int64_t client_close_since_ms_ = -1;
+  Waited client_close_waited_;
   static constexpr std::int64_t kClientCloseGraceMs = 10000;
 
  private:

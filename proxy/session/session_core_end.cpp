@@ -220,14 +220,12 @@ void SessionCore::close_broker_await_client() {
   // What the client sends now is dropped (process()); its EOF closes its side (on_eof), or
   // kClientCloseGraceMs do (on_tick). Closed at once, the socket would end under a client
   // that reads its close-ok while it closes: the Go client took that EOF for an error.
-  client_close_since_ms_ = clock_ms_;
+  client_close_waited_.start(clock_ms_);
   awaiting_client_close_ = true;
 }
 
 void SessionCore::tick_client_close(std::int64_t now_ms) {
-  if (!awaiting_client_close_) return;
-  if (client_close_since_ms_ < 0) client_close_since_ms_ = now_ms;
-  if (now_ms - client_close_since_ms_ < kClientCloseGraceMs) return;
+  if (!awaiting_client_close_ || !client_close_waited_.past(now_ms, kClientCloseGraceMs)) return;
   awaiting_client_close_ = false;
   io(Side::client).out.close();
   io(Side::client).input_closed = true;

@@ -1,5 +1,5 @@
-// A client's connection end held alone: its close kept as it came, a gone client, and the two
-// bounds (crash_hold_test.cpp checks the same through a Session).
+// A client's connection end held alone: its close, a gone client, and the two bounds
+// (crash_hold_test.cpp checks the same through a Session).
 
 #include <gtest/gtest.h>
 
@@ -11,14 +11,20 @@ namespace {
 
 const amqp::Bytes kClose = test::raw_method(0, 10, 50);  // connection.close, no arguments
 
-TEST(ConnectionHold, KeepsTheClientsCloseAsItCameUntilTaken) {
+// Its close is a HeldClose (held_close_test.cpp); the client's going after it starts the
+// bound again, and the close still goes first.
+TEST(ConnectionHold, AnEofAfterAHeldCloseStartsTheBoundAgain) {
   ConnectionHold hold;
   EXPECT_FALSE(hold.held());
-  hold.hold_close(kClose, 100);
-  EXPECT_TRUE(hold.held());
+  hold.hold_close(kClose, 1000);
   EXPECT_TRUE(hold.close_held());
   EXPECT_FALSE(hold.gone());
+  hold.hold_gone(20000);
+  EXPECT_FALSE(hold.overdue(1000 + ConnectionHold::kCrashHoldMs));
+  EXPECT_TRUE(hold.overdue(20000 + ConnectionHold::kCrashHoldMs));
   EXPECT_EQ(hold.take_close(), kClose);
+  EXPECT_TRUE(hold.held());  // the gone client, until released
+  hold.release_gone();
   EXPECT_FALSE(hold.held());
 }
 
