@@ -19,16 +19,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "proxy/net/use_tuple.hpp"
+
 namespace nackguard::metrics {
 
 namespace asio = boost::asio;
+using net::kUseTuple;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using asio::ip::tcp;
 
 namespace {
 
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // After an error response: how long, and how much, to read and drop what the client still
 // sends, so that closing does not reset the connection before the client has read the answer.
 constexpr auto kMaxLinger = std::chrono::seconds(1);

@@ -18,6 +18,7 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "proxy/net/tls.hpp"
+#include "proxy/net/use_tuple.hpp"
 
 namespace nackguard::net {
 
@@ -30,7 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::uint64_t kMaxBody = 8u << 20;
 
 HttpAnswer failed(std::string kind, std::string what) {

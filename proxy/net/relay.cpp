@@ -3,6 +3,7 @@
 #include "proxy/net/connection_seed.hpp"
 #include "proxy/net/direct_write.hpp"
 #include "proxy/net/upstream_connect.hpp"
+#include "proxy/net/use_tuple.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -24,7 +25,6 @@ using session::other;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // After sending its last bytes to a side, how long to wait for the peer to hang up before
 // closing: closing with unread input would reset the connection and could lose our close.
 constexpr auto kLinger = std::chrono::seconds(1);

@@ -12,14 +12,12 @@
 
 #include <cerrno>
 
+#include "proxy/net/use_tuple.hpp"
+
 namespace nackguard::net {
 
 namespace asio = boost::asio;
 using namespace asio::experimental::awaitable_operators;
-
-namespace {
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
-}  // namespace
 
 Stream::Tcp& Stream::tcp() {
   if (Tls* secure = tls()) return secure->next_layer();

@@ -12,13 +12,14 @@
 #include <cstdint>
 #include <new>
 
+#include "proxy/net/use_tuple.hpp"
+
 namespace nackguard::net {
 
 namespace asio = boost::asio;
 
 namespace {
 
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // OpenSSL reads ahead into a buffer this large, so that one recv takes a burst of records.
 constexpr std::size_t kReadAhead = 64 * 1024;
 

@@ -1,4 +1,5 @@
 #include "proxy/net/upstream_connect.hpp"
+#include "proxy/net/use_tuple.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -19,8 +20,6 @@ using namespace asio::experimental::awaitable_operators;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 
 struct Resolved {
   tcp::resolver::results_type endpoints;
