@@ -13,7 +13,6 @@
 
 namespace nackguard::session {
 
-using amqp::ByteView;
 using amqp::Frame;
 using amqp::FrameType;
 namespace mid = amqp::mid;
