@@ -1,6 +1,7 @@
 #pragma once
-// The sans-io connection core. Bytes from either side go in; out come the bytes to write to
-// each side and whether to close it. Every frame is forwarded as its original bytes except:
+// The sans-io session of one connection. Bytes from either side go in; out come the bytes to
+// write to each side and whether to close it. Every frame is forwarded as its original bytes
+// except:
 //   - connection.tune / tune-ok: channel_max lowered by one for the client, the top channel
 //     reserved for the proxy; frame_max capped by SessionOptions::max_frame_bytes;
 //   - delivery tags, once the proxy has taken over a delivery on a channel: renumbered so the
